@@ -1,0 +1,50 @@
+# SR3 for Python. `make help` lists the targets; each says whether CI runs it.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+export PYTHONWARNINGS ?= ignore::DeprecationWarning
+export PYSPARK_PYTHON := $(abspath $(PY))
+
+.DEFAULT_GOAL := help
+.PHONY: help setup demo test ci lint format typecheck imports test-unit test-integration bench-ring clean
+
+help:  ## List the targets (not in CI)
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+setup:  ## Install Debian's ZooKeeper when missing and the venv in .venv (CI: yes, via test)
+	@scripts/bootstrap.sh
+
+demo: setup  ## Run the main job on embedded defaults (not in CI)
+	$(BIN)/sr3 demo
+
+test: setup lint typecheck imports  ## Everything CI runs: lint, types, layers, all tests (CI: yes)
+	$(BIN)/pytest -q tests
+
+ci: test  ## Exactly what .ci/run runs (CI: yes)
+
+lint: setup  ## ruff lint and format check (CI: yes)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: setup  ## Apply ruff fixes and formatting (not in CI)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+typecheck: setup  ## mypy --strict on the packages (CI: yes)
+	$(BIN)/mypy
+
+imports: setup  ## import-linter layer contracts (CI: yes)
+	$(BIN)/lint-imports
+
+test-unit: setup  ## Unit tests only: no JVM, no sockets (not in CI on its own)
+	$(BIN)/pytest -q tests/unit
+
+test-integration: setup  ## Integration tests with real ZooKeeper and ring nodes (not in CI on its own)
+	$(BIN)/pytest -q tests/integration
+
+bench-ring: setup  ## Ring write/read throughput against raw loopback TCP (not in CI)
+	$(PY) bench/ring_throughput.py
+
+clean:  ## Remove the venv and caches (not in CI)
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

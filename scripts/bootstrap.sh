@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Idempotent set-up for humans and CI alike: Debian's ZooKeeper (when missing) and a
+# virtualenv in .venv with the project installed in editable mode. No downloads other
+# than Debian packages and PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+
+if [ ! -f /usr/share/java/zookeeper.jar ]; then
+  echo "bootstrap: installing Debian's zookeeper package (needs root or sudo)"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq zookeeper >/dev/null
+fi
+if ! command -v java >/dev/null 2>&1; then
+  echo "bootstrap: java not found; install Java 17 (apt-get install default-jre-headless)" >&2
+  exit 1
+fi
+
+stamp=.venv/.sr3-installed
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
+  .venv/bin/python -m pip install -q --upgrade "pip>=24" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -m pip install -q -e ".[dev,spark]" 2>&1 | grep -v "is ignored" || true
+  .venv/bin/python -c "import sr3, zk, kazoo, msgpack, mmh3" # fail loudly if the install did not work
+  touch "$stamp"
+fi

@@ -1,0 +1,370 @@
+"""Frozen, validated configuration: one dataclass per subsystem, composed in Sr3Config.
+
+Values come from dotted ``sr3.*`` keys (Storm conf, Spark conf, config.json) or
+``SR3_*`` environment variables, read only at entry points through
+:meth:`Sr3Config.from_mapping` and :meth:`Sr3Config.from_env`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from sr3.errors import ConfigError
+
+__all__ = [
+    "MECHANISMS",
+    "NodeConfig",
+    "RecoveryConfig",
+    "RepairConfig",
+    "RingConfig",
+    "Sr3Config",
+    "ZkConfig",
+    "parse_size",
+]
+
+MECHANISMS = ("star", "line", "tree", "auto")
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "KIB": 1024,
+    "MIB": 1024**2,
+    "GIB": 1024**3,
+}
+
+
+def parse_size(text: str | int) -> int:
+    """Parse ``200MB``, ``1GiB``, ``4096`` into bytes.
+
+    Raises:
+        ConfigError: the text is not a size.
+    """
+    if isinstance(text, int):
+        return text
+    raw = text.strip().upper().replace(" ", "")
+    digits = raw.rstrip("KMGIB")
+    unit = raw[len(digits) :]
+    try:
+        value = float(digits)
+    except ValueError:
+        value = -1.0
+    if value < 0 or unit not in _SIZE_UNITS:
+        msg = f"{text!r} is not a size; write a number and a unit, as 200MB or 1GiB"
+        raise ConfigError(msg)
+    return int(value * _SIZE_UNITS[unit])
+
+
+def _require(ok: bool, key: str, value: object, hint: str) -> None:
+    if not ok:
+        msg = f"sr3 config {key}={value!r} is invalid: {hint}"
+        raise ConfigError(msg)
+
+
+@dataclass(frozen=True)
+class RingConfig:
+    """Placement on the hash ring.
+
+    Attributes:
+        vnodes: Virtual nodes per unit of node capacity (default 256).
+        replication_factor: r, replicas per shard on distinct nodes (default 3).
+        write_quorum: Replicas that must acknowledge a write (default 2).
+        max_shard_bytes: Upper bound of a shard's payload (default 4 MiB).
+        key_group_count: G for new owners (default 256); recorded on first epoch.
+    """
+
+    vnodes: int = 256
+    replication_factor: int = 3
+    write_quorum: int = 2
+    max_shard_bytes: int = 4 * 1024 * 1024
+    key_group_count: int = 256
+
+    def __post_init__(self) -> None:
+        _require(
+            1 <= self.vnodes <= 4096, "sr3.ring.vnodes", self.vnodes, "use 1..4096"
+        )
+        _require(
+            self.replication_factor >= 1,
+            "sr3.ring.replication.factor",
+            self.replication_factor,
+            "use at least 1",
+        )
+        _require(
+            1 <= self.write_quorum <= self.replication_factor,
+            "sr3.ring.write.quorum",
+            self.write_quorum,
+            "use 1..replication factor",
+        )
+        _require(
+            self.max_shard_bytes >= 1024,
+            "sr3.ring.max.shard.bytes",
+            self.max_shard_bytes,
+            "use at least 1024",
+        )
+        _require(
+            1 <= self.key_group_count <= 32768,
+            "sr3.state.key.groups",
+            self.key_group_count,
+            "use 1..32768",
+        )
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """A ring node's server and the clients that talk to it.
+
+    Attributes:
+        secret: Shared secret for the HMAC challenge (default empty: lab only).
+        max_frame_bytes: Largest frame accepted on the wire (default 64 MiB).
+        io_timeout_s: Socket timeout for a client request (default 30 s).
+        connect_timeout_s: Timeout to open a connection (default 3 s).
+        chunk_bytes: Chunk size of streaming gets (default 1 MiB).
+    """
+
+    secret: str = ""
+    max_frame_bytes: int = 64 * 1024 * 1024
+    io_timeout_s: float = 30.0
+    connect_timeout_s: float = 3.0
+    chunk_bytes: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        _require(
+            self.max_frame_bytes >= 64 * 1024,
+            "sr3.node.max.frame.bytes",
+            self.max_frame_bytes,
+            "use at least 64KiB",
+        )
+        _require(
+            self.io_timeout_s > 0, "sr3.node.io.timeout.s", self.io_timeout_s, "use > 0"
+        )
+        _require(
+            self.connect_timeout_s > 0,
+            "sr3.node.connect.timeout.s",
+            self.connect_timeout_s,
+            "use > 0",
+        )
+        _require(
+            4096 <= self.chunk_bytes < self.max_frame_bytes,
+            "sr3.node.chunk.bytes",
+            self.chunk_bytes,
+            "use 4KiB..max frame bytes",
+        )
+
+
+@dataclass(frozen=True)
+class ZkConfig:
+    """ZooKeeper coordination.
+
+    Attributes:
+        hosts: ``host:port[,host:port]``; empty means start an embedded server.
+        chroot: Root of this cluster's znodes (default ``/sr3/default``).
+        session_timeout_s: Requested session timeout; bounds failure detection
+            (default 2 s; the server clamps it to 2..20 tickTimes).
+        connect_timeout_s: Time to wait for the first session (default 15 s).
+        digest: Optional ``user:password`` for digest ACLs on every znode created.
+    """
+
+    hosts: str = ""
+    chroot: str = "/sr3/default"
+    session_timeout_s: float = 2.0
+    connect_timeout_s: float = 15.0
+    digest: str = ""
+
+    def __post_init__(self) -> None:
+        _require(
+            self.chroot.startswith("/") and not self.chroot.endswith("/"),
+            "sr3.zk.chroot",
+            self.chroot,
+            "use an absolute path without a trailing slash, as /sr3/default",
+        )
+        _require(
+            self.session_timeout_s > 0,
+            "sr3.zk.session.timeout.s",
+            self.session_timeout_s,
+            "use > 0",
+        )
+        _require(
+            self.digest == "" or ":" in self.digest,
+            "sr3.zk.digest",
+            "***",
+            "write user:password",
+        )
+
+
+@dataclass(frozen=True)
+class RepairConfig:
+    """Re-replication by the elected coordinator.
+
+    Attributes:
+        grace_s: Wait after a membership change before repairing, so a node that
+            reconnects at once causes no copies (default 0.5 s).
+        scan_interval_s: Periodic full reconcile, catching anything missed
+            (default 5 s).
+        parallel_copies: Copies in flight at once (default 8).
+    """
+
+    grace_s: float = 0.5
+    scan_interval_s: float = 5.0
+    parallel_copies: int = 8
+
+    def __post_init__(self) -> None:
+        _require(self.grace_s >= 0, "sr3.repair.grace.s", self.grace_s, "use >= 0")
+        _require(
+            self.scan_interval_s > 0,
+            "sr3.repair.scan.interval.s",
+            self.scan_interval_s,
+            "use > 0",
+        )
+        _require(
+            self.parallel_copies >= 1,
+            "sr3.repair.parallel.copies",
+            self.parallel_copies,
+            "use >= 1",
+        )
+
+
+@dataclass(frozen=True)
+class RecoveryConfig:
+    """Snapshot recovery.
+
+    Attributes:
+        mechanism: ``star``, ``line``, ``tree`` or ``auto`` (default auto).
+        tree_fanout: k of the k-ary tree (default 2).
+        max_chain_length: Deltas after which compaction writes a new base (default 8).
+        latency_target_s: Optional recovery latency target for the planner.
+        lazy_install: Keep key groups encoded until first touched (default True).
+    """
+
+    mechanism: str = "auto"
+    tree_fanout: int = 2
+    max_chain_length: int = 8
+    latency_target_s: float | None = None
+    lazy_install: bool = True
+
+    def __post_init__(self) -> None:
+        _require(
+            self.mechanism in MECHANISMS,
+            "sr3.recovery.mechanism",
+            self.mechanism,
+            "use one of star, line, tree, auto",
+        )
+        _require(
+            self.tree_fanout >= 2,
+            "sr3.recovery.tree.fanout",
+            self.tree_fanout,
+            "use >= 2",
+        )
+        _require(
+            self.max_chain_length >= 1,
+            "sr3.checkpoint.max.chain.length",
+            self.max_chain_length,
+            "use >= 1",
+        )
+
+
+def _to_bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    msg = f"{value!r} is not a boolean; write true or false"
+    raise ConfigError(msg)
+
+
+# dotted key -> (section, field, converter)
+_KEYS: dict[str, tuple[str, str, Any]] = {
+    "sr3.ring.vnodes": ("ring", "vnodes", int),
+    "sr3.ring.replication.factor": ("ring", "replication_factor", int),
+    "sr3.ring.write.quorum": ("ring", "write_quorum", int),
+    "sr3.ring.max.shard.bytes": ("ring", "max_shard_bytes", parse_size),
+    "sr3.state.key.groups": ("ring", "key_group_count", int),
+    "sr3.node.secret": ("node", "secret", str),
+    "sr3.node.max.frame.bytes": ("node", "max_frame_bytes", parse_size),
+    "sr3.node.io.timeout.s": ("node", "io_timeout_s", float),
+    "sr3.node.connect.timeout.s": ("node", "connect_timeout_s", float),
+    "sr3.node.chunk.bytes": ("node", "chunk_bytes", parse_size),
+    "sr3.zk.hosts": ("zk", "hosts", str),
+    "sr3.zk.chroot": ("zk", "chroot", str),
+    "sr3.zk.session.timeout.s": ("zk", "session_timeout_s", float),
+    "sr3.zk.connect.timeout.s": ("zk", "connect_timeout_s", float),
+    "sr3.zk.digest": ("zk", "digest", str),
+    "sr3.repair.grace.s": ("repair", "grace_s", float),
+    "sr3.repair.scan.interval.s": ("repair", "scan_interval_s", float),
+    "sr3.repair.parallel.copies": ("repair", "parallel_copies", int),
+    "sr3.recovery.mechanism": ("recovery", "mechanism", str),
+    "sr3.recovery.tree.fanout": ("recovery", "tree_fanout", int),
+    "sr3.checkpoint.max.chain.length": ("recovery", "max_chain_length", int),
+    "sr3.recovery.latency.target.s": ("recovery", "latency_target_s", float),
+    "sr3.recovery.lazy.install": ("recovery", "lazy_install", _to_bool),
+}
+
+
+@dataclass(frozen=True)
+class Sr3Config:
+    """All of SR3's configuration, one frozen section per subsystem."""
+
+    ring: RingConfig = field(default_factory=RingConfig)
+    node: NodeConfig = field(default_factory=NodeConfig)
+    zk: ZkConfig = field(default_factory=ZkConfig)
+    repair: RepairConfig = field(default_factory=RepairConfig)
+    recovery: RecoveryConfig = field(default_factory=RecoveryConfig)
+
+    @classmethod
+    def from_mapping(cls, conf: Mapping[str, Any], *, strict: bool = True) -> Sr3Config:
+        """Build from dotted ``sr3.*`` keys (Storm conf, Spark conf, config.json).
+
+        Keys outside ``sr3.`` are ignored. Unknown ``sr3.`` keys are an error when
+        ``strict`` (a typo must not silently fall back to a default).
+
+        Raises:
+            ConfigError: an unknown ``sr3.`` key or an invalid value.
+        """
+        updates: dict[str, dict[str, Any]] = {}
+        for key, value in conf.items():
+            if not key.startswith("sr3."):
+                continue
+            spec = _KEYS.get(key)
+            if spec is None:
+                if strict:
+                    known = ", ".join(sorted(_KEYS))
+                    msg = f"unknown config key {key!r}; known keys: {known}"
+                    raise ConfigError(msg)
+                continue
+            section, name, convert = spec
+            try:
+                converted = None if value is None else convert(value)
+            except (TypeError, ValueError) as exc:
+                msg = f"sr3 config {key}={value!r} could not be read: {exc}"
+                raise ConfigError(msg) from exc
+            updates.setdefault(section, {})[name] = converted
+        base = cls()
+        parts = {
+            f.name: replace(getattr(base, f.name), **updates.get(f.name, {}))
+            for f in fields(cls)
+        }
+        return cls(**parts)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Sr3Config:
+        """Build from ``SR3_*`` variables: ``SR3_ZK_HOSTS`` sets ``sr3.zk.hosts``."""
+        env = os.environ if environ is None else environ
+        conf: dict[str, Any] = {}
+        for key in _KEYS:
+            var = key.upper().replace(".", "_")
+            if var in env:
+                conf[key] = env[var]
+        return cls.from_mapping(conf)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """Return the dotted-key form (round-trips through :meth:`from_mapping`)."""
+        out: dict[str, Any] = {}
+        for key, (section, name, _) in _KEYS.items():
+            out[key] = getattr(getattr(self, section), name)
+        return out

@@ -1,0 +1,1 @@
+"""The ``sr3`` command line: thin wiring of the other packages."""

@@ -1,0 +1,1 @@
+"""streamparse/pystorm integration: stateful bolts, replayable spouts, local cluster."""

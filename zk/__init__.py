@@ -1,0 +1,1 @@
+"""ZooKeeper adapter: the only package that imports kazoo."""
