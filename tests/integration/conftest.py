@@ -1,0 +1,163 @@
+"""Integration fixtures: one real ZooKeeper per test session, one chroot per test.
+
+The server is Debian's ``zookeeper`` package started by :class:`EmbeddedZooKeeper`
+(tickTime 200 ms, so sessions can be as short as 0.4 s). Without the package the
+ZooKeeper tests skip, unless ``SR3_REQUIRE_ZK=1`` (CI) turns that into a failure.
+Helpers are fixtures (``wait_until``, ``zk_connect``, ``expire_session``,
+``zk_restart``) so tests need no imports from here.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import pytest
+from kazoo.client import KazooClient
+
+from sr3.config import ZkConfig
+from sr3.errors import ZooKeeperMissingError
+from zk.client import ZkSession, connect
+from zk.launcher import EmbeddedZooKeeper
+
+T = TypeVar("T")
+WaitUntil = Callable[..., Any]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Attach the ZooKeeper log tail to the report of a failed ZooKeeper test."""
+    report = yield
+    server = getattr(item, "funcargs", {}).get("zk_server")
+    if report.failed and isinstance(server, EmbeddedZooKeeper):
+        report.sections.append(("ZooKeeper log (tail)", server.log_tail(40)))
+    return report
+
+
+def _wait_until(
+    predicate: Callable[[], T], *, timeout_s: float = 10.0, what: str = "condition"
+) -> T:
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def wait_until() -> WaitUntil:
+    """Return ``wait_until(predicate, *, timeout_s=10, what=...)``."""
+    return _wait_until
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedZooKeeper]:
+    """Run one loopback ZooKeeper for the whole test session."""
+    server = EmbeddedZooKeeper(tmp_path_factory.mktemp("zookeeper"))
+    try:
+        server.start()
+    except ZooKeeperMissingError as exc:
+        if os.environ.get("SR3_REQUIRE_ZK") == "1":
+            pytest.fail(f"SR3_REQUIRE_ZK=1 but ZooKeeper cannot start: {exc}")
+        pytest.skip(f"ZooKeeper is not installed: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def zk_config(zk_server: EmbeddedZooKeeper) -> ZkConfig:
+    """Return a config for the shared server with a chroot of this test's own."""
+    return ZkConfig(
+        hosts=zk_server.hosts,
+        chroot=f"/t{uuid.uuid4().hex}",
+        session_timeout_s=2.0,
+        connect_timeout_s=10.0,
+    )
+
+
+@pytest.fixture
+def zk_connect(zk_config: ZkConfig) -> Iterator[Callable[..., ZkSession]]:
+    """Return ``zk_connect(**config_overrides)``: a new session, closed at teardown."""
+    sessions: list[ZkSession] = []
+
+    def open_session(**overrides: Any) -> ZkSession:
+        session = connect(replace(zk_config, **overrides))
+        sessions.append(session)
+        return session
+
+    yield open_session
+    for session in sessions:
+        session.close()
+
+
+@pytest.fixture
+def zk_session(zk_connect: Callable[..., ZkSession]) -> ZkSession:
+    """Return a session on this test's chroot."""
+    return zk_connect()
+
+
+def _expire(session: ZkSession) -> int:
+    """Expire ``session`` on the server (cloned-session trick); return its old id."""
+    sid, passwd = session.client.client_id
+    clone = KazooClient(hosts=session.hosts, client_id=(sid, passwd))
+    clone.start(timeout=5)
+    clone.stop()  # closing the clone closes the shared session server-side
+    clone.close()
+    return int(sid)
+
+
+@pytest.fixture
+def expire_session(wait_until: WaitUntil) -> Callable[[ZkSession], int]:
+    """Return ``expire_session(session)``: kill it server-side, wait for a new one.
+
+    Returns the new session id once the client has reconnected.
+    """
+
+    def expire(session: ZkSession) -> int:
+        old = _expire(session)
+        return int(
+            wait_until(
+                lambda: (
+                    session.connected
+                    and session.session_id not in (None, old)
+                    and session.session_id
+                ),
+                what="a new session after expiry",
+            )
+        )
+
+    return expire
+
+
+@pytest.fixture
+def zk_restart(
+    zk_server: EmbeddedZooKeeper,
+) -> Iterator[Callable[..., None]]:
+    """Return ``restart(down_s, while_down=None)``: stop the shared server, wait, start.
+
+    The server comes back on the same port and data dir, so sessions whose timeout
+    exceeds the outage survive. ``while_down()`` runs during the outage. The
+    server is running again after the test whatever happened.
+    """
+
+    def restart(down_s: float, while_down: Callable[[], object] | None = None) -> None:
+        zk_server.stop()
+        started = time.monotonic()
+        try:
+            if while_down is not None:
+                while_down()
+            time.sleep(max(0.0, down_s - (time.monotonic() - started)))  # the outage
+        finally:
+            zk_server.start()
+
+    yield restart
+    if not zk_server.is_running():
+        zk_server.start()

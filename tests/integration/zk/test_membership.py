@@ -1,0 +1,225 @@
+"""ZkMembership: ephemeral member znodes, watches, and surviving session trouble."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from sr3.codec import pack_meta
+from sr3.config import ZkConfig
+from sr3.ports import Membership, NodeInfo
+from zk.client import ZkSession
+from zk.membership import ZkMembership
+
+pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]
+
+N1 = NodeInfo("n1", "10.0.0.1", 7001, zone="a")
+N2 = NodeInfo("n2", "10.0.0.2", 7002, zone="b", capacity=2)
+
+# Holds a member znode until SIGKILLed; its session times out after 1 s.
+_VICTIM = """
+import sys, threading
+from sr3.config import ZkConfig
+from sr3.ports import NodeInfo
+from zk.client import connect
+from zk.membership import ZkMembership
+hosts, chroot = sys.argv[1], sys.argv[2]
+session = connect(ZkConfig(hosts=hosts, chroot=chroot, session_timeout_s=1.0))
+ZkMembership(session).register(NodeInfo("victim", "127.0.0.1", 9))
+threading.Event().wait()
+"""
+
+
+class Recorder:
+    """Collects watch callbacks from kazoo's thread."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, NodeInfo]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, members: Mapping[str, NodeInfo]) -> None:
+        with self._lock:
+            self.calls.append(dict(members))
+
+    def last(self) -> dict[str, NodeInfo] | None:
+        with self._lock:
+            return self.calls[-1] if self.calls else None
+
+
+def test_implements_the_port(zk_session: ZkSession) -> None:
+    membership: Membership = ZkMembership(zk_session)
+    assert membership.members() == {}
+
+
+def test_register_list_unregister(zk_session: ZkSession) -> None:
+    membership = ZkMembership(zk_session)
+    membership.register(N1)
+    membership.register(N2)
+    assert membership.members() == {"n1": N1, "n2": N2}
+    stat = zk_session.client.exists(zk_session.paths.member("n1"))
+    assert stat.ephemeralOwner == zk_session.session_id
+
+    membership.register(N1)  # idempotent
+    moved = NodeInfo("n1", "10.0.0.9", 7009, zone="a")
+    membership.register(moved)  # new data replaces the old announcement
+    assert membership.members()["n1"] == moved
+
+    membership.unregister("n1")
+    membership.unregister("n1")  # no error if already gone
+    assert membership.members() == {"n2": N2}
+
+
+def test_members_disappear_when_the_session_closes(
+    zk_connect: Callable[..., ZkSession], wait_until: Any
+) -> None:
+    observer = ZkMembership(zk_connect())
+    node_session = zk_connect()
+    ZkMembership(node_session).register(N1)
+    assert set(observer.members()) == {"n1"}
+    node_session.close()
+    wait_until(lambda: observer.members() == {}, what="n1 to leave")
+
+
+def test_unreadable_member_is_skipped(zk_session: ZkSession) -> None:
+    membership = ZkMembership(zk_session)
+    membership.register(N1)
+    zk_session.client.create(zk_session.paths.member("junk"), b"\x09garbage")
+    zk_session.client.create(zk_session.paths.member("half"), pack_meta({"host": "x"}))
+    assert membership.members() == {"n1": N1}
+
+
+def test_watch_reports_now_and_on_every_change(
+    zk_connect: Callable[..., ZkSession], wait_until: Any
+) -> None:
+    observer = ZkMembership(zk_connect())
+    recorder = Recorder()
+    observer.watch(recorder)
+    assert recorder.calls == [{}]  # the first call happens in watch() itself
+
+    s1, s2 = zk_connect(), zk_connect()
+    ZkMembership(s1).register(N1)
+    wait_until(lambda: recorder.last() == {"n1": N1}, what="n1 in the watch")
+    ZkMembership(s2).register(N2)
+    wait_until(lambda: recorder.last() == {"n1": N1, "n2": N2}, what="n2 in the watch")
+    s1.close()
+    wait_until(lambda: recorder.last() == {"n2": N2}, what="n1 out of the watch")
+
+    observer.close()
+    count = len(recorder.calls)
+    ZkMembership(zk_connect()).register(N1)
+    ZkMembership(zk_connect()).register(NodeInfo("n3", "h", 1))
+    # A closed membership's watch drops on its next event without calling back.
+    assert len(recorder.calls) == count
+
+
+def test_failing_callback_keeps_the_watch(
+    zk_connect: Callable[..., ZkSession], wait_until: Any
+) -> None:
+    recorder = Recorder()
+
+    def flaky(members: Mapping[str, NodeInfo]) -> None:
+        recorder(members)
+        msg = "callback bug"
+        raise RuntimeError(msg)
+
+    ZkMembership(zk_connect()).watch(flaky)
+    ZkMembership(zk_connect()).register(N1)
+    wait_until(lambda: recorder.last() == {"n1": N1}, what="the watch to go on")
+
+
+def test_restart_within_session_timeout_replaces_the_old_znode(
+    zk_connect: Callable[..., ZkSession],
+) -> None:
+    # The old process's session still lives (as after a crash shorter than the
+    # session timeout); the new process must take the node id over at once.
+    old = zk_connect(session_timeout_s=10.0)
+    ZkMembership(old).register(N1)
+    new = zk_connect()
+    restarted = NodeInfo("n1", "10.0.0.1", 7555)
+    membership = ZkMembership(new)
+    membership.register(restarted)
+    stat = new.client.exists(new.paths.member("n1"))
+    assert stat.ephemeralOwner == new.session_id
+    assert membership.members() == {"n1": restarted}
+
+
+def test_sigkilled_holder_disappears_within_seconds(
+    zk_config: ZkConfig, zk_session: ZkSession, wait_until: Any
+) -> None:
+    membership = ZkMembership(zk_session)
+    victim = subprocess.Popen(
+        [sys.executable, "-c", _VICTIM, zk_config.hosts, zk_config.chroot],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(
+            lambda: "victim" in membership.members() or victim.poll() is not None,
+            what="the victim to register",
+        )
+        assert victim.poll() is None, victim.stderr.read() if victim.stderr else ""
+        victim.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        wait_until(
+            lambda: "victim" not in membership.members(),
+            timeout_s=5.0,
+            what="the killed victim's znode to expire",
+        )
+        # 1 s session timeout, checked on 200 ms ticks: gone in about 1.2 s.
+        assert time.monotonic() - killed < 4.0
+    finally:
+        victim.kill()
+        victim.wait()
+        if victim.stderr:
+            victim.stderr.close()
+
+
+def test_reregisters_after_session_expiry(
+    zk_session: ZkSession,
+    expire_session: Callable[[ZkSession], int],
+    wait_until: Any,
+) -> None:
+    membership = ZkMembership(zk_session)
+    membership.register(N1)
+    recorder = Recorder()
+    membership.watch(recorder)
+    new_sid = expire_session(zk_session)
+
+    def owned_by_new_session() -> bool:
+        stat = zk_session.client.exists(zk_session.paths.member("n1"))
+        return stat is not None and stat.ephemeralOwner == new_sid
+
+    wait_until(owned_by_new_session, what="n1 to be re-registered")
+    assert membership.members() == {"n1": N1}
+    wait_until(lambda: recorder.last() == {"n1": N1}, what="the watch to resume")
+
+
+@pytest.mark.slow
+def test_member_survives_a_zookeeper_restart(
+    zk_connect: Callable[..., ZkSession],
+    zk_restart: Callable[..., None],
+    wait_until: Any,
+) -> None:
+    # The session outlives an outage shorter than its timeout: ZooKeeper keeps
+    # sessions in its data dir, and the client reconnects (every 0.5 s at most)
+    # with the same session id. 10 s timeout > 5 s outage + restart + reconnect.
+    session = zk_connect(session_timeout_s=10.0)
+    membership = ZkMembership(session)
+    membership.register(N1)
+    sid = session.session_id
+
+    zk_restart(5.0, while_down=lambda: wait_until(lambda: not session.connected))
+
+    wait_until(lambda: session.connected, what="the client to reconnect")
+    assert session.session_id == sid
+    stat = session.client.exists(session.paths.member("n1"))
+    assert stat is not None
+    assert stat.ephemeralOwner == sid
+    assert membership.members() == {"n1": N1}

@@ -1,0 +1,391 @@
+"""A chrooted, retrying kazoo session and the translation of kazoo errors.
+
+:func:`connect` opens the session; everything else in ``zk/`` talks to ZooKeeper
+through :class:`ZkSession`, and turns kazoo exceptions into
+``sr3.errors.CoordinationError`` subclasses with :meth:`ZkSession.translate`.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    AuthFailedError,
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    RolledBackError,
+    RuntimeInconsistency,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
+
+from sr3.config import ZkConfig
+from sr3.errors import ConfigError, CoordinationError, SessionLostError
+from zk.paths import ZkPaths
+
+__all__ = [
+    "SessionState",
+    "StateListener",
+    "ZkSession",
+    "connect",
+    "first_failure",
+    "translate_error",
+]
+
+logger = logging.getLogger(__name__)
+
+# Reconnect fast: a short session timeout is useless if reconnects back off to 60 s.
+_RETRY_DELAY_S = 0.05
+_RETRY_MAX_DELAY_S = 0.5
+E_NO_AUTH = (
+    "{what}: ZooKeeper denied access to znode {path}; the znode's ACL names another "
+    "digest user. Set sr3.zk.digest to the user:password that created it, or use "
+    "another sr3.zk.chroot"
+)
+E_UNREACHABLE = (
+    "{what}: ZooKeeper at {hosts} is unreachable ({exc}); check sr3.zk.hosts and "
+    "that the server runs (`sr3 lab up` starts one); retrying may succeed"
+)
+
+
+class SessionState(enum.Enum):
+    """The session as listeners see it (kazoo's simplified states).
+
+    ``CONNECTED`` -> ``SUSPENDED`` (connection dropped, the session may survive)
+    -> ``CONNECTED`` (same session) or ``LOST`` (expired: ephemeral znodes are
+    gone) -> ``CONNECTED`` (a new session).
+    """
+
+    CONNECTED = "CONNECTED"
+    SUSPENDED = "SUSPENDED"
+    LOST = "LOST"
+
+
+StateListener = Callable[[SessionState], None]
+_UNREACHABLE = (
+    ConnectionLoss,
+    OperationTimeoutError,
+    KazooTimeoutError,
+    RetryFailedError,
+)
+
+
+def _retry(*, max_tries: int, deadline: float | None) -> Any:
+    return KazooRetry(
+        max_tries=max_tries,
+        delay=_RETRY_DELAY_S,
+        max_delay=_RETRY_MAX_DELAY_S,
+        deadline=deadline,
+        ignore_expire=False,
+    )
+
+
+def translate_error(
+    what: str, where: str, hosts: str, exc: BaseException
+) -> CoordinationError:
+    """Return the ``CoordinationError`` that stands for kazoo error ``exc``.
+
+    Args:
+        what: The operation, for the message.
+        where: The absolute znode path concerned.
+        hosts: The ensemble, named when it is unreachable.
+        exc: The kazoo exception.
+    """
+    retriable = False
+    if isinstance(exc, NoNodeError):
+        msg = f"{what}: znode {where} does not exist; it was deleted or never created"
+    elif isinstance(exc, NodeExistsError):
+        msg = f"{what}: znode {where} exists already; another writer got there first"
+    elif isinstance(exc, BadVersionError):
+        msg = f"{what}: znode {where} changed concurrently; re-read and retry"
+        retriable = True
+    elif isinstance(exc, NotEmptyError):
+        msg = f"{what}: znode {where} still has children; delete them first"
+    elif isinstance(exc, NoAuthError | AuthFailedError):
+        msg = E_NO_AUTH.format(what=what, path=where)
+    elif isinstance(exc, ConnectionClosedError):  # before its base SessionExpiredError
+        msg = f"{what}: this process closed its ZooKeeper session (znode {where})"
+    elif isinstance(exc, SessionExpiredError):
+        msg = (
+            f"{what}: the ZooKeeper session expired (znode {where}); its ephemeral "
+            "znodes are gone and come back once the client reconnects; raise "
+            "sr3.zk.session.timeout.s if this happens under load"
+        )
+        return SessionLostError(msg)
+    elif isinstance(exc, _UNREACHABLE):
+        msg = E_UNREACHABLE.format(what=what, hosts=hosts, exc=type(exc).__name__)
+        retriable = True
+    else:
+        msg = f"{what}: ZooKeeper error {type(exc).__name__} on znode {where}: {exc}"
+        retriable = True
+    err = CoordinationError(msg)
+    err.retriable = retriable
+    return err
+
+
+def first_failure(results: list[Any]) -> tuple[int, Exception] | None:
+    """Return the index and error of the operation that failed a transaction.
+
+    Kazoo reports a failed multi-op as a result list in which the other
+    operations carry ``RolledBackError`` or ``RuntimeInconsistency``.
+    """
+    for index, result in enumerate(results):
+        if isinstance(result, Exception) and not isinstance(
+            result, RolledBackError | RuntimeInconsistency
+        ):
+            return index, result
+    return None
+
+
+class ZkSession:
+    """A started, chrooted kazoo client and the paths of its cluster.
+
+    Kazoo calls while disconnected wait for the reconnect; :meth:`call` bounds
+    that wait by ``config.connect_timeout_s``.
+
+    Args:
+        client: A started :class:`kazoo.client.KazooClient` (chroot in its hosts).
+        config: The configuration it was opened with.
+        hosts: The ``host:port`` list, without the chroot.
+    """
+
+    def __init__(self, client: Any, config: ZkConfig, *, hosts: str) -> None:
+        self.client: Any = client
+        self.config = config
+        self.hosts = hosts
+        self.paths = ZkPaths(config.chroot)
+        self._listeners: dict[StateListener, Callable[[str], None]] = {}
+
+    def __repr__(self) -> str:
+        return f"ZkSession({self.hosts}{self.config.chroot}, {self.state.name})"
+
+    @property
+    def state(self) -> SessionState:
+        """The current connection state."""
+        return SessionState(str(self.client.state))
+
+    @property
+    def connected(self) -> bool:
+        """Whether the session is usable right now."""
+        return bool(self.client.state == KazooState.CONNECTED)
+
+    @property
+    def session_id(self) -> int | None:
+        """The server's id of the current session, None while disconnected."""
+        client_id = self.client.client_id
+        return None if client_id is None else int(client_id[0])
+
+    def add_listener(self, listener: StateListener) -> None:
+        """Call ``listener(state)`` on every state change.
+
+        Listeners run on kazoo's connection thread: they must return quickly and
+        must not call ZooKeeper (that would deadlock); hand work to a thread.
+        """
+
+        def relay(state: str) -> None:
+            listener(SessionState(str(state)))
+
+        self._listeners[listener] = relay
+        self.client.add_listener(relay)
+
+    def remove_listener(self, listener: StateListener) -> None:
+        """Stop calling ``listener`` (no error if it was not added)."""
+        relay = self._listeners.pop(listener, None)
+        if relay is not None:
+            self.client.remove_listener(relay)
+
+    def call(self, operation: Callable[[], Any], *, retry: bool = True) -> Any:
+        """Run a kazoo ``*_async`` operation and return its result.
+
+        Args:
+            operation: Starts the operation and returns kazoo's async result,
+                e.g. ``lambda: client.get_async(path)``.
+            retry: Retry on connection loss with the client's command retry
+                policy (until ``connect_timeout_s``); pass False for operations
+                that are not idempotent.
+
+        Raises:
+            KazooException: as raised by kazoo; wrap the call in
+                :meth:`translate`.
+        """
+
+        def once() -> Any:
+            return operation().get(timeout=self.config.connect_timeout_s)
+
+        return self.client.retry(once) if retry else once()
+
+    def children(self, path: str) -> list[str]:
+        """Return the children of ``path`` ([] if it does not exist).
+
+        Raises:
+            KazooException: as raised by kazoo; wrap the call in
+                :meth:`translate`.
+        """
+        try:
+            names: list[str] = self.call(partial(self.client.get_children_async, path))
+        except NoNodeError:
+            return []
+        return names
+
+    def get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, Any]]:
+        """Read several znodes concurrently, skipping any that do not exist.
+
+        Returns:
+            ``{path: (data, stat)}`` for the znodes that exist.
+
+        Raises:
+            KazooException: as raised by kazoo; wrap the call in
+                :meth:`translate`.
+        """
+        pending = [(path, self.client.get_async(path)) for path in paths]
+        found: dict[str, tuple[bytes, Any]] = {}
+        for path, result in pending:
+            try:
+                data, stat = result.get(timeout=self.config.connect_timeout_s)
+            except NoNodeError:
+                logger.debug("znode %s vanished while being read", path)
+                continue
+            found[path] = (data, stat)
+        return found
+
+    @contextmanager
+    def translate(self, what: str, path: str = "/") -> Iterator[None]:
+        """Re-raise kazoo errors inside the block as ``CoordinationError``.
+
+        Args:
+            what: The operation, for the message ("register node n1").
+            path: The chroot-relative znode concerned, named in the message.
+
+        Raises:
+            SessionLostError: the session expired.
+            CoordinationError: any other kazoo error; ``retriable`` tells
+                whether trying again may succeed.
+        """
+        try:
+            yield
+        except (KazooException, KazooTimeoutError) as exc:
+            where = self.paths.absolute(path)
+            raise translate_error(what, where, self.hosts, exc) from exc
+
+    def close(self) -> None:
+        """End the session (its ephemeral znodes vanish) and free the client."""
+        for listener in list(self._listeners):
+            self.remove_listener(listener)
+        self.client.stop()
+        self.client.close()
+
+    def __enter__(self) -> ZkSession:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _security(config: ZkConfig) -> tuple[list[Any] | None, list[tuple[str, str]]]:
+    if not config.digest:
+        return None, []
+    user, _, password = config.digest.partition(":")
+    acl = make_digest_acl(user, password, all=True)
+    return [acl], [("digest", config.digest)]
+
+
+def _start(client: Any, config: ZkConfig, hosts: str, what: str) -> None:
+    try:
+        client.start(timeout=config.connect_timeout_s)
+    except KazooTimeoutError as exc:
+        msg = (
+            f"{what}: no ZooKeeper session with {hosts} within "
+            f"{config.connect_timeout_s} s; check sr3.zk.hosts and that the server "
+            "runs (`sr3 lab up` starts one), or raise sr3.zk.connect.timeout.s"
+        )
+        raise CoordinationError(msg) from exc
+
+
+def _ensure_chroot(config: ZkConfig, hosts: str) -> None:
+    acl, auth = _security(config)
+    client = KazooClient(
+        hosts=hosts,
+        timeout=config.session_timeout_s,
+        auth_data=auth,
+        connection_retry=_retry(max_tries=-1, deadline=None),
+    )
+    _start(client, config, hosts, f"create chroot {config.chroot}")
+    try:
+        # Parents are shared by every cluster on the ensemble, so only the
+        # chroot itself carries this cluster's digest ACL.
+        parent = config.chroot.rpartition("/")[0]
+        if parent:
+            client.ensure_path(parent, acl=OPEN_ACL_UNSAFE)
+        if client.exists(config.chroot) is None:
+            client.create(config.chroot, b"", acl=acl)
+    except NodeExistsError:
+        logger.debug("chroot %s was created concurrently", config.chroot)
+    except KazooException as exc:
+        what = f"create chroot {config.chroot}"
+        raise translate_error(what, config.chroot, hosts, exc) from exc
+    finally:
+        client.stop()
+        client.close()
+
+
+def connect(config: ZkConfig, *, hosts: str | None = None) -> ZkSession:
+    """Open a ZooKeeper session rooted at ``config.chroot``, creating the chroot.
+
+    The client reconnects on its own (every 0.5 s at most) and keeps its
+    session if it reconnects within ``config.session_timeout_s``. With
+    ``config.digest`` set, it authenticates and every znode it creates gets a
+    digest ACL for that user only.
+
+    Args:
+        config: Hosts, chroot, timeouts and digest.
+        hosts: Overrides ``config.hosts`` (e.g. an embedded server's).
+
+    Raises:
+        ConfigError: no hosts given.
+        CoordinationError: no session within ``config.connect_timeout_s``, or
+            the chroot could not be created.
+    """
+    hosts = hosts or config.hosts
+    if not hosts:
+        msg = (
+            "sr3.zk.hosts is empty: set it to host:port[,host:port], or start an "
+            "embedded server (`sr3 lab up`) and use its address"
+        )
+        raise ConfigError(msg)
+    _ensure_chroot(config, hosts)
+    acl, auth = _security(config)
+    client = KazooClient(
+        hosts=hosts + config.chroot,
+        timeout=config.session_timeout_s,
+        default_acl=acl,
+        auth_data=auth,
+        connection_retry=_retry(max_tries=-1, deadline=None),
+        command_retry=_retry(max_tries=-1, deadline=config.connect_timeout_s),
+    )
+    _start(client, config, hosts, "connect")
+    session = ZkSession(client, config, hosts=hosts)
+    logger.info(
+        "ZooKeeper session 0x%x on %s%s", session.session_id or 0, hosts, config.chroot
+    )
+    return session

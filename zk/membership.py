@@ -1,0 +1,223 @@
+"""Ring membership as ephemeral znodes: register, list and watch live nodes.
+
+Each live node owns ``/members/<node id>`` (an ephemeral znode holding its
+:class:`~sr3.ports.NodeInfo`), so the announcement ends with the node's session.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from functools import partial
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from sr3.codec import pack_meta, unpack_meta
+from sr3.errors import CodecError, CoordinationError
+from sr3.ports import MembersCallback, NodeInfo
+from zk.client import SessionState, ZkSession
+
+__all__ = ["ZkMembership"]
+
+logger = logging.getLogger(__name__)
+
+_ANNOUNCE_ATTEMPTS = 5
+
+
+class ZkMembership:
+    """Implements :class:`sr3.ports.Membership` with ephemeral znodes.
+
+    ``register`` replaces a znode left by the node's previous process (a restart
+    within the session timeout) and re-creates the node's znode by itself after
+    the session expires and the client reconnects with a new one. Listing skips
+    a member whose data cannot be decoded, with a warning, so one bad entry does
+    not blind every node.
+
+    Args:
+        session: An open session; it stays owned by the caller.
+    """
+
+    def __init__(self, session: ZkSession) -> None:
+        self._session = session
+        self._paths = session.paths
+        self._registered: dict[str, bytes] = {}
+        self._lock = threading.RLock()
+        self._closed = threading.Event()
+        session.add_listener(self._on_state)
+
+    def __repr__(self) -> str:
+        return f"ZkMembership({self._session!r}, registered={sorted(self._registered)})"
+
+    def register(self, info: NodeInfo) -> None:
+        """Announce ``info`` under its node id until the session ends.
+
+        Raises:
+            CoordinationError: ZooKeeper failed, or another live process keeps
+                re-creating the same node id.
+        """
+        data = pack_meta(info.to_dict())
+        with self._lock:
+            self._registered[info.node_id] = data
+            self._announce(info.node_id)
+
+    def unregister(self, node_id: str) -> None:
+        """Withdraw ``node_id`` if this session announced it (no error if gone).
+
+        A znode owned by another session (another process using the same id) is
+        left alone, with a warning.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        path = self._paths.member(node_id)
+        client = self._session.client
+        with self._lock, self._session.translate(f"unregister node {node_id}", path):
+            self._registered.pop(node_id, None)
+            stat = self._session.call(partial(client.exists_async, path))
+            if stat is None:
+                return
+            if stat.ephemeralOwner != self._session.session_id:
+                logger.warning(
+                    "member %s belongs to session 0x%x, not ours; left in place",
+                    node_id,
+                    stat.ephemeralOwner,
+                )
+                return
+            try:
+                self._session.call(partial(client.delete_async, path, stat.version))
+            except NoNodeError:
+                logger.debug("member %s vanished while unregistering", node_id)
+
+    def members(self) -> dict[str, NodeInfo]:
+        """Return the live nodes by id.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        directory = self._paths.members
+        with self._session.translate("list members", directory):
+            return self._read(self._session.children(directory))
+
+    def watch(self, callback: MembersCallback) -> None:
+        """Call ``callback(members)`` now and after every membership change.
+
+        The first call runs in the caller's thread, later ones on kazoo's
+        callback thread, which serves every watch of the session: callbacks must
+        be quick (hand real work to another thread) and must not block on
+        ZooKeeper. An exception in ``callback`` is logged and the watch goes on.
+        Watches end with :meth:`close`.
+
+        Raises:
+            CoordinationError: the watch could not be set.
+        """
+        directory = self._paths.members
+        client = self._session.client
+
+        def on_children(children: list[str]) -> bool | None:
+            if self._closed.is_set():
+                return False  # tells kazoo to drop the watch
+            try:
+                members = self._read(children)
+            except CoordinationError as exc:
+                logger.warning("membership watch skipped a change: %s", exc)
+                return None
+            try:
+                callback(members)
+            except Exception:
+                logger.exception("membership callback %r failed", callback)
+            return None
+
+        with self._session.translate("watch members", directory):
+            self._session.call(partial(client.ensure_path_async, directory))
+            client.ChildrenWatch(directory, on_children)
+
+    def close(self) -> None:
+        """Stop watching and re-registering; the znodes live on with the session."""
+        self._closed.set()
+        self._session.remove_listener(self._on_state)
+
+    def _read(self, children: list[str]) -> dict[str, NodeInfo]:
+        paths = [f"{self._paths.members}/{child}" for child in children]
+        with self._session.translate("read members", self._paths.members):
+            found = self._session.get_many(paths)
+        members: dict[str, NodeInfo] = {}
+        for path, (data, _stat) in found.items():
+            try:
+                info = NodeInfo.from_dict(unpack_meta(data))
+            except (CodecError, KeyError, TypeError, ValueError) as exc:
+                logger.warning("member znode %s is unreadable, skipped: %s", path, exc)
+                continue
+            members[info.node_id] = info
+        return members
+
+    def _announce(self, node_id: str) -> None:
+        """Make ``/members/<node_id>`` ours with the registered data (lock held)."""
+        path = self._paths.member(node_id)
+        client = self._session.client
+        what = f"register node {node_id}"
+        with self._session.translate(what, path):
+            self._session.call(partial(client.ensure_path_async, self._paths.members))
+            for _ in range(_ANNOUNCE_ATTEMPTS):
+                data = self._registered.get(node_id)
+                if data is None:
+                    return  # unregistered meanwhile
+                try:
+                    self._session.call(
+                        partial(client.create_async, path, data, ephemeral=True)
+                    )
+                    logger.info("registered node %s at %s", node_id, path)
+                    return
+                except NodeExistsError:
+                    logger.debug("member znode %s exists; checking its owner", path)
+                if self._owned(path, data):
+                    return
+        msg = (
+            f"{what}: znode {self._paths.absolute(path)} keeps coming back; another "
+            f"live process registers node id {node_id!r}. Give each node its own id"
+        )
+        raise CoordinationError(msg)
+
+    def _owned(self, path: str, data: bytes) -> bool:
+        """Return True if ``path`` is ours with ``data``; else delete it (stale)."""
+        client = self._session.client
+        try:
+            current, stat = self._session.call(partial(client.get_async, path))
+        except NoNodeError:
+            return False
+        if stat.ephemeralOwner == self._session.session_id and current == data:
+            return True
+        logger.info(
+            "replacing member znode %s of session 0x%x (a previous run or old data)",
+            path,
+            stat.ephemeralOwner,
+        )
+        try:
+            self._session.call(partial(client.delete_async, path, stat.version))
+        except (NoNodeError, BadVersionError):
+            logger.debug("member znode %s changed while replacing it", path)
+        return False
+
+    def _on_state(self, state: SessionState) -> None:
+        # Runs on kazoo's connection thread: never call ZooKeeper here.
+        if (
+            state is SessionState.CONNECTED
+            and self._registered
+            and not self._closed.is_set()
+        ):
+            threading.Thread(
+                target=self._reassert, name="sr3-zk-reregister", daemon=True
+            ).start()
+
+    def _reassert(self) -> None:
+        """Re-announce every registered node (after a reconnect or a new session)."""
+        with self._lock:
+            for node_id in list(self._registered):
+                try:
+                    self._announce(node_id)
+                except CoordinationError as exc:
+                    logger.warning(
+                        "could not re-register node %s (retried on the next "
+                        "reconnect): %s",
+                        node_id,
+                        exc,
+                    )
