@@ -95,17 +95,9 @@ def test_golden_preference_lists(
     assert ring.primary(shard_id) == preference[0]
 
 
-# 256 vnodes place node-0..node-7 ~10.4% off fair share (and random names up to 21%
-# off); 2048 keeps every measured name set within 8%. Remove the mark once the
-# default is raised.
-_LOW_DEFAULT = pytest.mark.xfail(
-    RingConfig().vnodes < 1024,
-    reason="RingConfig.vnodes default below 1024 spreads primaries unevenly",
-    strict=True,
-)
-
-
-@pytest.mark.parametrize("r", [pytest.param(1, marks=_LOW_DEFAULT), 3])
+# 256 vnodes placed node-0..node-7 ~10.4% off fair share (random names up to 21%
+# off); the default of 2048 keeps every measured name set within 8%.
+@pytest.mark.parametrize("r", [1, 3])
 def test_spread_within_ten_percent_at_default_vnodes(r: int) -> None:
     ring = HashRing(seq_nodes(8))
     assert ring.vnodes == RingConfig().vnodes
