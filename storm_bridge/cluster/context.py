@@ -1,0 +1,194 @@
+"""Task ids, the per-task topology context of the handshake, and tuple routing.
+
+Task ids follow Storm's ``StormCommon.stormTaskInfo``: components (the acker
+``__acker`` included) sorted by id, Java string order, numbered from 1, each
+getting as many consecutive ids as it has tasks. The context is what
+``TopologyContext.toJSONString`` sends to a multilang subprocess.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from storm_bridge.errors import StormBridgeError
+from storm_bridge.groupings import DirectGrouper, Grouper, IntegerBoxing, make_grouper
+from storm_bridge.topology import ComponentInfo, LoadedTopology
+
+__all__ = [
+    "ACKER_COMPONENT",
+    "RoutingError",
+    "Router",
+    "assign_task_ids",
+    "task_context",
+]
+
+ACKER_COMPONENT: Final = "__acker"
+
+
+class RoutingError(StormBridgeError, ValueError):
+    """An emit Storm's ``Task.getOutgoingTasks`` would reject (the emitter dies)."""
+
+
+def _java_order(component_id: str) -> bytes:
+    return component_id.encode("utf-16-be")  # String.compareTo compares UTF-16 units
+
+
+def assign_task_ids(topology: LoadedTopology, acker_tasks: int) -> dict[int, str]:
+    """Return task id -> component id for every task, the acker's included."""
+    counts = {name: comp.tasks for name, comp in topology.components.items()}
+    if acker_tasks > 0:
+        counts[ACKER_COMPONENT] = acker_tasks
+    task_to_component: dict[int, str] = {}
+    next_id = 1
+    for name in sorted(counts, key=_java_order):
+        for _ in range(counts[name]):
+            task_to_component[next_id] = name
+            next_id += 1
+    return task_to_component
+
+
+def task_context(
+    topology: LoadedTopology, task_id: int, task_to_component: Mapping[int, str]
+) -> dict[str, Any]:
+    """Return the ``context`` map of the handshake for ``task_id``."""
+    name = task_to_component[task_id]
+    comp = topology.components[name]
+    targets: dict[str, dict[str, Any]] = {}
+    for other in topology.components.values():
+        for sub in other.inputs:
+            if sub.source == name:
+                targets.setdefault(sub.stream, {})[other.name] = (
+                    sub.grouping.to_context()
+                )
+    sources: dict[str, dict[str, Any]] = {}
+    source_fields: dict[str, dict[str, list[str]]] = {}
+    for sub in comp.inputs:
+        sources.setdefault(sub.source, {})[sub.stream] = sub.grouping.to_context()
+        fields = topology.components[sub.source].outputs[sub.stream].fields
+        source_fields.setdefault(sub.source, {})[sub.stream] = list(fields)
+    return {
+        "task->component": {str(t): c for t, c in task_to_component.items()},
+        "taskid": task_id,
+        "componentid": name,
+        "streams": list(comp.outputs),
+        "stream->outputfields": {s: list(o.fields) for s, o in comp.outputs.items()},
+        "stream->target->grouping": targets,
+        "source->stream->grouping": sources,
+        "source->stream->fields": source_fields,
+    }
+
+
+class Router:
+    """Chooses target tasks for emits, with one grouper per sender task and stream.
+
+    Like Storm's executors, each sender task has its own groupers (so its own
+    shuffle permutation); :meth:`reset_task` drops them when the task restarts.
+    """
+
+    def __init__(
+        self,
+        topology: LoadedTopology,
+        task_to_component: Mapping[int, str],
+        *,
+        rng: random.Random,
+        boxing: IntegerBoxing,
+    ) -> None:
+        self._topology = topology
+        self._task_to_component = task_to_component
+        self._rng = rng
+        self._boxing = boxing
+        self._component_tasks: dict[str, list[int]] = {}
+        for task, name in sorted(task_to_component.items()):
+            self._component_tasks.setdefault(name, []).append(task)
+        self._subscribers: dict[tuple[str, str], list[ComponentInfo]] = {}
+        for comp in topology.components.values():
+            for sub in comp.inputs:
+                self._subscribers.setdefault((sub.source, sub.stream), []).append(comp)
+        self._groupers: dict[tuple[int, str], dict[str, Grouper]] = {}
+
+    def component_tasks(self, component: str) -> list[int]:
+        """Return the sorted task ids of a component."""
+        return list(self._component_tasks.get(component, ()))
+
+    def reset_task(self, task_id: int) -> None:
+        """Forget the groupers of a sender task (it restarted)."""
+        for key in [k for k in self._groupers if k[0] == task_id]:
+            del self._groupers[key]
+
+    def _groupers_for(self, task_id: int, stream: str) -> dict[str, Grouper]:
+        key = (task_id, stream)
+        groupers = self._groupers.get(key)
+        if groupers is not None:
+            return groupers
+        name = self._task_to_component[task_id]
+        comp = self._topology.components[name]
+        if stream not in comp.outputs:
+            msg = f"Unknown stream ID: {stream!r} (declared: {sorted(comp.outputs)})"
+            raise RoutingError(msg)
+        fields = comp.outputs[stream].fields
+        groupers = {}
+        for target in self._subscribers.get((name, stream), []):
+            spec = next(
+                s.grouping
+                for s in target.inputs
+                if (s.source, s.stream) == (name, stream)
+            )
+            groupers[target.name] = make_grouper(
+                spec,
+                self._component_tasks[target.name],
+                output_fields=fields,
+                rng=self._rng,
+                boxing=self._boxing,
+            )
+        self._groupers[key] = groupers
+        return groupers
+
+    def check_fields(self, task_id: int, stream: str, values: Sequence[Any]) -> None:
+        """Check a tuple has as many values as its stream has fields.
+
+        Raises:
+            RoutingError: the counts differ (Storm's ``TupleImpl`` sanity check).
+        """
+        comp = self._topology.components[self._task_to_component[task_id]]
+        declared = comp.outputs.get(stream)
+        if declared is not None and len(declared.fields) != len(values):
+            msg = (
+                "Tuple created with wrong number of fields. Expected "
+                f"{len(declared.fields)} fields but got {len(values)} fields"
+            )
+            raise RoutingError(msg)
+
+    def targets(self, task_id: int, stream: str, values: Sequence[Any]) -> list[int]:
+        """Return the target tasks of a regular emit.
+
+        Raises:
+            RoutingError: the stream is undeclared, direct, or a grouping fails.
+        """
+        tasks: list[int] = []
+        for grouper in self._groupers_for(task_id, stream).values():
+            if isinstance(grouper, DirectGrouper):
+                msg = f"Cannot do regular emit to direct stream {stream!r}"
+                raise RoutingError(msg)
+            try:
+                tasks.extend(grouper.choose_tasks(values))
+            except (ValueError, TypeError) as exc:
+                raise RoutingError(str(exc)) from exc
+        return tasks
+
+    def direct_targets(self, task_id: int, stream: str, target_task: int) -> list[int]:
+        """Return ``[target_task]`` if it takes ``stream`` directly, else ``[]``.
+
+        Raises:
+            RoutingError: the stream is undeclared or the target expects a regular
+                grouping.
+        """
+        groupers = self._groupers_for(task_id, stream)
+        grouper = groupers.get(self._task_to_component.get(target_task, ""))
+        if grouper is None:
+            return []
+        if not isinstance(grouper, DirectGrouper):
+            msg = f"Cannot emitDirect to task {target_task}: it expects a grouping"
+            raise RoutingError(msg)
+        return [target_task]

@@ -1,0 +1,321 @@
+"""The local cluster's single-threaded core: Storm's ShellBolt/ShellSpout side.
+
+One thread (holding the cluster lock) feeds :meth:`Engine.handle` what the
+subprocess readers decoded and runs due timers. The engine wires the parts
+together: the :class:`Supervisor` (spawn, handshake, heartbeats, restarts), the
+:class:`SpoutDriver` (one spout command at a time), the :class:`TupleFlow`
+(routing, acks, tuple trees) and the :class:`Journal` (events, counters).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from storm_bridge.cluster.context import Router, assign_task_ids
+from storm_bridge.cluster.events import EventKind, Journal
+from storm_bridge.cluster.flow import TupleFlow
+from storm_bridge.cluster.process import ProcessEvent
+from storm_bridge.cluster.settings import (
+    ClusterOptions,
+    TaskSettings,
+    component_conf,
+    topology_conf,
+)
+from storm_bridge.cluster.spouts import SpoutDriver
+from storm_bridge.cluster.supervisor import Launcher, Supervisor
+from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
+from storm_bridge.errors import MultilangProtocolError, TaskExitedError, TopologyError
+from storm_bridge.messages import LOG_LEVELS, ShellMsg, parse_shell_msg
+from storm_bridge.multilang import Serializer
+from storm_bridge.topology import LoadedTopology
+
+__all__ = ["Engine"]
+
+task_logger = logging.getLogger("storm_bridge.tasks")
+
+_REAP_WAIT_S: Final = 1.0
+_PY_LEVELS: Final = {
+    0: 5,
+    1: logging.DEBUG,
+    2: logging.INFO,
+    3: logging.WARNING,
+    4: logging.ERROR,
+}
+_COMMON_COMMANDS: Final = frozenset({"log", "error", "metrics"})
+
+
+def _check_encodable(
+    serializer: Serializer, component: str, conf: Mapping[str, Any]
+) -> None:
+    try:
+        serializer.encode(dict(conf))
+    except (TypeError, ValueError) as exc:
+        msg = (
+            f"the Storm conf of component {component!r} cannot be sent with the "
+            f"{serializer.name} serializer: {exc}; use plain JSON values"
+        )
+        raise TopologyError(msg) from exc
+
+
+class Engine:
+    """Runs one topology's tasks as multilang subprocesses (not thread-safe).
+
+    Args:
+        topology: The loaded topology.
+        overrides: Storm conf overriding the topology's ``config``.
+        serializer: Multilang serializer of every subprocess.
+        bin_dir: Directory holding ``streamparse_run``.
+        work_dir: Scratch directory (the pid directory lives under it).
+        env: Environment of the subprocesses.
+        rng: Source of ids and shuffles.
+        clock: Monotonic clock in seconds.
+        options: Local-cluster knobs.
+        sink: Where subprocess readers post :class:`ProcessEvent` (thread-safe).
+
+    Raises:
+        TopologyError: the conf has invalid values.
+    """
+
+    def __init__(
+        self,
+        topology: LoadedTopology,
+        overrides: Mapping[str, Any],
+        *,
+        serializer: Serializer,
+        bin_dir: Path,
+        work_dir: Path,
+        env: Mapping[str, str],
+        rng: random.Random,
+        clock: Callable[[], float],
+        options: ClusterOptions,
+        sink: Callable[[ProcessEvent], None],
+    ) -> None:
+        self.topology = topology
+        self.options = options
+        self.conf = topology_conf(topology.name, topology.config, overrides)
+        self.settings = TaskSettings.from_conf(self.conf)
+        self.task_to_component = assign_task_ids(topology, self.settings.acker_tasks)
+        self.router = Router(
+            topology, self.task_to_component, rng=rng, boxing=self.settings.boxing
+        )
+        self.timers = TimerQueue()
+        self.journal = Journal(topology.components, clock, options.max_events)
+        self.tasks: dict[int, TaskRuntime] = {}
+        for task_id, name in self.task_to_component.items():
+            if name in topology.components:
+                component = topology.components[name]
+                conf = component_conf(self.conf, component.config)
+                _check_encodable(serializer, name, conf)
+                settings = TaskSettings.from_conf(conf)
+                self.tasks[task_id] = TaskRuntime(task_id, component, conf, settings)
+        self.spouts = SpoutDriver(
+            clock=clock,
+            timers=self.timers,
+            idle_max_s=options.spout_idle_max_s,
+            backpressured=self._backpressured,
+        )
+        self.flow = TupleFlow(
+            tasks=self.tasks,
+            router=self.router,
+            counters=self.journal.counters,
+            rng=rng,
+            acking=self.settings.acker_tasks > 0,
+            fail_lost=options.fail_lost_tuples,
+            notify_spout=self.spouts.queue,
+        )
+        pid_dir = work_dir / "pids"
+        pid_dir.mkdir(parents=True, exist_ok=True)
+        launcher = Launcher(topology, serializer, bin_dir, pid_dir, env, sink, clock)
+        self.supervisor = Supervisor(
+            launcher=launcher,
+            task_to_component=self.task_to_component,
+            timers=self.timers,
+            journal=self.journal,
+            flow=self.flow,
+            router=self.router,
+            spouts=self.spouts,
+            rng=rng,
+            handshake_timeout_s=options.handshake_timeout_s,
+            restart_backoff_s=options.restart_backoff_s,
+            restart_backoff_max_s=options.restart_backoff_max_s,
+            on_ready=self._task_ready,
+        )
+        self._clock = clock
+        self._activate_when_ready = True
+
+    def start(self) -> None:
+        """Spawn every task; the topology activates once all have shaken hands."""
+        for rt in self.tasks.values():
+            self.supervisor.spawn(rt)
+        if self.settings.acker_tasks > 0 and self.settings.message_timeouts:
+            period = self.settings.message_timeout_s
+
+            def rotate_acker() -> None:
+                self.flow.acker.rotate()
+                self.timers.at(self._clock() + period, rotate_acker)
+
+            self.timers.at(self._clock() + period, rotate_acker)
+
+    def stop(self, grace_s: float) -> None:
+        """Stop every subprocess (stdin closed, killed after ``grace_s``)."""
+        self.spouts.active = False
+        self.timers.clear()
+        self.supervisor.stop(self.tasks, grace_s)
+
+    def kill_task(self, task_id: int) -> None:
+        """SIGKILL a task's subprocess, as a crash would; it is then restarted."""
+        process = self.tasks[task_id].process
+        if process is not None:
+            process.kill()
+
+    def all_ready(self) -> bool:
+        """Whether every task has completed its handshake."""
+        return all(rt.state is TaskState.RUNNING for rt in self.tasks.values())
+
+    def _task_ready(self) -> None:
+        if self._activate_when_ready and self.all_ready():
+            self.activate()
+
+    @property
+    def active(self) -> bool:
+        """Whether the topology is active (spouts get ``next`` calls)."""
+        return self.spouts.active
+
+    def activate(self) -> None:
+        """Activate the topology: spouts get ``activate`` and then ``next`` calls."""
+        self._activate_when_ready = False
+        if not self.spouts.active:
+            self.journal.record(EventKind.ACTIVATED, "", 0, "topology active")
+            spouts = [rt for rt in self.tasks.values() if rt.is_spout]
+            self.spouts.set_active(True, spouts)
+
+    def deactivate(self) -> None:
+        """Deactivate: spouts get ``deactivate`` and no more ``next`` calls."""
+        self._activate_when_ready = False
+        if self.spouts.active:
+            self.journal.record(EventKind.DEACTIVATED, "", 0, "topology inactive")
+            spouts = [rt for rt in self.tasks.values() if rt.is_spout]
+            self.spouts.set_active(False, spouts)
+
+    def _backpressured(self) -> bool:
+        return any(
+            rt.process is not None
+            and rt.process.outbox_size > rt.settings.shellbolt_max_pending
+            for rt in self.tasks.values()
+            if not rt.is_spout
+        )
+
+    # -- messages ----------------------------------------------------------------------
+
+    def handle(self, event: ProcessEvent) -> None:
+        """Apply one event from a subprocess reader."""
+        rt = self.tasks.get(event.task_id)
+        if rt is None or event.incarnation != rt.incarnation:
+            return
+        if rt.state not in (TaskState.STARTING, TaskState.RUNNING):
+            return
+        if event.kind == "eof":
+            code = rt.process.reap(_REAP_WAIT_S) if rt.process is not None else None
+            detail = f"subprocess exited with status {code}"
+            error = TaskExitedError(rt.component.name, rt.task_id, detail)
+            self.supervisor.die(rt, error, exited=True)
+            return
+        try:
+            if event.kind == "error":
+                raise event.payload
+            rt.last_heard = event.at
+            if rt.state is TaskState.STARTING:
+                self.supervisor.ready(rt, event.payload)
+                return
+            msg = parse_shell_msg(
+                event.payload, component=rt.component.name, task_id=rt.task_id
+            )
+            if msg.command in _COMMON_COMMANDS:
+                self._common(rt, msg)
+            elif rt.is_spout:
+                self._spout_message(rt, msg)
+            else:
+                self._bolt_message(rt, msg)
+        except MultilangProtocolError as exc:
+            self.journal.counters[rt.component.name].errors += 1
+            self._record(EventKind.PROTOCOL_ERROR, rt, exc.detail)
+            self.supervisor.die(rt, exc)
+
+    def _record(self, kind: EventKind, rt: TaskRuntime, text: str, **data: Any) -> None:
+        self.journal.record(kind, rt.component.name, rt.task_id, text, **data)
+
+    def _common(self, rt: TaskRuntime, msg: ShellMsg) -> None:
+        name, task, text = rt.component.name, rt.task_id, msg.msg or ""
+        if msg.command == "log":
+            level = _PY_LEVELS.get(msg.level, logging.INFO)
+            task_logger.log(level, "component %s task %s: %s", name, task, text)
+            self._record(
+                EventKind.LOG, rt, text, level=LOG_LEVELS.get(msg.level, "INFO")
+            )
+        elif msg.command == "error":
+            self.journal.counters[name].errors += 1
+            task_logger.error("component %s task %s reported: %s", name, task, text)
+            self._record(EventKind.COMPONENT_ERROR, rt, text)
+        else:
+            metric, params = msg.metric_name or "", msg.metric_params
+            task_logger.debug(
+                "component %s task %s metric %s: %r", name, task, metric, params
+            )
+            self._record(EventKind.METRICS, rt, metric, params=params)
+
+    def _bolt_message(self, rt: TaskRuntime, msg: ShellMsg) -> None:
+        if msg.command == "emit":
+            task_ids = self.flow.bolt_emit(rt, msg)
+            if task_ids is not None and rt.process is not None:
+                rt.process.send(task_ids, urgent=True)
+        elif msg.command == "ack":
+            self.flow.bolt_ack(rt, msg)
+        elif msg.command == "fail":
+            self.flow.bolt_fail(rt, msg)
+        elif msg.command != "sync" and self.options.strict_commands:
+            raise MultilangProtocolError(
+                rt.component.name,
+                rt.task_id,
+                f"Unknown command received: {msg.command!r}",
+            )
+
+    def _spout_message(self, rt: TaskRuntime, msg: ShellMsg) -> None:
+        if msg.command == "sync":
+            self.spouts.synced(rt)
+        elif msg.command == "emit":
+            task_ids = self.flow.spout_emit(rt, msg)
+            if task_ids is not None and rt.process is not None:
+                rt.process.send(task_ids, urgent=True)
+        else:
+            raise MultilangProtocolError(
+                rt.component.name,
+                rt.task_id,
+                f"Unknown command received: {msg.command!r}",
+            )
+
+    # -- queries -----------------------------------------------------------------------
+
+    def is_idle(self, empty_nexts: int) -> bool:
+        """Whether nothing is in flight and every spout keeps emitting nothing."""
+        for rt in self.tasks.values():
+            if rt.state is not TaskState.RUNNING or rt.process is None:
+                return False
+            if rt.is_spout:
+                if rt.commands or rt.awaiting not in (None, "next") or len(rt.pending):
+                    return False
+                if self.active and (
+                    rt.empty_streak < empty_nexts or rt.awaiting is not None
+                ):
+                    return False
+            elif rt.process.outbox_size or self.flow.busy(rt):
+                return False
+        return True
+
+    def pid_of(self, task_id: int) -> int | None:
+        """The pid of a task's current subprocess."""
+        rt = self.tasks[task_id]
+        return rt.process.pid if rt.process is not None else None

@@ -1,0 +1,238 @@
+"""Storm conf for the local cluster: defaults, per-component merging, typed reads.
+
+Precedence follows Storm: ``defaults.yaml`` values < the topology class's
+``config`` < the conf given to the cluster (like ``sparse -o``); then each
+component's own conf overrides the few keys Storm lets a component override
+(``Executor.normalizedComponentConf``), plus any non-Storm key (``sr3.*``,
+``pystorm.*``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sr3.errors import ConfigError
+from storm_bridge.errors import TopologyError
+from storm_bridge.groupings import IntegerBoxing
+
+__all__ = [
+    "COMPONENT_OVERRIDABLE_KEYS",
+    "ClusterOptions",
+    "STORM_DEFAULTS",
+    "TaskSettings",
+    "component_conf",
+    "topology_conf",
+]
+
+#: The subset of Storm's ``defaults.yaml`` the local cluster reads or passes on.
+STORM_DEFAULTS: Final[Mapping[str, Any]] = {
+    "storm.cluster.mode": "local",
+    "supervisor.worker.timeout.secs": 30,
+    "topology.workers": 1,
+    "topology.acker.executors": None,
+    "topology.debug": False,
+    "topology.enable.message.timeouts": True,
+    "topology.max.spout.pending": None,
+    "topology.message.timeout.secs": 30,
+    "topology.multilang.serializer": "org.apache.storm.multilang.JsonSerializer",
+    "topology.shellbolt.max.pending": 100,
+    "topology.tick.tuple.freq.secs": None,
+    "topology.testing.always.try.serialize": False,
+}
+
+#: Storm keys a component's own conf may override (everything else Storm drops).
+COMPONENT_OVERRIDABLE_KEYS: Final = frozenset(
+    {
+        "topology.debug",
+        "topology.max.spout.pending",
+        "topology.max.task.parallelism",
+        "topology.transactional.id",
+        "topology.tick.tuple.freq.secs",
+        "topology.sleep.spout.wait.strategy.time.ms",
+        "topology.spout.wait.strategy",
+        "topology.bolts.window.length.count",
+        "topology.bolts.window.length.duration.ms",
+        "topology.bolts.sliding.interval.count",
+        "topology.bolts.sliding.interval.duration.ms",
+        "topology.bolts.tuple.timestamp.max.lag.ms",
+        "topology.bolts.message.id.field.name",
+        "topology.state.provider",
+        "topology.state.provider.config",
+        "topology.bolts.late.tuple.stream",
+    }
+)
+_STORM_KEY_PREFIXES: Final = (
+    "topology.",
+    "storm.",
+    "supervisor.",
+    "nimbus.",
+    "worker.",
+    "drpc.",
+    "ui.",
+    "logviewer.",
+    "pacemaker.",
+    "dev.zookeeper.",
+    "java.library.path",
+)
+#: Conf key choosing how JSON integers are hashed by fields groupings.
+INTEGER_BOXING_KEY: Final = "sr3.storm.json.integer.boxing"
+
+
+def topology_conf(
+    name: str, class_conf: Mapping[str, Any], overrides: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Return the topology-wide conf: defaults, class conf, overrides, name."""
+    conf = dict(STORM_DEFAULTS)
+    conf.update(class_conf)
+    conf.update(overrides)
+    conf["topology.name"] = name
+    return conf
+
+
+def _is_storm_key(key: str) -> bool:
+    return key.startswith(_STORM_KEY_PREFIXES)
+
+
+def component_conf(
+    topo_conf: Mapping[str, Any], own: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Return a component's effective conf, as Storm's executors compute it."""
+    conf = dict(topo_conf)
+    for key, value in own.items():
+        if key in COMPONENT_OVERRIDABLE_KEYS or not _is_storm_key(key):
+            conf[key] = value
+    return conf
+
+
+def _optional_number(conf: Mapping[str, Any], key: str) -> float | None:
+    value = conf.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        msg = f"Storm conf {key}={value!r} must be a non-negative number"
+        raise TopologyError(msg)
+    return float(value)
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """The conf values one task's runtime needs, read and checked once.
+
+    Attributes:
+        subprocess_timeout_s: Silence after which a subprocess is killed
+            (``topology.subprocess.timeout.secs``, else
+            ``supervisor.worker.timeout.secs``).
+        message_timeout_s: ``topology.message.timeout.secs``.
+        message_timeouts: ``topology.enable.message.timeouts``.
+        tick_freq_s: ``topology.tick.tuple.freq.secs`` (None: no ticks).
+        max_spout_pending: ``topology.max.spout.pending`` (None: unbounded).
+        shellbolt_max_pending: ``topology.shellbolt.max.pending``.
+        acker_tasks: ``topology.acker.executors`` (default ``topology.workers``).
+        sanity_check: ``topology.testing.always.try.serialize``: check that
+            emits have as many values as their stream has fields.
+        boxing: How fields groupings hash JSON integers
+            (``sr3.storm.json.integer.boxing``).
+    """
+
+    subprocess_timeout_s: float
+    message_timeout_s: float
+    message_timeouts: bool
+    tick_freq_s: float | None
+    max_spout_pending: int | None
+    shellbolt_max_pending: int
+    acker_tasks: int
+    sanity_check: bool
+    boxing: IntegerBoxing
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> TaskSettings:
+        """Read the settings from an effective component conf.
+
+        Raises:
+            TopologyError: a value has the wrong type or range.
+        """
+        timeout = _optional_number(conf, "topology.subprocess.timeout.secs")
+        if timeout is None:
+            timeout = _optional_number(conf, "supervisor.worker.timeout.secs") or 30.0
+        message_timeout = (
+            _optional_number(conf, "topology.message.timeout.secs") or 30.0
+        )
+        acker = _optional_number(conf, "topology.acker.executors")
+        if acker is None:
+            acker = _optional_number(conf, "topology.workers") or 1.0
+        pending = _optional_number(conf, "topology.max.spout.pending")
+        tick = _optional_number(conf, "topology.tick.tuple.freq.secs")
+        boxing_name = conf.get(INTEGER_BOXING_KEY, IntegerBoxing.LONG.value)
+        try:
+            boxing = IntegerBoxing(boxing_name)
+        except ValueError:
+            msg = (
+                f"conf {INTEGER_BOXING_KEY}={boxing_name!r} must be "
+                "'long' (Storm < 2.6) or 'integer' (Storm >= 2.6)"
+            )
+            raise TopologyError(msg) from None
+        return cls(
+            subprocess_timeout_s=timeout,
+            message_timeout_s=message_timeout,
+            message_timeouts=bool(conf.get("topology.enable.message.timeouts", True)),
+            tick_freq_s=tick or None,
+            max_spout_pending=int(pending) if pending else None,
+            shellbolt_max_pending=int(
+                _optional_number(conf, "topology.shellbolt.max.pending") or 100
+            ),
+            acker_tasks=int(acker),
+            sanity_check=bool(conf.get("topology.testing.always.try.serialize", False)),
+            boxing=boxing,
+        )
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """Knobs of the local cluster that are not Storm conf.
+
+    Attributes:
+        strict_commands: Bolts treat an unknown command as a protocol error and
+            are restarted (default True). ShellBolt ignores unknown commands
+            (False); ShellSpout always fails on one.
+        fail_lost_tuples: Fail the trees of tuples lost with a dead task at once
+            (default True) instead of letting them reach the message timeout as
+            Storm does (False).
+        spout_idle_max_s: Longest pause between ``next`` calls to a spout that
+            keeps emitting nothing; pauses double from 1 ms up to it (default 0.05).
+        handshake_timeout_s: Time a new subprocess has to answer the handshake
+            (default 30).
+        restart_backoff_s: Delay before the second restart in a row of a task that
+            never completed its handshake; it doubles from there (default 0.1).
+            The first restart is immediate.
+        restart_backoff_max_s: Upper bound of that delay (default 5).
+        max_events: Bound of the event log (default 10000).
+
+    Raises:
+        ConfigError: a duration or bound is not positive.
+    """
+
+    strict_commands: bool = True
+    fail_lost_tuples: bool = True
+    spout_idle_max_s: float = 0.05
+    handshake_timeout_s: float = 30.0
+    restart_backoff_s: float = 0.1
+    restart_backoff_max_s: float = 5.0
+    max_events: int = 10_000
+
+    def __post_init__(self) -> None:
+        positive = {
+            "spout_idle_max_s": self.spout_idle_max_s,
+            "handshake_timeout_s": self.handshake_timeout_s,
+            "restart_backoff_max_s": self.restart_backoff_max_s,
+            "max_events": self.max_events,
+        }
+        for name, value in positive.items():
+            if value <= 0:
+                msg = f"ClusterOptions.{name}={value!r} must be positive"
+                raise ConfigError(msg)
+        if self.restart_backoff_s < 0:
+            value = self.restart_backoff_s
+            msg = f"ClusterOptions.restart_backoff_s={value!r} must not be negative"
+            raise ConfigError(msg)

@@ -1,0 +1,170 @@
+"""Per-task runtime state of the local cluster, and its timer queue.
+
+A task moves through :class:`TaskState`::
+
+    STOPPED --spawn--> STARTING --pid reply--> RUNNING
+    STARTING/RUNNING --exit, timeout, protocol error--> RESTARTING --spawn--> STARTING
+    any --cluster stop--> STOPPED
+
+:meth:`TaskRuntime.move` refuses any other transition.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from storm_bridge.cluster.acker import PendingInput, RotatingMap
+from storm_bridge.cluster.process import TaskProcess
+from storm_bridge.cluster.settings import TaskSettings
+from storm_bridge.errors import ClusterStateError
+from storm_bridge.topology import ComponentInfo
+
+__all__ = ["SpoutTuple", "TaskRuntime", "TaskState", "TimerQueue"]
+
+
+class TaskState(enum.Enum):
+    """Lifecycle of one task (see the module docstring)."""
+
+    STOPPED = "stopped"
+    STARTING = "starting"
+    RUNNING = "running"
+    RESTARTING = "restarting"
+
+
+_MOVES = {
+    TaskState.STOPPED: {TaskState.STARTING},
+    TaskState.STARTING: {TaskState.RUNNING, TaskState.RESTARTING, TaskState.STOPPED},
+    TaskState.RUNNING: {TaskState.RESTARTING, TaskState.STOPPED},
+    TaskState.RESTARTING: {TaskState.STARTING, TaskState.STOPPED},
+}
+
+
+@dataclass(frozen=True)
+class SpoutTuple:
+    """A reliable spout emit awaiting its tree (the spout executor's ``TupleInfo``).
+
+    Attributes:
+        msg_id: The spout's message id, handed back in ``ack``/``fail``.
+        stream: Stream it was emitted on.
+        values: Its values.
+    """
+
+    msg_id: Any
+    stream: str
+    values: list[Any]
+
+
+@dataclass
+class TaskRuntime:
+    """Everything the cluster tracks about one task.
+
+    Attributes:
+        task_id: Storm task id.
+        component: The component it runs.
+        conf: Its effective Storm conf (sent in the handshake).
+        settings: The conf values the runtime uses.
+        state: Lifecycle state.
+        incarnation: How many subprocesses were started for it.
+        process: The current subprocess.
+        pid: Pid reported in the handshake.
+        last_heard: Clock reading of the last message (Storm's heartbeat stamp).
+        failures: Deaths since the last completed handshake (restart backoff).
+        inputs: Bolts: tuples sent and not acked/failed, by ShellBolt-local id.
+        pending: Spouts: reliable emits awaiting their tree, by root id.
+        commands: Spouts: ``ack``/``fail``/``activate``/``deactivate`` to send.
+        awaiting: Spouts: command sent and not yet answered by ``sync``.
+        activated: Spouts: ``activate`` was queued since the last start.
+        emitted_in_command: Spouts: emits since the command in flight was sent.
+        empty_streak: Spouts: consecutive ``next`` calls that emitted nothing.
+        next_at: Spouts: earliest clock reading for the next ``next``.
+        wake_at: Spouts: when a scheduled wake-up will pump it, if any.
+    """
+
+    task_id: int
+    component: ComponentInfo
+    conf: dict[str, Any]
+    settings: TaskSettings
+    state: TaskState = TaskState.STOPPED
+    incarnation: int = 0
+    process: TaskProcess | None = None
+    pid: int | None = None
+    last_heard: float = 0.0
+    failures: int = 0
+    inputs: dict[str, PendingInput] = field(default_factory=dict)
+    pending: RotatingMap[int, SpoutTuple] = field(
+        default_factory=lambda: RotatingMap(2)
+    )
+    commands: deque[tuple[str, Any]] = field(default_factory=deque)
+    awaiting: str | None = None
+    activated: bool = False
+    emitted_in_command: int = 0
+    empty_streak: int = 0
+    next_at: float = 0.0
+    wake_at: float | None = None
+
+    @property
+    def is_spout(self) -> bool:
+        """Whether the task runs a spout."""
+        return self.component.kind == "spout"
+
+    def move(self, new: TaskState) -> None:
+        """Change state.
+
+        Raises:
+            ClusterStateError: the transition is not in the lifecycle.
+        """
+        if new not in _MOVES[self.state]:
+            msg = (
+                f"component {self.component.name!r} task {self.task_id}: "
+                f"illegal move {self.state.value} -> {new.value}"
+            )
+            raise ClusterStateError(msg)
+        self.state = new
+
+    def reset_protocol_state(self) -> None:
+        """Forget what the previous subprocess had in flight."""
+        self.inputs.clear()
+        self.pending.clear()
+        self.commands.clear()
+        self.awaiting = None
+        self.activated = False
+        self.emitted_in_command = 0
+        self.empty_streak = 0
+        self.next_at = 0.0
+        self.wake_at = None
+
+
+class TimerQueue:
+    """Callbacks due at clock readings, run in order by the cluster thread."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def at(self, when: float, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once the clock reaches ``when``."""
+        heapq.heappush(self._heap, (when, next(self._seq), callback))
+
+    def next_deadline(self) -> float | None:
+        """The earliest due time, or None when empty."""
+        return self._heap[0][0] if self._heap else None
+
+    def pop_due(self, now: float) -> list[Callable[[], None]]:
+        """Remove and return the callbacks due at ``now``, earliest first."""
+        due: list[Callable[[], None]] = []
+        while self._heap and self._heap[0][0] <= now:
+            due.append(heapq.heappop(self._heap)[2])
+        return due
+
+    def clear(self) -> None:
+        """Drop every timer."""
+        self._heap.clear()

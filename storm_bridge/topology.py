@@ -1,0 +1,395 @@
+"""Load a streamparse ``Topology`` from a file and describe it as plain data.
+
+The topology file may live anywhere. It is imported under its file stem (which is
+also the topology name, as ``sparse`` uses it), with its directory (and any extra
+paths) on ``sys.path`` for the import; the same paths are what a task subprocess
+needs on ``PYTHONPATH``, because streamparse names components ``module.Class``.
+The Thrift ``StormTopology`` is the one streamparse's DSL builds itself.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Final, Literal
+
+from streamparse import Topology
+from streamparse.dsl.bolt import JavaBoltSpec, ShellBoltSpec
+from streamparse.dsl.spout import JavaSpoutSpec, ShellSpoutSpec
+from streamparse.thrift import StormTopology
+from thriftpy2.protocol import TBinaryProtocol
+from thriftpy2.transport import TMemoryBuffer
+
+from storm_bridge.errors import TopologyError
+from storm_bridge.groupings import GroupingKind, GroupingSpec
+
+__all__ = [
+    "STATEFUL_MARKER",
+    "STREAMPARSE_RUN",
+    "ComponentInfo",
+    "InputInfo",
+    "LoadedTopology",
+    "OutputStream",
+    "is_stateful_class",
+    "load_topology",
+    "read_thrift",
+    "thrift_bytes",
+]
+
+#: The command streamparse gives every Python component.
+STREAMPARSE_RUN: Final = "streamparse_run"
+#: Class attribute that marks a component class as stateful (checkpointed state).
+STATEFUL_MARKER: Final = "sr3_stateful"
+_SYSTEM_PREFIX: Final = "__"
+_THRIFT_GROUPING_KINDS: Final = {
+    "fields": GroupingKind.FIELDS,
+    "shuffle": GroupingKind.SHUFFLE,
+    "all": GroupingKind.ALL,
+    "none": GroupingKind.NONE,
+    "direct": GroupingKind.DIRECT,
+    "custom_object": GroupingKind.CUSTOM_OBJECT,
+    "custom_serialized": GroupingKind.CUSTOM_SERIALIZED,
+    "local_or_shuffle": GroupingKind.LOCAL_OR_SHUFFLE,
+}
+
+
+def is_stateful_class(component_cls: type) -> bool:
+    """Return whether a component class declares itself stateful.
+
+    A class is stateful when it (or a base class) sets ``sr3_stateful = True``;
+    the stateful bolt base class does so, and the cluster asks this per component.
+    """
+    return getattr(component_cls, STATEFUL_MARKER, False) is True
+
+
+@dataclass(frozen=True)
+class OutputStream:
+    """A stream a component declares.
+
+    Attributes:
+        name: Stream id.
+        fields: Output field names.
+        direct: Whether tuples reach subscribers only by direct emits.
+    """
+
+    name: str
+    fields: tuple[str, ...]
+    direct: bool = False
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """One subscription of a bolt: a source component's stream and its grouping.
+
+    Attributes:
+        source: Component id emitting the stream.
+        stream: Stream id.
+        grouping: How the stream's tuples are spread over the bolt's tasks.
+    """
+
+    source: str
+    stream: str
+    grouping: GroupingSpec
+
+
+@dataclass(frozen=True)
+class ComponentInfo:
+    """A spout or bolt of a topology.
+
+    Attributes:
+        name: Component id.
+        kind: ``spout`` or ``bolt``.
+        component_cls: The Python class (streamparse ``Spout``/``Bolt`` subclass).
+        command: Executable Storm runs (``streamparse_run`` for Python components).
+        script: Its single argument, ``module.Class`` for Python components.
+        par: Parallelism hint (executors; here one process per task).
+        tasks: Number of tasks (``topology.tasks`` of the component conf, else ``par``).
+        config: Component-specific Storm conf.
+        outputs: Declared streams by id.
+        inputs: Subscriptions (bolts only).
+        stateful: Whether the class declares itself stateful.
+    """
+
+    name: str
+    kind: Literal["spout", "bolt"]
+    component_cls: type
+    command: str
+    script: str
+    par: int
+    tasks: int
+    config: Mapping[str, Any]
+    outputs: Mapping[str, OutputStream]
+    inputs: tuple[InputInfo, ...] = ()
+    stateful: bool = False
+
+    @property
+    def class_path(self) -> str:
+        """``module.Class`` of the component class."""
+        return f"{self.component_cls.__module__}.{self.component_cls.__name__}"
+
+
+@dataclass(frozen=True)
+class LoadedTopology:
+    """A topology file, imported and described.
+
+    Attributes:
+        name: Topology name: the file stem.
+        path: Absolute path of the topology file.
+        sys_paths: Import paths the components need (file directory first).
+        topology_class: The streamparse ``Topology`` subclass.
+        config: The topology class's ``config``.
+        components: Components by id, in definition order.
+    """
+
+    name: str
+    path: Path
+    sys_paths: tuple[str, ...]
+    topology_class: type
+    config: Mapping[str, Any]
+    components: Mapping[str, ComponentInfo] = field(default_factory=dict)
+
+    @property
+    def spouts(self) -> list[ComponentInfo]:
+        """The spouts, in definition order."""
+        return [c for c in self.components.values() if c.kind == "spout"]
+
+    @property
+    def bolts(self) -> list[ComponentInfo]:
+        """The bolts, in definition order."""
+        return [c for c in self.components.values() if c.kind == "bolt"]
+
+    @property
+    def stateful_components(self) -> list[str]:
+        """Ids of the components whose class declares itself stateful."""
+        return [c.name for c in self.components.values() if c.stateful]
+
+    @property
+    def thrift(self) -> Any:
+        """The ``StormTopology`` streamparse built for this topology."""
+        return self.topology_class.thrift_topology  # type: ignore[attr-defined]
+
+
+@contextmanager
+def _sys_path(paths: Sequence[str]) -> Iterator[None]:
+    saved = list(sys.path)
+    sys.path[:0] = [p for p in paths if p not in sys.path]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
+
+
+def _import_file(path: Path, module_name: str) -> ModuleType:
+    existing = sys.modules.get(module_name)
+    if existing is not None:
+        existing_file = getattr(existing, "__file__", None)
+        if existing_file is not None and Path(existing_file).resolve() == path:
+            return existing
+        msg = (
+            f"topology file {path} cannot be imported as module {module_name!r}: "
+            f"that name is already taken by {existing_file or 'a built-in module'}; "
+            "rename the topology file"
+        )
+        raise TopologyError(msg)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        msg = f"{path} cannot be imported as a Python module"
+        raise TopologyError(msg)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        msg = f"importing topology file {path} failed: {type(exc).__name__}: {exc}"
+        raise TopologyError(msg) from exc
+    return module
+
+
+def _find_topology_class(
+    module: ModuleType, path: Path, class_name: str | None
+) -> type:
+    candidates = [
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type) and issubclass(obj, Topology) and obj is not Topology
+    ]
+    if class_name is not None:
+        candidates = [c for c in candidates if c.__name__ == class_name]
+    own = [c for c in candidates if c.__module__ == module.__name__]
+    chosen = own or candidates
+    if len(chosen) != 1:
+        names = sorted(c.__name__ for c in chosen)
+        msg = (
+            f"{path} must define exactly one streamparse Topology subclass, "
+            f"found {names}; pass class_name to choose"
+        )
+        raise TopologyError(msg)
+    return chosen[0]
+
+
+def _grouping_spec(grouping: Any) -> GroupingSpec:
+    for attr, kind in _THRIFT_GROUPING_KINDS.items():
+        value = getattr(grouping, attr, None)
+        if value is not None:
+            fields = tuple(value) if kind is GroupingKind.FIELDS else ()
+            return GroupingSpec(kind, fields)
+    msg = f"grouping {grouping!r} sets no Storm grouping type"
+    raise TopologyError(msg)
+
+
+def _resolve_par(spec: Any, environment: str | None) -> int:
+    par = spec.par
+    if isinstance(par, dict):
+        if environment is None or environment not in par:
+            msg = (
+                f"component {spec.name!r} gives parallelism per environment {par}; "
+                "pass environment= naming one of them"
+            )
+            raise TopologyError(msg)
+        par = par[environment]
+    return int(par)
+
+
+def _component(
+    spec: Any, environment: str | None, stateful: Callable[[type], bool]
+) -> ComponentInfo:
+    name = spec.name
+    if isinstance(spec, JavaBoltSpec | JavaSpoutSpec):
+        msg = (
+            f"component {name!r} is a Java component; the local cluster runs shell ones"
+        )
+        raise TopologyError(msg)
+    if not isinstance(spec, ShellBoltSpec | ShellSpoutSpec):
+        msg = f"component {name!r} is neither a shell spout nor a shell bolt"
+        raise TopologyError(msg)
+    if name.startswith(_SYSTEM_PREFIX):
+        msg = f"component id {name!r} is reserved: ids starting with '__' are Storm's"
+        raise TopologyError(msg)
+    kind: Literal["spout", "bolt"] = (
+        "spout" if isinstance(spec, ShellSpoutSpec) else "bolt"
+    )
+    config = (
+        json.loads(spec.config)
+        if isinstance(spec.config, str)
+        else dict(spec.config or {})
+    )
+    par = _resolve_par(spec, environment)
+    shell = spec.component_object.shell
+    outputs = {
+        name: OutputStream(name, tuple(info.output_fields), bool(info.direct))
+        for name, info in spec.outputs.items()
+    }
+    inputs = tuple(
+        InputInfo(stream_id.componentId, stream_id.streamId, _grouping_spec(grouping))
+        for stream_id, grouping in spec.inputs.items()
+    )
+    return ComponentInfo(
+        name=spec.name,
+        kind=kind,
+        component_cls=spec.component_cls,
+        command=shell.execution_command,
+        script=shell.script,
+        par=par,
+        tasks=int(config.get("topology.tasks") or par),
+        config=config,
+        outputs=outputs,
+        inputs=inputs,
+        stateful=stateful(spec.component_cls),
+    )
+
+
+def _validate(components: Mapping[str, ComponentInfo], path: Path) -> None:
+    for comp in components.values():
+        for sub in comp.inputs:
+            source = components.get(sub.source)
+            stream = source.outputs.get(sub.stream) if source else None
+            where = f"{path}: component {comp.name!r} subscribes to"
+            if stream is None:
+                msg = (
+                    f"{where} stream {sub.stream!r} of {sub.source!r}, "
+                    "which does not declare it"
+                )
+                raise TopologyError(msg)
+            if stream.direct != (sub.grouping.kind is GroupingKind.DIRECT):
+                nature = "direct" if stream.direct else "regular"
+                msg = (
+                    f"{where} {nature} stream {sub.stream!r} of {sub.source!r} with a "
+                    f"{sub.grouping.kind.value} grouping; direct streams need "
+                    "Grouping.DIRECT and only direct streams may use it"
+                )
+                raise TopologyError(msg)
+
+
+def load_topology(
+    path: str | Path,
+    *,
+    class_name: str | None = None,
+    extra_paths: Sequence[str | Path] = (),
+    environment: str | None = None,
+    stateful: Callable[[type], bool] = is_stateful_class,
+) -> LoadedTopology:
+    """Import a topology file and describe its components.
+
+    Args:
+        path: The topology file (``topologies/wordcount.py``).
+        class_name: Which ``Topology`` subclass to use when the file has several.
+        extra_paths: More import paths for the components (a project's ``src/``).
+        environment: Environment name resolving ``par={env: n}`` dicts.
+        stateful: Tells whether a component class is stateful.
+
+    Returns:
+        The topology, named after the file stem.
+
+    Raises:
+        TopologyError: the file is missing, fails to import, holds no single
+            Topology, uses Java components, or subscribes inconsistently.
+    """
+    resolved = Path(path).resolve()
+    if not resolved.is_file():
+        msg = f"topology file {resolved} does not exist"
+        raise TopologyError(msg)
+    sys_paths = tuple(
+        dict.fromkeys(
+            [str(resolved.parent), *(str(Path(p).resolve()) for p in extra_paths)]
+        )
+    )
+    with _sys_path(sys_paths):
+        module = _import_file(resolved, resolved.stem)
+    topology_class = _find_topology_class(module, resolved, class_name)
+    components = {
+        spec.name: _component(spec, environment, stateful)
+        for spec in topology_class.specs  # type: ignore[attr-defined]
+    }
+    _validate(components, resolved)
+    return LoadedTopology(
+        name=resolved.stem,
+        path=resolved,
+        sys_paths=sys_paths,
+        topology_class=topology_class,
+        config=dict(topology_class.config),  # type: ignore[attr-defined]
+        components=components,
+    )
+
+
+def thrift_bytes(topology: LoadedTopology) -> bytes:
+    """Return the ``StormTopology`` as Nimbus receives it (Thrift binary protocol)."""
+    buffer = io.BytesIO()
+    topology.topology_class.write(buffer)  # type: ignore[attr-defined]
+    return buffer.getvalue()
+
+
+def read_thrift(data: bytes) -> Any:
+    """Decode a Thrift-binary ``StormTopology``."""
+    topology = StormTopology()
+    buffer: Any = TMemoryBuffer
+    protocol: Any = TBinaryProtocol
+    topology.read(protocol(buffer(data)))
+    return topology

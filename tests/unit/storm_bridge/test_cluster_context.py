@@ -1,0 +1,128 @@
+"""Task ids, handshake contexts and routing, as Storm computes them."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from storm_bridge.cluster.context import (
+    Router,
+    RoutingError,
+    assign_task_ids,
+    task_context,
+)
+from storm_bridge.groupings import IntegerBoxing, fields_task_index
+from storm_bridge.topology import LoadedTopology, load_topology
+
+MIXED_CASE = """
+from streamparse import Grouping, Topology
+from {helpers} import CountBolt, WordSpout
+
+class Names(Topology):
+    Zeta = WordSpout.spec()
+    alpha = CountBolt.spec(inputs=[Zeta], par=2)
+"""
+
+
+@pytest.fixture
+def topology(write_topology: Callable[..., Path]) -> LoadedTopology:
+    return load_topology(write_topology())
+
+
+@pytest.fixture
+def router(topology: LoadedTopology) -> Router:
+    tasks = assign_task_ids(topology, acker_tasks=1)
+    return Router(topology, tasks, rng=random.Random(1), boxing=IntegerBoxing.LONG)
+
+
+def test_task_ids_follow_storm(topology: LoadedTopology) -> None:
+    # Sorted component ids, the acker included, numbered from 1.
+    assert assign_task_ids(topology, acker_tasks=1) == {
+        1: "__acker",
+        2: "count_bolt",
+        3: "count_bolt",
+        4: "count_bolt",
+        5: "sink",
+        6: "word_spout",
+        7: "word_spout",
+    }
+    assert 1 not in assign_task_ids(topology, acker_tasks=0).values()
+
+
+def test_java_string_order(write_topology: Callable[..., Path]) -> None:
+    # Upper case sorts before '_' which sorts before lower case.
+    names = load_topology(write_topology(MIXED_CASE))
+    assert assign_task_ids(names, acker_tasks=2) == {
+        1: "Zeta",
+        2: "__acker",
+        3: "__acker",
+        4: "alpha",
+        5: "alpha",
+    }
+
+
+def test_bolt_context(topology: LoadedTopology) -> None:
+    tasks = assign_task_ids(topology, acker_tasks=1)
+    context = task_context(topology, 3, tasks)
+    assert context == {
+        "task->component": {str(t): c for t, c in tasks.items()},
+        "taskid": 3,
+        "componentid": "count_bolt",
+        "streams": ["default", "direct"],
+        "stream->outputfields": {"default": ["word", "count"], "direct": ["word"]},
+        "stream->target->grouping": {
+            "direct": {"sink": {"type": "DIRECT"}},
+            "default": {"sink": {"type": "ALL"}},
+        },
+        "source->stream->grouping": {
+            "word_spout": {"default": {"type": "FIELDS", "fields": ["word"]}}
+        },
+        "source->stream->fields": {"word_spout": {"default": ["word"]}},
+    }
+
+
+def test_spout_context(topology: LoadedTopology) -> None:
+    context = task_context(topology, 6, assign_task_ids(topology, acker_tasks=1))
+    assert context["componentid"] == "word_spout"
+    assert context["stream->target->grouping"] == {
+        "default": {"count_bolt": {"type": "FIELDS", "fields": ["word"]}}
+    }
+    assert context["source->stream->grouping"] == {}
+
+
+def test_fields_routing(router: Router) -> None:
+    for word in ["the", "quick", "brown", "fox"]:
+        index = fields_task_index([word], 3)
+        assert router.targets(6, "default", [word]) == [[2, 3, 4][index]]
+
+
+def test_all_and_direct_routing(router: Router) -> None:
+    assert router.targets(2, "default", ["w", 1]) == [5]
+    assert router.direct_targets(2, "direct", 5) == [5]
+    assert router.direct_targets(2, "direct", 3) == []  # not a subscriber
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda r: r.targets(2, "nope", []), "Unknown stream ID: 'nope'"),
+        (lambda r: r.targets(2, "direct", ["w"]), "regular emit to direct stream"),
+        (lambda r: r.direct_targets(6, "default", 2), "expects a grouping"),
+        (lambda r: r.targets(6, "default", []), "no value for grouping fields"),
+        (lambda r: r.check_fields(6, "default", ["a", "b"]), "wrong number of fields"),
+    ],
+)
+def test_routing_errors(
+    router: Router, call: Callable[[Router], object], match: str
+) -> None:
+    with pytest.raises(RoutingError, match=match):
+        call(router)
+
+
+def test_groupers_reset_with_the_task(router: Router) -> None:
+    picks = [router.targets(6, "default", [w]) for w in "abc"]
+    router.reset_task(6)
+    assert [router.targets(6, "default", [w]) for w in "abc"] == picks
