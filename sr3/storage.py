@@ -455,6 +455,9 @@ class ReplicaStore:
     def verify(self, shard_id: str) -> bool:
         """Return whether the replica's file reads back with its crc32.
 
+        A replica that fails is moved to ``quarantine/`` and leaves the index, so
+        ``has`` and ``list`` stop offering it and repair copies a good one here.
+
         Raises:
             ShardNotFoundError: no replica of the shard on this node.
         """
@@ -463,8 +466,21 @@ class ReplicaStore:
                 pass
         except ChecksumError as exc:
             logger.warning("verify failed: %s", exc)
+            self._quarantine_replica(shard_id, str(exc))
             return False
         return True
+
+    def _quarantine_replica(self, shard_id: str, problem: str) -> None:
+        path = self._path(shard_id)
+        with self._lock:
+            info = self._index.pop(shard_id, None)
+            if info is None:
+                return
+            self._bytes -= info.size
+            try:
+                self._move_to_quarantine(path, problem)
+            except OSError as exc:
+                logger.error("could not quarantine %s: %s", path, exc)
 
     def has(self, shard_id: str) -> ReplicaInfo | None:
         """Return the indexed replica of a shard, or None (no disk access)."""
