@@ -24,224 +24,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import secrets
 import signal
 import socket
-import zlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from sr3 import wire
-from sr3.client import ClientPool
 from sr3.config import NodeConfig, Sr3Config
+from sr3.connection import Connection, Handler, require, require_shard
 from sr3.errors import (
     ChecksumError,
     ConfigError,
     ProtocolError,
     ShardNotFoundError,
     SR3Error,
-    StorageError,
 )
-from sr3.storage import ReplicaStore, validate_shard_id
+from sr3.node_ops import BuiltinOps
+from sr3.storage import ReplicaStore
 
 __all__ = ["Connection", "Handler", "NodeServer", "main", "require", "require_shard"]
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-Handler = Callable[["Connection", dict[str, Any]], Awaitable[None]]
-_MAX_CRC = 0xFFFFFFFF
-_THREAD_SEND_BYTES = 256 * 1024
-
-
-def require(request: Mapping[str, Any], name: str, kind: type[T]) -> T:
-    """Return ``request[name]`` if it is a ``kind`` (bool is not an int here).
-
-    Raises:
-        ProtocolError: the field is missing or has another type.
-    """
-    value = request.get(name)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        msg = (
-            f"op {request.get('op')!r} needs field {name!r} of type {kind.__name__}, "
-            f"got {type(value).__name__}"
-        )
-        raise ProtocolError(msg)
-    return value
-
-
-def require_shard(request: Mapping[str, Any]) -> str:
-    """Return the request's ``shard`` field, a valid shard id.
-
-    Raises:
-        ProtocolError: missing, not a string, or not a usable shard id.
-    """
-    shard = require(request, "shard", str)
-    try:
-        validate_shard_id(shard)
-    except StorageError as exc:
-        raise ProtocolError(str(exc)) from exc
-    return shard
-
-
-def _require_crc(request: Mapping[str, Any]) -> int:
-    crc = require(request, "crc", int)
-    if not 0 <= crc <= _MAX_CRC:
-        msg = f"op {request.get('op')!r}: crc {crc} is not an unsigned 32-bit value"
-        raise ProtocolError(msg)
-    return crc
-
-
-class _SendError(Exception):
-    """A reply failed after its first byte may have gone out (cause attached)."""
-
-
-def _build_and_send(
-    build: Callable[[], list[wire.Buffer]], sock_fd: int, timeout_s: float
-) -> None:
-    """Build a frame and write it on ``sock_fd``, then close it (worker thread).
-
-    The thread owns ``sock_fd`` (a dup), so a cancelled handler cannot close it
-    under the thread. Errors of ``build`` propagate as they are (nothing was
-    sent); write errors become :class:`_SendError`.
-    """
-    try:
-        parts = build()
-        try:
-            wire.write_parts(sock_fd, parts, timeout_s)
-        except OSError as exc:
-            raise _SendError(str(exc)) from exc
-    finally:
-        os.close(sock_fd)
-
-
-class Connection:
-    """An authenticated client connection as op handlers see it.
-
-    Attributes:
-        peer: ``host:port`` of the client, for logs and messages.
-        node_id: Id of this node.
-    """
-
-    def __init__(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        *,
-        peer: str,
-        node_id: str,
-        config: NodeConfig,
-    ) -> None:
-        self.peer = peer
-        self.node_id = node_id
-        self.config = config
-        self._reader = reader
-        self._writer = writer
-
-    async def send(
-        self,
-        msg: Mapping[str, Any],
-        *,
-        blob_key: str = "data",
-        blob: wire.Buffer | None = None,
-    ) -> None:
-        """Send one frame (``"v"`` is added); ``blob`` is sent without copying.
-
-        A large blob is written from a worker thread straight from its buffer
-        (the transport would copy whatever the socket does not take at once).
-
-        Raises:
-            ConnectionError: the client went away; the connection is closed.
-        """
-        parts = wire.pack_frame(
-            {"v": wire.PROTOCOL_VERSION, **msg}, blob_key=blob_key, blob=blob
-        )
-        if blob is None or memoryview(blob).nbytes < _THREAD_SEND_BYTES:
-            for part in parts:
-                self._writer.write(memoryview(part))
-            await self._writer.drain()
-            return
-        await self._send_in_thread(lambda: parts)
-
-    async def ok(
-        self,
-        fields: Mapping[str, Any] | None = None,
-        *,
-        blob_key: str = "data",
-        blob: wire.Buffer | None = None,
-    ) -> None:
-        """Send a success reply ``{"ok": True, **fields}``."""
-        await self.send({"ok": True, **(fields or {})}, blob_key=blob_key, blob=blob)
-
-    async def ok_from_thread(
-        self,
-        produce: Callable[[], tuple[Mapping[str, Any], wire.Buffer]],
-        *,
-        blob_key: str = "data",
-    ) -> None:
-        """Run blocking ``produce()`` in a worker thread and send its reply from there.
-
-        ``produce`` returns ``(fields, blob)`` of a success reply; a file read and
-        its reply thus cost one thread hop.
-
-        Raises:
-            Exception: whatever ``produce`` raised (nothing was sent).
-            ConnectionError: the client went away; the connection is closed.
-        """
-
-        def build() -> list[wire.Buffer]:
-            fields, blob = produce()
-            frame = {"v": wire.PROTOCOL_VERSION, "ok": True, **fields}
-            return wire.pack_frame(frame, blob_key=blob_key, blob=blob)
-
-        await self._send_in_thread(build)
-
-    async def _send_in_thread(self, build: Callable[[], list[wire.Buffer]]) -> None:
-        await self._writer.drain()  # write limits are 0: the buffer is now empty
-        sock = self._writer.get_extra_info("socket")
-        sock_fd = os.dup(sock.fileno())  # stays valid if the transport closes
-        timeout_s = self.config.io_timeout_s
-        try:
-            await asyncio.to_thread(_build_and_send, build, sock_fd, timeout_s)
-        except _SendError as exc:
-            self._writer.close()
-            msg = f"sending a reply to {self.peer} failed: {exc.__cause__}"
-            raise ConnectionAbortedError(msg) from exc.__cause__
-
-    async def error(self, code: str, error: str) -> None:
-        """Send a failure reply (``code`` from :data:`sr3.wire.ERROR_CODES`)."""
-        await self.send(wire.error_reply(code, error))
-
-    @property
-    def closing(self) -> bool:
-        """Whether the connection is closed or closing."""
-        return self._writer.is_closing()
-
-    async def recv(self) -> dict[str, Any]:
-        """Read the client's next frame within the I/O timeout.
-
-        Raises:
-            ProtocolError: the client closed, stalled or sent a bad frame; the
-                server closes the connection after the handler returns.
-        """
-        try:
-            async with asyncio.timeout(self.config.io_timeout_s):
-                frame = await wire.read_frame(self._reader, self.config.max_frame_bytes)
-        except TimeoutError as exc:
-            self._writer.close()
-            msg = f"client {self.peer} sent no frame within {self.config.io_timeout_s}s"
-            raise ProtocolError(msg) from exc
-        except ProtocolError:
-            self._writer.close()
-            raise
-        if frame is None:
-            self._writer.close()
-            msg = f"client {self.peer} closed the connection mid-exchange"
-            raise ProtocolError(msg)
-        return frame
 
 
 class NodeServer:
@@ -269,7 +75,7 @@ class NodeServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ops: dict[str, Handler] = {}
-        self._builtins = _BuiltinOps(store, node_id=node_id, config=config)
+        self._builtins = BuiltinOps(store, node_id=node_id, config=config)
         for name, handler in self._builtins.handlers().items():
             self.register_op(name, handler)
 
@@ -455,130 +261,6 @@ class NodeServer:
             await conn.error("internal", text + "; see the node's log")
             return False
         return not conn.closing
-
-
-class _BuiltinOps:
-    """The replica ops every node serves; blocking work runs in threads."""
-
-    def __init__(self, store: ReplicaStore, *, node_id: str, config: NodeConfig):
-        self.store = store
-        self.node_id = node_id
-        self.config = config
-        self.pool = ClientPool(config)  # node-to-node copies (pull)
-
-    def handlers(self) -> dict[str, Handler]:
-        return {
-            "put": self.put,
-            "get": self.get,
-            "stream": self.stream,
-            "has": self.has,
-            "delete": self.delete,
-            "list": self.list_replicas,
-            "stats": self.stats,
-            "ping": self.ping,
-            "pull": self.pull,
-            "verify": self.verify,
-        }
-
-    def close(self) -> None:
-        self.pool.close_all()
-
-    async def put(self, conn: Connection, request: dict[str, Any]) -> None:
-        shard, crc = require_shard(request), _require_crc(request)
-        data = require(request, "data", bytes)
-        stored = await asyncio.to_thread(self.store.put, shard, data, crc)
-        await conn.ok({"stored": stored})
-
-    async def get(self, conn: Connection, request: dict[str, Any]) -> None:
-        shard = require_shard(request)
-
-        def produce() -> tuple[dict[str, Any], bytes]:
-            # The node does not checksum what it serves: the client checks the
-            # payload end to end against the header's crc32 (one pass, not two).
-            info, data = self.store.read(shard, verify=False)
-            return {"size": info.size, "crc": info.crc32}, data
-
-        await conn.ok_from_thread(produce)
-
-    async def stream(self, conn: Connection, request: dict[str, Any]) -> None:
-        shard = require_shard(request)
-        chunk_bytes = self.config.chunk_bytes
-        if "chunk_bytes" in request:
-            chunk_bytes = require(request, "chunk_bytes", int)
-        largest = self.config.max_frame_bytes - wire.HANDSHAKE_MAX_FRAME_BYTES
-        if not 1 <= chunk_bytes <= largest:
-            msg = f"stream of shard {shard!r}: chunk_bytes must be 1..{largest}"
-            raise ProtocolError(msg)
-        reader = await asyncio.to_thread(self.store.open_reader, shard)
-        head: dict[str, Any] = {"size": reader.info.size, "crc": reader.info.crc32}
-
-        def next_chunk() -> tuple[dict[str, Any], bytes]:
-            # Raises ChecksumError before the last chunk goes out if it is corrupt.
-            chunk = reader.read(chunk_bytes)
-            return {**head, "last": reader.done}, chunk
-
-        try:
-            while not reader.done:
-                await conn.ok_from_thread(next_chunk, blob_key="chunk")
-                head = {}
-        finally:
-            reader.close()
-
-    async def has(self, conn: Connection, request: dict[str, Any]) -> None:
-        info = self.store.has(require_shard(request))
-        if info is None:
-            await conn.ok({"found": False})
-        else:
-            await conn.ok({"found": True, "size": info.size, "crc": info.crc32})
-
-    async def delete(self, conn: Connection, request: dict[str, Any]) -> None:
-        deleted = await asyncio.to_thread(self.store.delete, require_shard(request))
-        await conn.ok({"deleted": deleted})
-
-    async def list_replicas(self, conn: Connection, request: dict[str, Any]) -> None:
-        prefix = require(request, "prefix", str) if "prefix" in request else ""
-        rows = [[i.shard_id, i.size, i.crc32] for i in self.store.list(prefix)]
-        await conn.ok({"replicas": rows})
-
-    async def stats(self, conn: Connection, request: dict[str, Any]) -> None:
-        shards, size = len(self.store), self.store.total_bytes()
-        await conn.ok({"node_id": self.node_id, "shards": shards, "bytes": size})
-
-    async def ping(self, conn: Connection, request: dict[str, Any]) -> None:
-        await conn.ok({"node_id": self.node_id})
-
-    async def verify(self, conn: Connection, request: dict[str, Any]) -> None:
-        valid = await asyncio.to_thread(self.store.verify, require_shard(request))
-        await conn.ok({"valid": valid})
-
-    async def pull(self, conn: Connection, request: dict[str, Any]) -> None:
-        shard, crc = require_shard(request), _require_crc(request)
-        source = require(request, "source", dict)
-        host, port = require(source, "host", str), require(source, "port", int)
-        current = self.store.has(shard)
-        if current is not None and current.crc32 == crc:
-            if await asyncio.to_thread(self.store.verify, shard):
-                await conn.ok({"stored": False})
-                return
-        data = await asyncio.to_thread(self._fetch, shard, host, port)
-        if zlib.crc32(data) != crc:
-            msg = (
-                f"pull of shard {shard!r}: source {host}:{port} holds a version with "
-                f"another crc32 than {crc:#010x}; pull from a holder of that version"
-            )
-            raise ChecksumError(msg)
-        stored = await asyncio.to_thread(self.store.put, shard, data, crc)
-        await conn.ok({"stored": stored})
-
-    def _fetch(self, shard: str, host: str, port: int) -> bytes:
-        try:
-            with self.pool.client((host, port)) as client:
-                return client.get(shard)
-        except (ShardNotFoundError, ChecksumError):
-            raise
-        except StorageError as exc:  # unreachable source, auth, protocol
-            msg = f"pull of shard {shard!r} from {host}:{port} failed: {exc}"
-            raise StorageError(msg) from exc
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

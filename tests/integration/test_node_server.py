@@ -219,9 +219,13 @@ def test_flipped_byte_on_disk_is_reported(node: Node) -> None:
     with node.client() as client:
         with pytest.raises(ChecksumError, match="'topo/counter/3@7#0'"):
             client.get(SHARD)
-        assert client.verify(SHARD) is False
         with pytest.raises(ChecksumError, match="topo/counter/3@7#0"):
             list(client.stream(SHARD))
+        # verify quarantines the bad copy: the node stops offering it
+        assert client.verify(SHARD) is False
+        assert client.has(SHARD) is None
+        with pytest.raises(ShardNotFoundError):
+            client.get(SHARD)
         assert client.ping() == "n1"
         assert client.put(SHARD, DATA, CRC) is True  # repair overwrites it
         assert client.get(SHARD) == DATA

@@ -1,0 +1,162 @@
+"""The replica ops every ring node serves: put, get, stream, has, delete, list, pull."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from typing import Any
+
+from sr3 import wire
+from sr3.client import ClientPool
+from sr3.config import NodeConfig
+from sr3.connection import Connection, Handler, require, require_crc, require_shard
+from sr3.errors import (
+    ChecksumError,
+    ProtocolError,
+    ShardNotFoundError,
+    StorageError,
+)
+from sr3.storage import ReplicaStore
+
+__all__ = ["BuiltinOps"]
+
+logger = logging.getLogger(__name__)
+_MAX_CRC = 0xFFFFFFFF
+_THREAD_SEND_BYTES = 256 * 1024
+
+
+class BuiltinOps:
+    """The replica ops every node serves; blocking work runs in threads."""
+
+    def __init__(self, store: ReplicaStore, *, node_id: str, config: NodeConfig):
+        self.store = store
+        self.node_id = node_id
+        self.config = config
+        self.pool = ClientPool(config)  # node-to-node copies (pull)
+
+    def handlers(self) -> dict[str, Handler]:
+        """Return the op name -> handler table."""
+        return {
+            "put": self.put,
+            "get": self.get,
+            "stream": self.stream,
+            "has": self.has,
+            "delete": self.delete,
+            "list": self.list_replicas,
+            "stats": self.stats,
+            "ping": self.ping,
+            "pull": self.pull,
+            "verify": self.verify,
+        }
+
+    def close(self) -> None:
+        """Release the node-to-node client pool."""
+        self.pool.close_all()
+
+    async def put(self, conn: Connection, request: dict[str, Any]) -> None:
+        """Store a replica (verifies its crc32 first)."""
+        shard, crc = require_shard(request), require_crc(request)
+        data = require(request, "data", bytes)
+        stored = await asyncio.to_thread(self.store.put, shard, data, crc)
+        await conn.ok({"stored": stored})
+
+    async def get(self, conn: Connection, request: dict[str, Any]) -> None:
+        """Send a replica in one frame (the client verifies the crc32)."""
+        shard = require_shard(request)
+
+        def produce() -> tuple[dict[str, Any], bytes]:
+            # The node does not checksum what it serves: the client checks the
+            # payload end to end against the header's crc32 (one pass, not two).
+            info, data = self.store.read(shard, verify=False)
+            return {"size": info.size, "crc": info.crc32}, data
+
+        await conn.ok_from_thread(produce)
+
+    async def stream(self, conn: Connection, request: dict[str, Any]) -> None:
+        """Send a replica in chunks, checking its crc32 as it is read."""
+        shard = require_shard(request)
+        chunk_bytes = self.config.chunk_bytes
+        if "chunk_bytes" in request:
+            chunk_bytes = require(request, "chunk_bytes", int)
+        largest = self.config.max_frame_bytes - wire.HANDSHAKE_MAX_FRAME_BYTES
+        if not 1 <= chunk_bytes <= largest:
+            msg = f"stream of shard {shard!r}: chunk_bytes must be 1..{largest}"
+            raise ProtocolError(msg)
+        reader = await asyncio.to_thread(self.store.open_reader, shard)
+        head: dict[str, Any] = {"size": reader.info.size, "crc": reader.info.crc32}
+
+        def next_chunk() -> tuple[dict[str, Any], bytes]:
+            # Raises ChecksumError before the last chunk goes out if it is corrupt.
+            chunk = reader.read(chunk_bytes)
+            return {**head, "last": reader.done}, chunk
+
+        try:
+            while not reader.done:
+                await conn.ok_from_thread(next_chunk, blob_key="chunk")
+                head = {}
+        finally:
+            reader.close()
+
+    async def has(self, conn: Connection, request: dict[str, Any]) -> None:
+        """Say whether a replica is indexed, with its size and crc32."""
+        info = self.store.has(require_shard(request))
+        if info is None:
+            await conn.ok({"found": False})
+        else:
+            await conn.ok({"found": True, "size": info.size, "crc": info.crc32})
+
+    async def delete(self, conn: Connection, request: dict[str, Any]) -> None:
+        """Remove a replica."""
+        deleted = await asyncio.to_thread(self.store.delete, require_shard(request))
+        await conn.ok({"deleted": deleted})
+
+    async def list_replicas(self, conn: Connection, request: dict[str, Any]) -> None:
+        """List indexed replicas, optionally by shard id prefix."""
+        prefix = require(request, "prefix", str) if "prefix" in request else ""
+        rows = [[i.shard_id, i.size, i.crc32] for i in self.store.list(prefix)]
+        await conn.ok({"replicas": rows})
+
+    async def stats(self, conn: Connection, request: dict[str, Any]) -> None:
+        """Report replica count and bytes."""
+        shards, size = len(self.store), self.store.total_bytes()
+        await conn.ok({"node_id": self.node_id, "shards": shards, "bytes": size})
+
+    async def ping(self, conn: Connection, request: dict[str, Any]) -> None:
+        """Answer with the node id."""
+        await conn.ok({"node_id": self.node_id})
+
+    async def verify(self, conn: Connection, request: dict[str, Any]) -> None:
+        """Re-read a replica; a corrupt one is quarantined."""
+        valid = await asyncio.to_thread(self.store.verify, require_shard(request))
+        await conn.ok({"valid": valid})
+
+    async def pull(self, conn: Connection, request: dict[str, Any]) -> None:
+        """Copy a replica from another node unless an intact one is here."""
+        shard, crc = require_shard(request), require_crc(request)
+        source = require(request, "source", dict)
+        host, port = require(source, "host", str), require(source, "port", int)
+        current = self.store.has(shard)
+        if current is not None and current.crc32 == crc:
+            if await asyncio.to_thread(self.store.verify, shard):
+                await conn.ok({"stored": False})
+                return
+        data = await asyncio.to_thread(self._fetch, shard, host, port)
+        if zlib.crc32(data) != crc:
+            msg = (
+                f"pull of shard {shard!r}: source {host}:{port} holds a version with "
+                f"another crc32 than {crc:#010x}; pull from a holder of that version"
+            )
+            raise ChecksumError(msg)
+        stored = await asyncio.to_thread(self.store.put, shard, data, crc)
+        await conn.ok({"stored": stored})
+
+    def _fetch(self, shard: str, host: str, port: int) -> bytes:
+        try:
+            with self.pool.client((host, port)) as client:
+                return client.get(shard)
+        except (ShardNotFoundError, ChecksumError):
+            raise
+        except StorageError as exc:  # unreachable source, auth, protocol
+            msg = f"pull of shard {shard!r} from {host}:{port} failed: {exc}"
+            raise StorageError(msg) from exc
