@@ -104,18 +104,26 @@ def test_restart_rebuilds_the_index_and_drops_temp_files(
     assert not leftover.exists()
 
 
-def test_flipped_payload_byte_is_detected_and_kept(store: ReplicaStore) -> None:
+def test_flipped_payload_byte_is_detected_then_quarantined_by_verify(
+    store: ReplicaStore,
+) -> None:
     store.put(SHARD, DATA, CRC)
     flip_byte(replica_file(store))
+    # a read reports the corruption but leaves the file for inspection
     with pytest.raises(ChecksumError, match=r"shard 'topo/counter/3@7#0'.*kept"):
         store.get(SHARD)
-    assert store.verify(SHARD) is False
     assert store.has(SHARD) is not None
-    assert replica_file(store).exists()
     info, data = store.read(SHARD, verify=False)  # length checks only
     assert (info.crc32, len(data)) == (CRC, len(DATA))
     with pytest.raises(ChecksumError):
         list(store.iter_chunks(SHARD, 4096))
+    # verify moves it to quarantine: no longer offered, nothing else lost
+    assert store.verify(SHARD) is False
+    assert store.has(SHARD) is None
+    assert not replica_file(store).exists()
+    assert len(list((store.data_dir / "quarantine").iterdir())) == 1
+    assert store.put(SHARD, DATA, CRC) is True
+    assert store.get(SHARD) == DATA
 
 
 def test_put_over_a_corrupt_replica_replaces_it(store: ReplicaStore) -> None:
