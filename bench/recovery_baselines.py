@@ -1,0 +1,176 @@
+"""Baselines for bench/recovery.py: raw loopback copy, Redis (Storm), Spark state store.
+
+Each returns seconds from "recovery start" until the process could serve a read of
+any key, for the same keys and values the ring snapshot holds.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sr3.codec import decode_key, decode_value, encode_key, encode_value  # noqa: E402
+from sr3.synthetic import SyntheticSpec, expected_value  # noqa: E402
+
+CHUNK = 4 * 1024 * 1024
+
+
+# --- raw loopback -------------------------------------------------------------
+
+
+def _raw_sender(port: int, total: int) -> None:
+    block = memoryview(os.urandom(CHUNK))
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sent = 0
+        while sent < total:
+            n = min(CHUNK, total - sent)
+            sock.sendall(block[:n])
+            sent += n
+
+
+def raw_loopback(total: int) -> float:
+    """Seconds to receive ``total`` bytes from another process on one socket."""
+    with socket.create_server(("127.0.0.1", 0)) as srv:
+        port = srv.getsockname()[1]
+        proc = multiprocessing.get_context("fork").Process(
+            target=_raw_sender, args=(port, total)
+        )
+        proc.start()
+        conn, _ = srv.accept()
+        buf = bytearray(total)  # R keeps the bytes, as recovery does
+        view = memoryview(buf)
+        got = 0
+        started = time.perf_counter()
+        with conn:
+            while got < total:
+                n = conn.recv_into(view[got:], min(CHUNK, total - got))
+                if not n:
+                    break
+                got += n
+        seconds = time.perf_counter() - started
+        proc.join()
+    return seconds
+
+
+# --- Redis, as Storm's RedisKeyValueState keeps a task's state ----------------------
+
+
+class RedisServer:
+    """A throw-away redis-server on a free loopback port (no persistence)."""
+
+    def __init__(self) -> None:
+        self.installed_now = False
+        if shutil.which("redis-server") is None:
+            print("redis-server missing: apt-get install -y redis-server", flush=True)
+            subprocess.run(
+                ["apt-get", "install", "-y", "-q", "redis-server"], check=True
+            )
+            self.installed_now = True
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
+            + ["--save", "", "--appendonly", "no", "--protected-mode", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        import redis
+
+        self.client = redis.Redis(port=self.port, socket_timeout=600)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self.client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def redis_load(server: RedisServer, ns: str, spec: SyntheticSpec) -> float:
+    """HSET every key of ``spec`` into hash ``ns`` (msgpack key and value)."""
+    client = server.client
+    client.delete(ns)
+    started = time.perf_counter()
+    batch: dict[bytes, bytes] = {}
+    size = 0
+    for i in range(spec.keys):
+        key = ("k", i)
+        value = encode_value(expected_value(spec, key))
+        batch[encode_key(key)] = value
+        size += len(value)
+        if len(batch) >= 2000 or size >= 32 << 20:
+            client.hset(ns, mapping=batch)
+            batch, size = {}, 0
+    if batch:
+        client.hset(ns, mapping=batch)
+    return time.perf_counter() - started
+
+
+def redis_restore(server: RedisServer, ns: str, spec: SyntheticSpec) -> dict[str, Any]:
+    """HGETALL + msgpack decode of every entry, as a restored task would."""
+    started = time.perf_counter()
+    raw = server.client.hgetall(ns)
+    fetched = time.perf_counter() - started
+    state = {decode_key(k): decode_value(v) for k, v in raw.items()}
+    seconds = time.perf_counter() - started
+    if len(state) != spec.keys:
+        msg = f"redis restored {len(state)} of {spec.keys} keys"
+        raise RuntimeError(msg)
+    return {"seconds": seconds, "hgetall_s": fetched}
+
+
+# --- Spark state store -----------------------------------------------------------
+
+
+def spark_restart(spec: SyntheticSpec, provider: str, workdir: Path) -> dict[str, Any]:
+    """Build an applyInPandasWithState checkpoint, then time a restart from it."""
+    env = dict(os.environ)
+    env.setdefault("JAVA_HOME", "/usr/lib/jvm/java-17-openjdk-amd64")
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYTHONWARNINGS"] = "ignore"
+    d = Path(tempfile.mkdtemp(prefix=f"spark-{provider}-", dir=workdir))
+    script = str(ROOT / "bench" / "recovery_spark.py")
+    common = ["--dir", str(d), "--provider", provider]
+    value_bytes = spec.value_size(0)
+    out: dict[str, Any] = {}
+    for phase, extra in (
+        ("build", ["--keys", str(spec.keys), "--value-bytes", str(value_bytes)]),
+        ("restart", []),
+    ):
+        proc = subprocess.run(
+            [sys.executable, script, phase, *common, *extra],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=3600,
+            check=False,
+        )
+        if proc.returncode != 0:
+            tail = proc.stderr[-1500:]
+            msg = f"spark {phase} ({provider}) failed:\n{tail}"
+            raise RuntimeError(msg)
+        out.update(json.loads(proc.stdout.strip().splitlines()[-1]))
+    out["checkpoint_bytes"] = sum(
+        p.stat().st_size for p in (d / "ckpt").rglob("*") if p.is_file()
+    )
+    shutil.rmtree(d, ignore_errors=True)
+    return out

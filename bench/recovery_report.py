@@ -1,0 +1,235 @@
+"""Tables and plots of bench/recovery.py results: CSV, JSON, Markdown and PNGs."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+FIELDS = [
+    "network",
+    "shape",
+    "size",
+    "size_bytes",
+    "keys",
+    "epochs",
+    "mechanism",
+    "chosen",
+    "failures",
+    "time_to_resume_s",
+    "transfer_s",
+    "state_bytes",
+    "bytes_received",
+    "replans",
+    "killed",
+    "failed_holders",
+    "hgetall_s",
+    "jvm_start_s",
+    "reason",
+]
+BASELINES = ("raw-loopback", "redis", "spark-hdfs", "spark-rocksdb")
+RING = ("star", "line", "tree")
+
+
+def _t(rows: list[dict[str, Any]], **match: Any) -> float | None:
+    for row in rows:
+        if all(row.get(k) == v for k, v in match.items()):
+            return float(row["time_to_resume_s"])
+    return None
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else (f"{x:.3f}" if x < 10 else f"{x:.1f}")
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    out = ["# Recovery benchmark", ""]
+    scen = sorted(
+        {
+            (r["network"], r["shape"], r["epochs"], r["size_bytes"], r["size"])
+            for r in rows
+        },
+        key=lambda s: (s[0] != "loopback", s[0], s[1], s[2], s[3]),
+    )
+    out += [
+        "Time to resume (s): recovery start until R served a read of a key; lazy "
+        "install unless noted. `auto` shows the planner's choice.",
+        "",
+        "| network | shape | epochs | size | star | line | tree | auto | star eager "
+        "| raw loopback | redis | spark hdfs | spark rocksdb | star/raw | redis/star "
+        "| spark-hdfs/star |",
+        "|" + "---|" * 16,
+    ]
+    for net, shape, epochs, _, size in scen:
+        sel = [
+            r
+            for r in rows
+            if (r["network"], r["shape"], r["epochs"], r["size"])
+            == (net, shape, epochs, size)
+        ]
+        star = _t(sel, mechanism="star", failures=0)
+        auto = next((r for r in sel if r["mechanism"] == "auto"), None)
+        raw = _t(sel, mechanism="raw-loopback")
+        redis = _t(sel, mechanism="redis")
+        spark = _t(sel, mechanism="spark-hdfs")
+        cells = [
+            net,
+            shape,
+            str(epochs),
+            size,
+            _fmt(star),
+            _fmt(_t(sel, mechanism="line", failures=0)),
+            _fmt(_t(sel, mechanism="tree", failures=0)),
+            ""
+            if auto is None
+            else f"{_fmt(float(auto['time_to_resume_s']))} ({auto['chosen']})",
+            _fmt(_t(sel, mechanism="star-eager")),
+            _fmt(raw),
+            _fmt(redis),
+            _fmt(spark),
+            _fmt(_t(sel, mechanism="spark-rocksdb")),
+            _ratio(star, raw),
+            _ratio(redis, star),
+            _ratio(spark, star),
+        ]
+        out.append("| " + " | ".join(cells) + " |")
+    out += [
+        "",
+        "## Holder failures mid-transfer (SIGKILL when R receives its first bytes)",
+        "",
+        "| network | shape | epochs | size | structure | 0 failures | 1 failure "
+        "| 2 failures | re-plans (1, 2) | bytes to R (0 failures) |",
+        "|" + "---|" * 10,
+    ]
+    for net, shape, epochs, _, size in scen:
+        sel = [
+            r
+            for r in rows
+            if (r["network"], r["shape"], r["epochs"], r["size"])
+            == (net, shape, epochs, size)
+        ]
+        for mech in RING:
+            t = [_t(sel, mechanism=mech, failures=f) for f in (0, 1, 2)]
+            if all(x is None for x in t):
+                continue
+            replans = [
+                str(
+                    next(
+                        (
+                            r.get("replans")
+                            for r in sel
+                            if r["mechanism"] == mech and r["failures"] == f
+                        ),
+                        "",
+                    )
+                )
+                for f in (1, 2)
+            ]
+            nbytes = next(
+                (
+                    r.get("bytes_received")
+                    for r in sel
+                    if r["mechanism"] == mech and r["failures"] == 0
+                ),
+                None,
+            )
+            cells = [
+                net,
+                shape,
+                str(epochs),
+                size,
+                mech,
+                *map(_fmt, t),
+                ", ".join(replans),
+                "" if nbytes is None else f"{nbytes / 1e6:.1f} MB",
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+    reasons = sorted(
+        {
+            (r["network"], r["size"], r["shape"], r["epochs"], r["reason"])
+            for r in rows
+            if r["mechanism"] == "auto"
+        }
+    )
+    if reasons:
+        out += ["", "## Planner reasons (auto)", ""]
+        out += [f"- {n} {s} {sh} e{e}: {why}" for n, s, sh, e, why in reasons]
+    return "\n".join(out) + "\n"
+
+
+def plots(rows: list[dict[str, Any]], results: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no PNGs")
+        return []
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["network"], r["shape"], r["epochs"])].append(r)
+    written = []
+    for (net, shape, epochs), sel in sorted(groups.items()):
+        for failures in sorted({r["failures"] for r in sel if r["mechanism"] in RING}):
+            fig, ax = plt.subplots(figsize=(7, 4.5))
+            lines = [
+                m
+                for m in (*RING, "star-eager")
+                if any(r["mechanism"] == m for r in sel)
+            ]
+            for m in lines:
+                pts = sorted(
+                    (r["size_bytes"] / 1e6, r["time_to_resume_s"])
+                    for r in sel
+                    if r["mechanism"] == m and r["failures"] == failures
+                )
+                if pts:
+                    ax.plot(*zip(*pts, strict=True), marker="o", label=m)
+            for m in BASELINES:
+                pts = sorted(
+                    (r["size_bytes"] / 1e6, r["time_to_resume_s"])
+                    for r in sel
+                    if r["mechanism"] == m
+                )
+                if pts:
+                    ax.plot(
+                        *zip(*pts, strict=True), marker="s", linestyle="--", label=m
+                    )
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("state size (MB)")
+            ax.set_ylabel("time to resume (s)")
+            title = f"{net}, {shape} values, {epochs} epoch(s), {failures} failure(s)"
+            ax.set_title(title)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=8)
+            path = results / f"recovery_{net}_{shape}_e{epochs}_f{failures}.png"
+            fig.tight_layout()
+            fig.savefig(path, dpi=110)
+            plt.close(fig)
+            written.append(path)
+    return written
+
+
+def write_report(rows: list[dict[str, Any]], results: Path) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "recovery.json").write_text(json.dumps(rows, indent=1, default=str))
+    with (results / "recovery.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(
+                {k: (json.dumps(v) if isinstance(v, list) else v) for k, v in r.items()}
+            )
+    md = markdown(rows)
+    (results / "recovery.md").write_text(md)
+    pngs = plots(rows, results)
+    print(md)
+    print(f"wrote {results}/recovery.csv, .json, .md and {len(pngs)} PNGs")
