@@ -7,7 +7,7 @@ export PYTHONWARNINGS ?= ignore::DeprecationWarning
 export PYSPARK_PYTHON := $(abspath $(PY))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test ci lint format typecheck imports test-unit test-integration bench-ring clean
+.PHONY: help setup demo test ci lint format typecheck imports test-unit test-integration bench-ring bench-recovery bench-storm clean
 
 help:  ## List the targets (not in CI)
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -45,6 +45,12 @@ test-integration: setup  ## Integration tests with real ZooKeeper and ring nodes
 
 bench-ring: setup  ## Ring write/read throughput against raw loopback TCP (not in CI)
 	$(PY) bench/ring_throughput.py
+
+bench-recovery: setup  ## Star/line/tree recovery vs raw, Redis, Spark; netns when root (not in CI)
+	$(PY) bench/recovery.py
+
+bench-storm: setup  ## Wordcount tuples/s with checkpoints on vs off, JSON vs msgpack (not in CI)
+	$(PY) bench/storm_checkpoint.py
 
 clean:  ## Remove the venv and caches (not in CI)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

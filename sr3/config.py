@@ -206,11 +206,15 @@ class RepairConfig:
         scan_interval_s: Periodic full reconcile, catching anything missed
             (default 5 s).
         parallel_copies: Copies in flight at once (default 8).
+        scrub_interval_s: Each node re-reads every replica it holds this often,
+            quarantining any that fails its checksum so repair replaces it
+            (default 600 s; 0 disables scrubbing).
     """
 
     grace_s: float = 0.5
     scan_interval_s: float = 5.0
     parallel_copies: int = 8
+    scrub_interval_s: float = 600.0
 
     def __post_init__(self) -> None:
         _require(self.grace_s >= 0, "sr3.repair.grace.s", self.grace_s, "use >= 0")
@@ -225,6 +229,12 @@ class RepairConfig:
             "sr3.repair.parallel.copies",
             self.parallel_copies,
             "use >= 1",
+        )
+        _require(
+            self.scrub_interval_s >= 0,
+            "sr3.repair.scrub.interval.s",
+            self.scrub_interval_s,
+            "use >= 0 (0 disables scrubbing)",
         )
 
 
@@ -299,6 +309,7 @@ _KEYS: dict[str, tuple[str, str, Any]] = {
     "sr3.repair.grace.s": ("repair", "grace_s", float),
     "sr3.repair.scan.interval.s": ("repair", "scan_interval_s", float),
     "sr3.repair.parallel.copies": ("repair", "parallel_copies", int),
+    "sr3.repair.scrub.interval.s": ("repair", "scrub_interval_s", float),
     "sr3.recovery.mechanism": ("recovery", "mechanism", str),
     "sr3.recovery.tree.fanout": ("recovery", "tree_fanout", int),
     "sr3.checkpoint.max.chain.length": ("recovery", "max_chain_length", int),

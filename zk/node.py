@@ -22,7 +22,7 @@ from sr3.config import Sr3Config
 from sr3.errors import ConfigError
 from sr3.ports import NodeInfo
 from sr3.recovery import RelayFaults, RelayOps
-from sr3.repair import RepairCoordinator
+from sr3.repair import RepairCoordinator, Scrubber
 from sr3.server import NodeServer
 from sr3.storage import ReplicaStore
 from zk.client import connect
@@ -139,11 +139,19 @@ async def _serve(
         election=election,
     )
     repair_thread = threading.Thread(target=repair.run, name="sr3-repair", daemon=True)
+    scrubber = Scrubber(
+        store,
+        interval_s=config.repair.scrub_interval_s,
+        on_quarantine=lambda _shard: repair.notify(),
+    )
+    scrub_thread = threading.Thread(target=scrubber.run, name="sr3-scrub", daemon=True)
     try:
         await asyncio.to_thread(membership.register, info)
         election.start()
         membership.watch(repair.notify)
         repair_thread.start()
+        if config.repair.scrub_interval_s > 0:
+            scrub_thread.start()
         logger.info("node %s serving on %s (zone %s)", node_id, info.address, info.zone)
         # the lab waits for this line on stdout
         print(f"READY {node_id} {server.port}", flush=True)
@@ -151,6 +159,7 @@ async def _serve(
     finally:
         logger.info("node %s stopping", node_id)
         repair.stop()
+        scrubber.stop()
         election.stop()
         await asyncio.to_thread(membership.unregister, node_id)
         session.close()

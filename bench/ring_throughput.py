@@ -1,0 +1,189 @@
+"""Ring write/read throughput against raw loopback TCP of the same bytes, same run.
+
+Usage: python bench/ring_throughput.py [--sizes 10MB,100MB,1GB] [--nodes 5] [--repeat 3]
+
+Prints a Markdown table with ratios to the loopback bound and writes CSV, JSON and
+a PNG plot to bench/results/. Not a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import socket
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sr3.config import parse_size  # noqa: E402
+from sr3.snapshot import SnapshotReader, SnapshotWriter  # noqa: E402
+from sr3.synthetic import SyntheticSpec, iter_key_groups  # noqa: E402
+from sr3_cli.cluster import open_cluster  # noqa: E402
+from sr3_cli.commands import wait_for_members  # noqa: E402
+from sr3_cli.lab import Lab  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+CHUNK = 4 * 1024 * 1024
+
+
+def raw_loopback_read(nbytes: int) -> float:
+    """Seconds for a server to send ``nbytes`` to a client over one loopback socket."""
+    payload = memoryview(bytes(CHUNK))
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def serve() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            left = nbytes
+            while left > 0:
+                n = min(left, CHUNK)
+                conn.sendall(payload[:n])
+                left -= n
+
+    t = threading.Thread(target=serve)
+    t.start()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        started = time.perf_counter()
+        got = 0
+        while got < nbytes:
+            n = c.recv_into(view)
+            if n == 0:
+                break
+            got += n
+        elapsed = time.perf_counter() - started
+    t.join()
+    srv.close()
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="10MB,100MB,1GB")
+    parser.add_argument("--nodes", type=int, default=5)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    sizes = [parse_size(s) for s in args.sizes.split(",")]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sr3-bench-") as tmp:
+        lab = Lab(root=Path(tmp) / "lab")
+        lab.root.mkdir()
+        lab.save()
+        lab.start_zookeeper()
+        lab.add_nodes(args.nodes)
+        lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
+        wait_for_members(lab, args.nodes)
+        try:
+            with open_cluster(lab.config()) as cluster:
+                g = cluster.config.ring.key_group_count
+                writer = SnapshotWriter(
+                    store=cluster.store,
+                    manifests=cluster.manifests,
+                    max_shard_bytes=cluster.config.ring.max_shard_bytes,
+                )
+                reader = SnapshotReader(
+                    store=cluster.store, manifests=cluster.manifests
+                )
+                for size in sizes:
+                    spec = SyntheticSpec(total_bytes=size, keys=None, seed=1)
+                    blobs = list(iter_key_groups(spec, g))
+                    nbytes = sum(len(b) for _, b in blobs)
+                    raw, wr, rd = [], [], []
+                    for rep in range(args.repeat):
+                        owner = f"bench/{size}/{rep}"
+                        t0 = time.perf_counter()
+                        writer.write(
+                            owner=owner, epoch=1, key_group_count=g, key_groups=blobs
+                        )
+                        wr.append(time.perf_counter() - t0)
+                        manifest = reader.manifest(owner)
+                        t0 = time.perf_counter()
+                        got = sum(s.meta.size for s in reader.fetch(manifest))
+                        rd.append(time.perf_counter() - t0)
+                        assert got >= nbytes
+                        raw.append(raw_loopback_read(nbytes))
+                    del blobs
+                    med = statistics.median
+                    row = {
+                        "size_bytes": nbytes,
+                        "raw_loopback_mb_s": nbytes / 1e6 / med(raw),
+                        "ring_write_mb_s": nbytes / 1e6 / med(wr),
+                        "ring_read_mb_s": nbytes / 1e6 / med(rd),
+                    }
+                    row["read_vs_raw"] = (
+                        row["ring_read_mb_s"] / row["raw_loopback_mb_s"]
+                    )
+                    row["write_vs_raw"] = (
+                        row["ring_write_mb_s"] / row["raw_loopback_mb_s"]
+                    )
+                    rows.append(row)
+                    print(f"{nbytes / 1e6:.0f} MB done: {row}", file=sys.stderr)
+        finally:
+            lab.stop_nodes()
+            lab.stop_zookeeper()
+    print_table(rows, args)
+    save(rows)
+    return 0
+
+
+def print_table(rows: list[dict[str, float]], args: argparse.Namespace) -> None:
+    print(
+        f"\nRing throughput, {args.nodes} local nodes, r=3, write quorum 2, "
+        f"median of {args.repeat}\n"
+    )
+    print(
+        "| snapshot | raw loopback MB/s | ring write MB/s (x raw) "
+        "| ring read MB/s (x raw) |"
+    )
+    print("|---:|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['size_bytes'] / 1e6:.0f} MB | {r['raw_loopback_mb_s']:.0f} | "
+            f"{r['ring_write_mb_s']:.0f} ({r['write_vs_raw']:.2f}) | "
+            f"{r['ring_read_mb_s']:.0f} ({r['read_vs_raw']:.2f}) |"
+        )
+
+
+def save(rows: list[dict[str, float]]) -> None:
+    (RESULTS / "ring_throughput.json").write_text(json.dumps(rows, indent=2))
+    with (RESULTS / "ring_throughput.csv").open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing: no plot", file=sys.stderr)
+        return
+    xs = [r["size_bytes"] / 1e6 for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key, label in (
+        ("raw_loopback_mb_s", "raw loopback TCP"),
+        ("ring_read_mb_s", "ring read"),
+        ("ring_write_mb_s", "ring write (r=3)"),
+    ):
+        ax.plot(xs, [r[key] for r in rows], marker="o", label=label)
+    ax.set_xscale("log")
+    ax.set_xlabel("snapshot size (MB)")
+    ax.set_ylabel("MB/s")
+    ax.set_title("SR3 ring throughput vs loopback")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "ring_throughput.png", dpi=120)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""Connecting a CLI command to a ring: through a lab dir or a ZooKeeper ensemble."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sr3.client import ClientPool
+from sr3.config import Sr3Config, ZkConfig
+from sr3.errors import ConfigError
+from sr3.replication import LiveMembers, ReplicatedStore
+from sr3_cli.lab import Lab, resolve_lab_dir
+from zk.client import ZkSession, connect
+from zk.manifests import ZkManifestStore
+from zk.membership import ZkMembership
+
+__all__ = ["Cluster", "add_cluster_args", "cluster_config", "open_cluster"]
+
+
+def add_cluster_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--lab``, ``--zk``, ``--chroot`` and ``--secret-file``."""
+    parser.add_argument("--lab", help="lab dir (default: $SR3_LAB)")
+    parser.add_argument(
+        "--zk", help="ZooKeeper HOST:PORT[,HOST:PORT] of a real ensemble"
+    )
+    parser.add_argument(
+        "--chroot", default=None, help="cluster root znode (/sr3/default)"
+    )
+    parser.add_argument("--secret-file", help="ring secret file (default: the lab's)")
+
+
+def read_secret(path: str | None) -> str:
+    """Return the secret from ``path`` or ``SR3_NODE_SECRET``, or empty.
+
+    Raises:
+        ConfigError: the file cannot be read.
+    """
+    if path:
+        try:
+            return Path(path).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            msg = f"cannot read secret file {path}: {exc}"
+            raise ConfigError(msg) from exc
+    return os.environ.get("SR3_NODE_SECRET", "")
+
+
+def cluster_config(args: argparse.Namespace) -> Sr3Config:
+    """Return the configuration that reaches the ring named on the command line.
+
+    Raises:
+        ConfigError: neither a lab nor a ZooKeeper address was given.
+    """
+    base = Sr3Config.from_env()
+    lab_dir = resolve_lab_dir(getattr(args, "lab", None))
+    if getattr(args, "zk", None):
+        zk = replace(base.zk, hosts=args.zk, chroot=args.chroot or base.zk.chroot)
+        node = replace(
+            base.node, secret=read_secret(args.secret_file) or base.node.secret
+        )
+        return replace(base, zk=zk, node=node)
+    if lab_dir is not None:
+        cfg = Lab.load(lab_dir).config(base)
+        if args.chroot:
+            cfg = replace(cfg, zk=replace(cfg.zk, chroot=args.chroot))
+        return cfg
+    if base.zk.hosts:
+        return base
+    msg = (
+        "no ring to talk to: pass --lab DIR (after `sr3 lab up --dir DIR`), set "
+        "SR3_LAB, or pass --zk HOST:PORT of a real ZooKeeper ensemble"
+    )
+    raise ConfigError(msg)
+
+
+@dataclass
+class Cluster:
+    """Open handles on a ring."""
+
+    config: Sr3Config
+    session: ZkSession
+    membership: ZkMembership
+    manifests: ZkManifestStore
+    pool: ClientPool
+    store: ReplicatedStore
+
+
+@contextmanager
+def open_cluster(config: Sr3Config) -> Iterator[Cluster]:
+    """Connect to ZooKeeper and the ring nodes; close everything on exit."""
+    zk_cfg: ZkConfig = config.zk
+    session = connect(zk_cfg)
+    pool = ClientPool(config.node)
+    membership = ZkMembership(session)
+    store = ReplicatedStore(
+        members=LiveMembers(membership), pool=pool, ring_config=config.ring
+    )
+    try:
+        yield Cluster(
+            config=config,
+            session=session,
+            membership=membership,
+            manifests=ZkManifestStore(session),
+            pool=pool,
+            store=store,
+        )
+    finally:
+        store.close()
+        pool.close_all()
+        session.close()

@@ -1,0 +1,156 @@
+"""Handlers of the ``sr3`` subcommands: each takes parsed args, returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from sr3.config import Sr3Config
+from sr3.errors import SR3Error
+from sr3_cli.cluster import add_cluster_args, open_cluster, read_secret
+from sr3_cli.lab import Lab, resolve_lab_dir
+from sr3_cli.snapshot_cmd import run_get, run_put
+from sr3_cli.status import run_status
+
+__all__ = [
+    "add_cluster_args",
+    "demo",
+    "lab_down",
+    "lab_kill",
+    "lab_restart",
+    "lab_up",
+    "node",
+    "snapshot_get",
+    "snapshot_put",
+    "status",
+    "wait_for_members",
+]
+
+
+def _lab_root(args: argparse.Namespace) -> Path:
+    return resolve_lab_dir(args.lab_dir) or Path("lab").resolve()
+
+
+def wait_for_members(lab: Lab, count: int, timeout_s: float = 30.0) -> None:
+    """Wait until ``count`` nodes are registered in the lab's ZooKeeper.
+
+    Raises:
+        SR3Error: they did not all register in time.
+    """
+    with open_cluster(lab.config()) as cluster:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if len(cluster.membership.members()) >= count:
+                return
+            time.sleep(0.05)
+        have = sorted(cluster.membership.members())
+    msg = (
+        f"only {len(have)} of {count} ring nodes registered ({have}); "
+        "see nodes/*/node.log in the lab dir"
+    )
+    raise SR3Error(msg)
+
+
+def lab_up(args: argparse.Namespace) -> int:
+    """``sr3 lab up``: start (or complete) a lab and wait until it is ready."""
+    root = _lab_root(args)
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        lab = Lab.load(root)
+    except SR3Error:
+        lab = Lab(root=root)
+        lab.save()
+    started = time.perf_counter()
+    lab.start_zookeeper()
+    missing = args.nodes - len(lab.nodes)
+    zones = [z for z in args.zones.split(",") if z] or None
+    if missing > 0:
+        lab.add_nodes(missing, zones)
+    lab.start_nodes(sorted(lab.nodes))
+    wait_for_members(lab, len(lab.nodes))
+    print(
+        f"lab up in {root}: ZooKeeper {lab.zk_hosts}, {len(lab.nodes)} ring nodes "
+        f"({time.perf_counter() - started:.1f}s)\n"
+        f"use it with: export SR3_LAB={root}"
+    )
+    return 0
+
+
+def lab_down(args: argparse.Namespace) -> int:
+    """``sr3 lab down``: stop the nodes, then ZooKeeper."""
+    root = _lab_root(args)
+    lab = Lab.load(root)
+    lab.stop_nodes()
+    lab.stop_zookeeper()
+    if args.purge:
+        shutil.rmtree(root)
+    print(f"lab in {root} stopped" + (" and deleted" if args.purge else ""))
+    return 0
+
+
+def lab_kill(args: argparse.Namespace) -> int:
+    """``sr3 lab kill``: SIGKILL the named nodes."""
+    lab = Lab.load(_lab_root(args))
+    lab.kill_nodes(list(args.node_ids))
+    print("killed " + ", ".join(args.node_ids))
+    return 0
+
+
+def lab_restart(args: argparse.Namespace) -> int:
+    """``sr3 lab restart``: start the named nodes again on their data dirs."""
+    lab = Lab.load(_lab_root(args))
+    lab.start_zookeeper()
+    lab.start_nodes(list(args.node_ids))
+    print("restarted " + ", ".join(args.node_ids))
+    return 0
+
+
+def node(args: argparse.Namespace) -> int:
+    """``sr3 node``: run one ring node in the foreground."""
+    from zk.node import NodeOptions, run_node  # noqa: PLC0415 - heavy, node only
+
+    base = Sr3Config.from_env()
+    secret = read_secret(args.secret_file) or base.node.secret
+    config = replace(
+        base,
+        zk=replace(base.zk, hosts=args.zk, chroot=args.chroot or base.zk.chroot),
+        node=replace(base.node, secret=secret),
+    )
+    options = NodeOptions(
+        data_dir=args.data_dir.resolve(),
+        host=args.host,
+        port=args.port,
+        zone=args.zone,
+        node_id=args.node_id,
+        capacity=args.capacity,
+    )
+    run_node(config, options)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    """``sr3 status``."""
+    return run_status(args)
+
+
+def snapshot_put(args: argparse.Namespace) -> int:
+    """``sr3 snapshot put``."""
+    return run_put(args)
+
+
+def snapshot_get(args: argparse.Namespace) -> int:
+    """``sr3 snapshot get``."""
+    return run_get(args)
+
+
+def demo(args: argparse.Namespace) -> int:
+    """``sr3 demo``: the main job on embedded defaults."""
+    from sr3_cli.demo import run_demo  # noqa: PLC0415
+
+    tmp = Path(os.environ.get("TMPDIR", "/tmp"))  # noqa: S108 - a scratch lab
+    root = resolve_lab_dir(args.lab_dir) or tmp / "sr3-demo"
+    return run_demo(root, size=args.size)

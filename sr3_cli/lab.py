@@ -1,0 +1,285 @@
+"""A local lab: an embedded ZooKeeper and N ring node processes under one directory.
+
+Layout of a lab dir::
+
+    lab.json          ports, pids and data dirs (written by ``sr3 lab up``)
+    secret            the ring's shared HMAC secret
+    zk/               ZooKeeper's data dir and log
+    nodes/<id>/       each node's data dir and node.log
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sr3.config import NodeConfig, Sr3Config, ZkConfig
+from sr3.errors import ConfigError, SR3Error
+from zk.launcher import EmbeddedZooKeeper
+
+__all__ = ["Lab", "LabNode", "resolve_lab_dir"]
+
+_STATE = "lab.json"
+_NODE_READY_TIMEOUT_S = 30.0
+
+
+def resolve_lab_dir(explicit: str | None) -> Path | None:
+    """Return the lab dir from ``--lab`` or ``SR3_LAB``, or None."""
+    raw = explicit or os.environ.get("SR3_LAB")
+    return Path(raw).resolve() if raw else None
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child still answers kill(0); reap it if it is ours
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return _not_zombie(pid)
+    return done == 0
+
+
+def _not_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+@dataclass
+class LabNode:
+    """One ring node of the lab."""
+
+    node_id: str
+    data_dir: str
+    zone: str | None = None
+    pid: int | None = None
+    port: int | None = None
+
+    @property
+    def alive(self) -> bool:
+        """Whether its process is running."""
+        return _alive(self.pid)
+
+
+@dataclass
+class Lab:
+    """A lab directory and what runs in it."""
+
+    root: Path
+    zk_port: int = 0
+    zk_pid: int | None = None
+    chroot: str = "/sr3/default"
+    nodes: dict[str, LabNode] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, root: Path) -> Lab:
+        """Read ``lab.json`` in ``root``.
+
+        Raises:
+            ConfigError: there is no lab there.
+        """
+        path = root / _STATE
+        if not path.exists():
+            msg = f"no lab in {root}: run `sr3 lab up --dir {root}` first"
+            raise ConfigError(msg)
+        raw: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return cls(
+            root=root,
+            zk_port=int(raw["zk_port"]),
+            zk_pid=raw.get("zk_pid"),
+            chroot=str(raw.get("chroot", "/sr3/default")),
+            nodes={k: LabNode(**v) for k, v in raw.get("nodes", {}).items()},
+        )
+
+    def save(self) -> None:
+        """Write ``lab.json`` atomically."""
+        raw = {
+            "zk_port": self.zk_port,
+            "zk_pid": self.zk_pid,
+            "chroot": self.chroot,
+            "nodes": {k: vars(v) for k, v in self.nodes.items()},
+        }
+        tmp = self.root / (_STATE + ".tmp")
+        tmp.write_text(json.dumps(raw, indent=2), encoding="utf-8")
+        tmp.replace(self.root / _STATE)
+
+    @property
+    def zk_hosts(self) -> str:
+        """Client connect string of the lab's ZooKeeper."""
+        return f"127.0.0.1:{self.zk_port}"
+
+    @property
+    def secret_file(self) -> Path:
+        """The ring's shared secret."""
+        return self.root / "secret"
+
+    def secret(self) -> str:
+        """Return the shared secret, creating it on first use."""
+        if not self.secret_file.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.secret_file.write_text(secrets.token_hex(32), encoding="utf-8")
+            self.secret_file.chmod(0o600)
+        return self.secret_file.read_text(encoding="utf-8").strip()
+
+    def config(self, base: Sr3Config | None = None) -> Sr3Config:
+        """Return ``base`` pointed at this lab's ZooKeeper and secret."""
+        cfg = base or Sr3Config()
+        return Sr3Config(
+            ring=cfg.ring,
+            node=NodeConfig(
+                secret=self.secret(),
+                max_frame_bytes=cfg.node.max_frame_bytes,
+                io_timeout_s=cfg.node.io_timeout_s,
+                connect_timeout_s=cfg.node.connect_timeout_s,
+                chunk_bytes=cfg.node.chunk_bytes,
+            ),
+            zk=ZkConfig(
+                hosts=self.zk_hosts,
+                chroot=self.chroot,
+                session_timeout_s=cfg.zk.session_timeout_s,
+                connect_timeout_s=cfg.zk.connect_timeout_s,
+                digest=cfg.zk.digest,
+            ),
+            repair=cfg.repair,
+            recovery=cfg.recovery,
+        )
+
+    # --- ZooKeeper -------------------------------------------------------------
+
+    def start_zookeeper(self) -> None:
+        """Start the lab's ZooKeeper unless it runs already (same port on restart)."""
+        if _alive(self.zk_pid):
+            return
+        zk = EmbeddedZooKeeper(self.root / "zk", port=self.zk_port, detached=True)
+        zk.start()
+        self.zk_port = zk.port
+        self.zk_pid = zk.pid
+        self.save()
+
+    def stop_zookeeper(self) -> None:
+        """Stop the lab's ZooKeeper."""
+        _terminate(self.zk_pid)
+        self.zk_pid = None
+        self.save()
+
+    # --- nodes -----------------------------------------------------------------
+
+    def add_nodes(self, count: int, zones: list[str] | None = None) -> list[str]:
+        """Define ``count`` more nodes (not started) and return their ids."""
+        added = []
+        for _ in range(count):
+            index = len(self.nodes) + 1
+            node_id = f"node-{index}"
+            zone = zones[(index - 1) % len(zones)] if zones else None
+            data_dir = self.root / "nodes" / node_id
+            self.nodes[node_id] = LabNode(
+                node_id=node_id, data_dir=str(data_dir), zone=zone
+            )
+            added.append(node_id)
+        self.save()
+        return added
+
+    def start_nodes(self, node_ids: list[str], *, log_level: str = "INFO") -> None:
+        """Start the given nodes (those not running) and wait until each is ready.
+
+        Raises:
+            SR3Error: a node exited or did not become ready in time.
+        """
+        self.secret()  # created before any node reads it
+        started: dict[str, subprocess.Popen[bytes]] = {}
+        for node_id in node_ids:
+            node = self._node(node_id)
+            if node.alive:
+                continue
+            Path(node.data_dir).mkdir(parents=True, exist_ok=True)
+            cmd = [
+                sys.executable, "-m", "sr3_cli", "--log-level", log_level,
+                "node", "--zk", self.zk_hosts, "--chroot", self.chroot,
+                "--port", str(node.port or 0), "--data-dir", node.data_dir,
+                "--node-id", node_id, "--secret-file", str(self.secret_file),
+            ]  # fmt: skip
+            if node.zone:
+                cmd += ["--zone", node.zone]
+            log = open(Path(node.data_dir) / "node.log", "ab")  # noqa: SIM115
+            proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            log.close()
+            node.pid = proc.pid
+            started[node_id] = proc
+        self.save()
+        for node_id, proc in started.items():
+            self._wait_ready(node_id, proc)
+        self.save()
+
+    def _wait_ready(self, node_id: str, proc: subprocess.Popen[bytes]) -> None:
+        if proc.stdout is None:
+            msg = f"ring node {node_id} was started without a stdout pipe"
+            raise SR3Error(msg)
+        deadline = time.monotonic() + _NODE_READY_TIMEOUT_S
+        line = b""
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line or line.startswith(b"READY"):
+                break
+        if not line.startswith(b"READY"):
+            log = Path(self.nodes[node_id].data_dir) / "node.log"
+            tail = log.read_text(encoding="utf-8", errors="replace")[-2000:]
+            msg = f"ring node {node_id} did not start (see {log}):\n{tail}"
+            raise SR3Error(msg)
+        self.nodes[node_id].port = int(line.split()[2])
+        proc.stdout.close()
+
+    def kill_nodes(self, node_ids: list[str], sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` (SIGKILL by default) to the given nodes."""
+        for node_id in node_ids:
+            node = self._node(node_id)
+            if node.pid and _alive(node.pid):
+                os.kill(node.pid, sig)
+        self.save()
+
+    def stop_nodes(self) -> None:
+        """Stop every node gracefully."""
+        for node in self.nodes.values():
+            _terminate(node.pid)
+            node.pid = None
+        self.save()
+
+    def _node(self, node_id: str) -> LabNode:
+        if node_id not in self.nodes:
+            known = ", ".join(sorted(self.nodes)) or "none"
+            msg = f"no node {node_id!r} in the lab at {self.root} (nodes: {known})"
+            raise ConfigError(msg)
+        return self.nodes[node_id]
+
+
+def _terminate(pid: int | None, timeout_s: float = 10.0) -> None:
+    if pid is None or not _alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    if _alive(pid):
+        os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,162 @@
+"""Entry point of the ``sr3`` command: argument parsing and dispatch only."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from sr3.errors import SR3Error
+
+__all__ = ["build_parser", "main"]
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _lab_dir_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dir",
+        dest="lab_dir",
+        default=None,
+        help="lab dir (default: $SR3_LAB or ./lab)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the ``sr3`` argument parser."""
+    from sr3_cli import commands, topology_cmd  # noqa: PLC0415 - keeps --help fast
+
+    parser = argparse.ArgumentParser(
+        prog="sr3", description="SR3 for Python: replicated state ring and recovery"
+    )
+    parser.add_argument(
+        "--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    lab = sub.add_parser(
+        "lab", help="a local ZooKeeper plus ring nodes"
+    ).add_subparsers(dest="lab_command", required=True)
+    up = lab.add_parser("up", help="start ZooKeeper and N ring nodes in the background")
+    _lab_dir_arg(up)
+    up.add_argument("--nodes", type=int, default=5, help="ring nodes (default 5)")
+    up.add_argument(
+        "--zones", default="", help="comma-separated zone labels, round robin"
+    )
+    up.set_defaults(handler=commands.lab_up)
+    down = lab.add_parser("down", help="stop the lab's nodes and ZooKeeper")
+    _lab_dir_arg(down)
+    down.add_argument("--purge", action="store_true", help="also delete the lab dir")
+    down.set_defaults(handler=commands.lab_down)
+    kill = lab.add_parser("kill", help="SIGKILL ring nodes (ids as `sr3 status` shows)")
+    _lab_dir_arg(kill)
+    kill.add_argument("node_ids", nargs="+", metavar="NODE_ID")
+    kill.set_defaults(handler=commands.lab_kill)
+    restart = lab.add_parser(
+        "restart", help="start stopped nodes again on their data dirs"
+    )
+    _lab_dir_arg(restart)
+    restart.add_argument("node_ids", nargs="+", metavar="NODE_ID")
+    restart.set_defaults(handler=commands.lab_restart)
+
+    node = sub.add_parser("node", help="run one ring node in the foreground")
+    node.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,HOST:PORT]")
+    node.add_argument(
+        "--chroot", default=None, help="cluster root znode (/sr3/default)"
+    )
+    node.add_argument(
+        "--host", default="127.0.0.1", help="address to bind and announce"
+    )
+    node.add_argument(
+        "--port", type=int, default=0, help="TCP port (0 = any free port)"
+    )
+    node.add_argument("--data-dir", required=True, type=Path)
+    node.add_argument("--zone", default=None, help="failure zone label")
+    node.add_argument(
+        "--node-id", default=None, help="id on first start (kept in data dir)"
+    )
+    node.add_argument("--capacity", type=int, default=1, help="relative ring weight")
+    node.add_argument("--secret-file", default=None, help="shared ring secret")
+    node.set_defaults(handler=commands.node)
+
+    status = sub.add_parser(
+        "status", help="members, shards per node, replication health"
+    )
+    commands.add_cluster_args(status)
+    status.add_argument("--json", action="store_true")
+    status.set_defaults(handler=commands.status)
+
+    snap = sub.add_parser("snapshot", help="synthetic keyed snapshots").add_subparsers(
+        dest="snapshot_command", required=True
+    )
+    put = snap.add_parser("put", help="write a synthetic snapshot through the ring")
+    commands.add_cluster_args(put)
+    put.add_argument("--owner", required=True)
+    put.add_argument("--size", required=True, help="total bytes, as 200MB or 1GiB")
+    put.add_argument(
+        "--keys", type=int, default=None, help="key count (default size/1KiB)"
+    )
+    put.add_argument("--seed", type=int, default=0)
+    put.add_argument("--epochs", type=int, default=1, help="1 full epoch + deltas")
+    put.add_argument("--update-fraction", type=float, default=0.1)
+    put.add_argument(
+        "--max-chain-length",
+        type=int,
+        default=None,
+        help="deltas before a full epoch (default sr3.checkpoint.max.chain.length)",
+    )
+    put.add_argument("--json", action="store_true")
+    put.set_defaults(handler=commands.snapshot_put)
+    get = snap.add_parser(
+        "get", help="recover a snapshot from the ring by star, line or tree"
+    )
+    commands.add_cluster_args(get)
+    get.add_argument("--owner", required=True)
+    get.add_argument(
+        "--epoch", type=int, default=None, help="default: latest committed"
+    )
+    get.add_argument(
+        "--mechanism",
+        choices=("star", "line", "tree", "auto"),
+        default="auto",
+        help="recovery structure (default auto: the planner chooses)",
+    )
+    get.add_argument(
+        "--eager",
+        action="store_true",
+        help="decode every key group at install (default: lazy, on first touch)",
+    )
+    get.add_argument(
+        "--verify", action="store_true", help="check every key; exit 1 on mismatch"
+    )
+    get.add_argument("--json", action="store_true")
+    get.set_defaults(handler=commands.snapshot_get)
+
+    topology_cmd.add_parsers(sub)
+
+    demo = sub.add_parser("demo", help="the main job on embedded defaults")
+    _lab_dir_arg(demo)
+    demo.add_argument("--size", default="200MB", help="snapshot size (default 200MB)")
+    demo.set_defaults(handler=commands.demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``sr3`` command; return its exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except SR3Error as exc:
+        print(f"sr3: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

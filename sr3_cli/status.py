@@ -1,0 +1,101 @@
+"""``sr3 status``: members, shards and bytes per node, and replication health."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from sr3.repair import replication_health
+from sr3_cli.cluster import Cluster, cluster_config, open_cluster
+from sr3_cli.lab import Lab, resolve_lab_dir
+from sr3_cli.output import emit_json, format_bytes, table
+
+__all__ = ["collect_status", "run_status"]
+
+
+def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
+    """Return the status object that ``sr3 status --json`` prints."""
+    live = cluster.membership.members()
+    r = cluster.config.ring.replication_factor
+    nodes: dict[str, dict[str, Any]] = {}
+    for node_id, info in live.items():
+        nodes[node_id] = {
+            "id": node_id,
+            "address": info.address,
+            "zone": info.zone,
+            "alive": True,
+            "shards": 0,
+            "bytes": 0,
+        }
+    if lab is not None:
+        for node_id, lab_node in lab.nodes.items():
+            nodes.setdefault(
+                node_id,
+                {
+                    "id": node_id,
+                    "address": f"127.0.0.1:{lab_node.port}" if lab_node.port else "",
+                    "zone": lab_node.zone,
+                    "alive": False,
+                    "shards": 0,
+                    "bytes": 0,
+                },
+            )
+    all_shards = {}
+    owners = cluster.manifests.owners()
+    for owner in owners:
+        all_shards.update(cluster.manifests.shards(owner))
+    for meta in all_shards.values():
+        for holder in meta.holders:
+            entry = nodes.setdefault(
+                holder,
+                {
+                    "id": holder,
+                    "address": "",
+                    "zone": None,
+                    "alive": False,
+                    "shards": 0,
+                    "bytes": 0,
+                },
+            )
+            entry["shards"] += 1
+            entry["bytes"] += meta.size
+    under, lost = replication_health(all_shards, live, r)
+    return {
+        "nodes": sorted(nodes.values(), key=lambda n: n["id"]),
+        "under_replicated": under,
+        "lost": lost,
+        "shards": len(all_shards),
+        "owners": len(owners),
+        "replication_factor": r,
+        "live_nodes": len(live),
+    }
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Print ring status; exit 0."""
+    config = cluster_config(args)
+    lab_dir = resolve_lab_dir(args.lab) if not args.zk else None
+    lab = Lab.load(lab_dir) if lab_dir else None
+    with open_cluster(config) as cluster:
+        status = collect_status(cluster, lab)
+    if args.json:
+        emit_json(status)
+        return 0
+    rows = [
+        [
+            n["id"],
+            n["address"],
+            n["zone"] or "-",
+            "yes" if n["alive"] else "NO",
+            n["shards"],
+            format_bytes(n["bytes"]),
+        ]
+        for n in status["nodes"]
+    ]
+    print(table(["node", "address", "zone", "alive", "shards", "bytes"], rows))
+    print(
+        f"\n{status['owners']} owners, {status['shards']} shards, "
+        f"r={status['replication_factor']}, {status['live_nodes']} live nodes: "
+        f"{status['under_replicated']} under-replicated, {status['lost']} lost"
+    )
+    return 0
