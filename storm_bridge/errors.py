@@ -10,6 +10,7 @@ from __future__ import annotations
 from sr3.errors import SR3Error
 
 __all__ = [
+    "CheckpointError",
     "ClusterStateError",
     "MultilangProtocolError",
     "StormBridgeError",
@@ -29,6 +30,12 @@ class TopologyError(StormBridgeError, ValueError):
 
 class ClusterStateError(StormBridgeError, RuntimeError):
     """The local cluster was asked for a move its lifecycle does not allow."""
+
+
+class CheckpointError(StormBridgeError):
+    """An epoch could not be committed or recorded; a later epoch is tried."""
+
+    retriable = True
 
 
 class _TaskErrorMixin(Exception):

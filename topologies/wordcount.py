@@ -1,60 +1,96 @@
-"""Word count, streamparse's quickstart topology with its components in one file.
+"""Exactly-once word count: a replayable line spout, a splitter, a stateful counter.
 
-Run it on the local multilang cluster::
+The corpus is generated deterministically from ``wordcount.seed`` (default 7):
+``wordcount.lines`` lines (default 2000) of ``wordcount.words.per.line`` words
+(default 8) drawn from a fixed vocabulary. Spout task ``i`` of ``n`` emits the
+lines whose number is ``i`` modulo ``n``, with the line number as its offset, so
+the source is finite and replayable. Run it with::
 
-    from storm_bridge.cluster import LocalCluster
-
-    with LocalCluster("topologies/wordcount.py", {"wordcount.rounds": 3}) as cluster:
-        cluster.run_until_idle(timeout_s=30)
-        print(cluster.counters())
-
-The spout emits ``wordcount.rounds`` rounds of its word list (forever when the
-conf key is 0), reliably; the counter logs every 1000th count of a word.
+    sr3 run topologies/wordcount.py --until-idle
+    sr3 state dump --topology wordcount --component count
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from itertools import cycle
+import random
 
-from streamparse import Bolt, Grouping, Spout, Topology
+from streamparse import Bolt, Grouping, Topology
 
-WORDS = ("dog", "cat", "zebra", "elephant", "the", "quick", "brown", "fox")
+from storm_bridge import ReplayableSpout, StatefulBolt
+
+VOCABULARY = (
+    "apple banana cherry delta echo falcon garden harbor island jungle kettle "
+    "lemon meadow nectar orbit pepper quartz river saddle timber umber velvet "
+    "willow xenon yonder zephyr amber breeze cobalt dune ember fjord glacier "
+    "hollow ivory jasper kelp lagoon marble nimbus"
+).split()
 
 
-class WordSpout(Spout):
-    outputs = ["word"]
+def corpus(lines: int, words_per_line: int, seed: int) -> list[str]:
+    """Return the deterministic corpus: ``lines`` lines of random vocabulary."""
+    rng = random.Random(seed)  # noqa: S311 (test data, not secrets)
+    return [
+        " ".join(rng.choice(VOCABULARY) for _ in range(words_per_line))
+        for _ in range(lines)
+    ]
+
+
+def corpus_from_conf(conf):
+    """Return the corpus the ``wordcount.*`` conf keys describe."""
+    return corpus(
+        int(conf.get("wordcount.lines", 2000)),
+        int(conf.get("wordcount.words.per.line", 8)),
+        int(conf.get("wordcount.seed", 7)),
+    )
+
+
+class Lines(ReplayableSpout):
+    outputs = ["line"]
 
     def initialize(self, stormconf, context):
-        rounds = int(stormconf.get("wordcount.rounds", 0))
-        self.remaining = rounds * len(WORDS) if rounds else None
-        self.words = cycle(WORDS)
-        self.next_id = 0
+        tasks = sorted(
+            int(t)
+            for t, c in context["task->component"].items()
+            if c == context["componentid"]
+        )
+        self.index = tasks.index(int(context["taskid"]))
+        self.step = len(tasks)
+        self.lines = corpus_from_conf(stormconf)
+        self.next_line = self.index
+
+    def seek(self, offset):
+        self.next_line = self.index if offset is None else offset + self.step
 
     def next_tuple(self):
-        if self.remaining == 0:
+        if self.next_line >= len(self.lines):
             return
-        if self.remaining is not None:
-            self.remaining -= 1
-        self.next_id += 1
-        self.emit([next(self.words)], tup_id=str(self.next_id))
+        n = self.next_line
+        self.next_line += self.step
+        self.emit([self.lines[n]], offset=n)
 
 
-class WordCountBolt(Bolt):
-    outputs = ["word", "count"]
-
-    def initialize(self, conf, ctx):
-        self.counter = Counter()
+class Split(Bolt):
+    outputs = ["word"]
 
     def process(self, tup):
-        word = tup.values[0]
-        self.counter[word] += 1
-        if self.counter[word] % 1000 == 0:
-            self.logger.info("counted %s %s times", word, self.counter[word])
-        self.emit([word, self.counter[word]])
+        for word in tup.values[0].split():
+            self.emit([word])
+
+
+class Count(StatefulBolt):
+    outputs = ["word", "count"]
+
+    def process(self, tup):
+        n = self.state.get("n", 0) + 1
+        self.state["n"] = n
+        self.emit([tup.values[0], n])
 
 
 class WordCount(Topology):
-    config = {"topology.max.spout.pending": 500}
-    word_spout = WordSpout.spec()
-    count_bolt = WordCountBolt.spec(inputs={word_spout: Grouping.fields("word")}, par=2)
+    lines = Lines.spec(par=2)
+    split = Split.spec(inputs={lines: Grouping.SHUFFLE}, par=2)
+    count = Count.spec(
+        inputs={split: Grouping.fields("word")},
+        par=3,
+        config={"sr3.recovery.mechanism": "tree"},
+    )

@@ -8,7 +8,8 @@ chrooted kazoo client of :mod:`zk.client` sees the tree::
     /owners/<owner>                          {"key_group_count": G, "latest": e}
     /owners/<owner>/epochs/<epoch:010d>      Manifest
     /owners/<owner>/shards/<shard id>        ShardMeta
-    /topologies/<name>                       reserved for topology metadata
+    /topologies/<name>                       topology metadata
+    /topologies/<name>/committed             last globally committed epoch
     /ring/meta                               reserved for ring parameters
 
 Node ids, owner names and shard ids may contain ``/``, ``@`` and ``#``; they are
@@ -126,6 +127,10 @@ class ZkPaths:
     def topology(self, name: str) -> str:
         """Return the root of topology ``name``'s metadata."""
         return f"{self.topologies}/{quote_name(name)}"
+
+    def committed(self, name: str) -> str:
+        """Return the znode holding topology ``name``'s last committed epoch."""
+        return f"{self.topology(name)}/committed"
 
     @staticmethod
     def epoch_of(segment: str) -> int:

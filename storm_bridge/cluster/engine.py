@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
 from storm_bridge.cluster.context import Router, assign_task_ids
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
@@ -28,6 +29,11 @@ from storm_bridge.cluster.settings import (
 from storm_bridge.cluster.spouts import SpoutDriver
 from storm_bridge.cluster.supervisor import Launcher, Supervisor
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
+from storm_bridge.components import (
+    BARRIER_STREAM,
+    RESTORED_METRIC,
+    SNAPSHOT_METRIC,
+)
 from storm_bridge.errors import MultilangProtocolError, TaskExitedError, TopologyError
 from storm_bridge.messages import LOG_LEVELS, ShellMsg, parse_shell_msg
 from storm_bridge.multilang import Serializer
@@ -75,6 +81,7 @@ class Engine:
         clock: Monotonic clock in seconds.
         options: Local-cluster knobs.
         sink: Where subprocess readers post :class:`ProcessEvent` (thread-safe).
+        checkpoint: Global checkpoints (epochs, barriers, rollback); None: off.
 
     Raises:
         TopologyError: the conf has invalid values.
@@ -93,6 +100,7 @@ class Engine:
         clock: Callable[[], float],
         options: ClusterOptions,
         sink: Callable[[ProcessEvent], None],
+        checkpoint: CheckpointSettings | None = None,
     ) -> None:
         self.topology = topology
         self.options = options
@@ -143,8 +151,24 @@ class Engine:
             restart_backoff_s=options.restart_backoff_s,
             restart_backoff_max_s=options.restart_backoff_max_s,
             on_ready=self._task_ready,
+            on_death=self._task_died,
         )
         self._clock = clock
+        self.coordinator: Coordinator | None = None
+        if checkpoint is not None:
+            self.coordinator = Coordinator(
+                topology=topology,
+                tasks=self.tasks,
+                component_tasks=self.router.component_tasks,
+                settings=checkpoint,
+                timers=self.timers,
+                clock=clock,
+                queue_spout_command=self.spouts.queue,
+                deliver=self.flow.deliver_now,
+                recycle=self.supervisor.recycle,
+            )
+            self.flow.gate = self.coordinator.hold
+            self.flow.on_input_done = self.coordinator.input_done
         self._activate_when_ready = True
 
     def start(self) -> None:
@@ -179,6 +203,17 @@ class Engine:
     def _task_ready(self) -> None:
         if self._activate_when_ready and self.all_ready():
             self.activate()
+        if self.coordinator is not None and self.all_ready():
+            self.coordinator.start()
+
+    def _task_died(self, rt: TaskRuntime) -> None:
+        if self.coordinator is not None:
+            self.coordinator.task_died(rt)
+
+    def rollback(self, cause: str) -> None:
+        """Roll every task back to the last committed epoch (checkpointing only)."""
+        if self.coordinator is not None:
+            self.coordinator.rollback(cause)
 
     @property
     def active(self) -> bool:
@@ -262,13 +297,21 @@ class Engine:
             self._record(EventKind.COMPONENT_ERROR, rt, text)
         else:
             metric, params = msg.metric_name or "", msg.metric_params
+            if self.coordinator is not None:
+                if metric == RESTORED_METRIC:
+                    self.coordinator.restored(rt, params)
+                elif metric == SNAPSHOT_METRIC:
+                    self.coordinator.snapshot_written(rt, params)
             task_logger.debug(
                 "component %s task %s metric %s: %r", name, task, metric, params
             )
             self._record(EventKind.METRICS, rt, metric, params=params)
 
     def _bolt_message(self, rt: TaskRuntime, msg: ShellMsg) -> None:
-        if msg.command == "emit":
+        if msg.command == "emit" and msg.stream == BARRIER_STREAM:
+            if self.coordinator is not None:
+                self.coordinator.bolt_barrier(rt, list(msg.values))
+        elif msg.command == "emit":
             task_ids = self.flow.bolt_emit(rt, msg)
             if task_ids is not None and rt.process is not None:
                 rt.process.send(task_ids, urgent=True)
@@ -285,7 +328,12 @@ class Engine:
 
     def _spout_message(self, rt: TaskRuntime, msg: ShellMsg) -> None:
         if msg.command == "sync":
+            if self.coordinator is not None:
+                self.coordinator.spout_synced(rt)
             self.spouts.synced(rt)
+        elif msg.command == "emit" and msg.stream == BARRIER_STREAM:
+            if self.coordinator is not None:
+                self.coordinator.spout_barrier(rt, list(msg.values))
         elif msg.command == "emit":
             task_ids = self.flow.spout_emit(rt, msg)
             if task_ids is not None and rt.process is not None:
@@ -313,7 +361,7 @@ class Engine:
                     return False
             elif rt.process.outbox_size or self.flow.busy(rt):
                 return False
-        return True
+        return self.coordinator is None or not self.coordinator.busy()
 
     def pid_of(self, task_id: int) -> int | None:
         """The pid of a task's current subprocess."""

@@ -79,6 +79,10 @@ class TupleFlow:
         self._acking = acking
         self._fail_lost = fail_lost
         self._notify_spout = notify_spout
+        #: Barrier alignment: returns True when it holds a delivery back.
+        self.gate: Callable[[int, int, tuple[Any, ...]], bool] | None = None
+        #: Called after a bolt acked or failed an input.
+        self.on_input_done: Callable[[TaskRuntime], None] | None = None
 
     def _tuple_id(self, rt: TaskRuntime) -> str:
         # ShellBolt's genId: Long.toString(rand.nextLong()).
@@ -96,7 +100,26 @@ class TupleFlow:
         values: Sequence[Any],
         anchors: Anchors,
     ) -> None:
-        """Hand a tuple to a bolt task; a task that is down loses it."""
+        """Hand a tuple to a bolt task; a task that is down loses it.
+
+        While checkpointing, a tuple from a channel already past a barrier is
+        held back by :attr:`gate` and delivered once the barrier is aligned.
+        """
+        args = (target, source, source_task, stream, values, anchors)
+        if self.gate is not None and self.gate(target, source_task, args):
+            return
+        self.deliver_now(*args)
+
+    def deliver_now(
+        self,
+        target: int,
+        source: str,
+        source_task: int,
+        stream: str,
+        values: Sequence[Any],
+        anchors: Anchors,
+    ) -> None:
+        """Hand a tuple to a bolt task without barrier alignment."""
         rt = self._tasks[target]
         if rt.state not in _LIVE or rt.process is None:
             self._lose(anchors.keys())
@@ -171,6 +194,8 @@ class TupleFlow:
         if self._acking:
             for root, edge in pending.anchors.items():
                 self._settle(self.acker.ack(root, edge ^ pending.ack_value))
+        if self.on_input_done is not None:
+            self.on_input_done(rt)
 
     def bolt_fail(self, rt: TaskRuntime, msg: ShellMsg) -> None:
         """Fail an input: its roots fail.
@@ -182,6 +207,8 @@ class TupleFlow:
         self._counters[rt.component.name].failed += 1
         if self._acking:
             self._lose(pending.roots, force=True)
+        if self.on_input_done is not None:
+            self.on_input_done(rt)
 
     def spout_emit(self, rt: TaskRuntime, msg: ShellMsg) -> list[int] | None:
         """Route a spout's emit, tracking it when it carries a message id.

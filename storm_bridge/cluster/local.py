@@ -26,6 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
+from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
 from storm_bridge.cluster.engine import Engine
 from storm_bridge.cluster.events import ClusterEvent, ComponentCounters, EventKind
 from storm_bridge.cluster.process import ProcessEvent
@@ -77,6 +78,7 @@ class LocalCluster:
         bin_dir: Directory of ``streamparse_run``; defaults to this interpreter's.
         seed: Seed of tuple ids and shuffles (random when None).
         clock: Monotonic clock in seconds.
+        checkpoint: Global checkpoints with exactly-once rollback (None: off).
 
     Raises:
         TopologyError: the topology file cannot be loaded or its conf is invalid.
@@ -94,6 +96,7 @@ class LocalCluster:
         bin_dir: Path | None = None,
         seed: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        checkpoint: CheckpointSettings | None = None,
     ) -> None:
         loaded = (
             topology
@@ -121,6 +124,7 @@ class LocalCluster:
                 clock=clock,
                 options=options or ClusterOptions(),
                 sink=self._inbox.put,
+                checkpoint=checkpoint,
             )
         except BaseException:
             shutil.rmtree(self._work_dir, ignore_errors=True)
@@ -275,6 +279,29 @@ class LocalCluster:
         with self._lock:
             self._check_running()
             self._engine.kill_task(task_id)
+
+    def rollback(self, cause: str) -> None:
+        """Roll the topology back to its last committed epoch (checkpointing only)."""
+        with self._lock:
+            self._check_running()
+            self._engine.rollback(cause)
+
+    def with_coordinator(self, read: Callable[[Coordinator], Any]) -> Any:
+        """Return ``read(coordinator)`` under the lock (None: no checkpoints)."""
+        with self._lock:
+            coordinator = self._engine.coordinator
+            return None if coordinator is None else read(coordinator)
+
+    def request_epoch(self) -> int | None:
+        """Open an epoch as soon as possible; return the number it will get."""
+        with self._lock:
+            coordinator = self._engine.coordinator
+            if coordinator is None:
+                return None
+            if coordinator.open_epoch():
+                return coordinator.in_flight
+            current = coordinator.in_flight
+            return None if current is None else current + 1
 
     def wait_for(
         self, predicate: Callable[[LocalCluster], bool], timeout_s: float

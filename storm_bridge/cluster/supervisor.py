@@ -114,6 +114,7 @@ class Supervisor:
             never completed its handshake; it doubles up to ``restart_backoff_max_s``.
         restart_backoff_max_s: Upper bound of that delay.
         on_ready: Called after each completed handshake.
+        on_death: Called after a task died (not after :meth:`recycle`).
     """
 
     def __init__(
@@ -131,6 +132,7 @@ class Supervisor:
         restart_backoff_s: float,
         restart_backoff_max_s: float,
         on_ready: Callable[[], None],
+        on_death: Callable[[TaskRuntime], None] | None = None,
     ) -> None:
         self._launcher = launcher
         self._task_to_component = task_to_component
@@ -144,6 +146,7 @@ class Supervisor:
         self._backoff_s = restart_backoff_s
         self._backoff_max_s = restart_backoff_max_s
         self._on_ready = on_ready
+        self._on_death = on_death
         self._clock = launcher.clock
 
     def _record(
@@ -292,6 +295,25 @@ class Supervisor:
             delay = min(self._backoff_max_s, self._backoff_s * 2 ** (rt.failures - 2))
         incarnation = rt.incarnation
         self._timers.at(self._clock() + delay, lambda: self._restart(rt, incarnation))
+        if self._on_death is not None:
+            self._on_death(rt)
+
+    def recycle(self, rt: TaskRuntime) -> None:
+        """Kill and restart a healthy task (a global rollback), without blame.
+
+        Nothing is counted as an error; what it had in flight is dropped.
+        """
+        if rt.state not in (TaskState.STARTING, TaskState.RUNNING):
+            return
+        if rt.process is not None:
+            rt.process.kill()
+        self._record(EventKind.TASK_RECYCLED, rt, "restarted by a rollback")
+        self._flow.drop_task(rt)
+        rt.move(TaskState.RESTARTING)
+        rt.process = None
+        self._router.reset_task(rt.task_id)
+        incarnation = rt.incarnation
+        self._timers.at(self._clock(), lambda: self._restart(rt, incarnation))
 
     def _restart(self, rt: TaskRuntime, incarnation: int) -> None:
         if rt.incarnation != incarnation or rt.state is not TaskState.RESTARTING:

@@ -7,6 +7,7 @@ subprocess (no cluster), for golden protocol transcripts. ``make_cluster`` build
 
 from __future__ import annotations
 
+import importlib
 import os
 import queue
 import subprocess
@@ -18,8 +19,30 @@ from typing import Any
 
 import pytest
 
-from storm_bridge.cluster import LocalCluster
-from storm_bridge.multilang import get_serializer
+
+def _import_project_package() -> None:
+    """Import the real ``storm_bridge`` before this test dir can shadow it.
+
+    ``tests/integration`` is on ``sys.path`` (for its conftest) and holds this
+    ``storm_bridge/`` test dir without ``__init__.py``; Python's path finder would
+    make it a namespace package ahead of the editable install, and names exported
+    by ``storm_bridge/__init__.py`` (``ReplayableSpout``) would not import.
+    """
+    if "storm_bridge" in sys.modules:
+        return
+    saved = list(sys.path)
+    here = str(Path(__file__).resolve().parents[1])
+    sys.path[:] = [p for p in sys.path if str(Path(p).resolve()) != here]
+    try:
+        importlib.import_module("storm_bridge")
+    finally:
+        sys.path[:] = saved
+
+
+_import_project_package()
+
+from storm_bridge.cluster import LocalCluster  # noqa: E402 (after the guard)
+from storm_bridge.multilang import get_serializer  # noqa: E402
 
 TOPOLOGIES = Path(__file__).parent / "topologies"
 STREAMPARSE_RUN = Path(sys.executable).parent / "streamparse_run"

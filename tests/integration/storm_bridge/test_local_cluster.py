@@ -75,7 +75,7 @@ def test_without_ackers_spout_tuples_are_acked_at_once(
 
 def test_example_topology() -> None:
     cluster = LocalCluster(
-        Path(__file__).parents[3] / "topologies" / "wordcount.py",
+        Path(__file__).parents[3] / "topologies" / "quickstart.py",
         {"wordcount.rounds": 5},
     )
     try:

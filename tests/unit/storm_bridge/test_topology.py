@@ -17,7 +17,7 @@ from storm_bridge.topology import (
     thrift_bytes,
 )
 
-EXAMPLE = Path(__file__).parents[3] / "topologies" / "wordcount.py"
+QUICKSTART = Path(__file__).parents[3] / "topologies" / "quickstart.py"
 TOPOLOGY = """
 from streamparse import Bolt, Grouping, Topology
 from {helpers} import CountBolt, WordSpout
@@ -112,16 +112,16 @@ def test_thrift_definition(write_topology: WriteTopology) -> None:
     assert kinds["default"].all is not None
 
 
-def test_example_wordcount_thrift() -> None:
-    topology = load_topology(EXAMPLE)
+def test_example_quickstart_thrift() -> None:
+    topology = load_topology(QUICKSTART)
     thrift = read_thrift(thrift_bytes(topology))
-    assert topology.name == "wordcount"
+    assert topology.name == "quickstart"
     bolt = thrift.bolts["count_bolt"]
-    assert bolt.bolt_object.shell.script == "wordcount.WordCountBolt"
+    assert bolt.bolt_object.shell.script == "quickstart.WordCountBolt"
     assert bolt.common.parallelism_hint == 2
     assert next(iter(bolt.common.inputs.values())).fields == ["word"]
     assert (
-        thrift.spouts["word_spout"].spout_object.shell.script == "wordcount.WordSpout"
+        thrift.spouts["word_spout"].spout_object.shell.script == "quickstart.WordSpout"
     )
 
 

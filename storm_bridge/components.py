@@ -1,0 +1,436 @@
+"""Stateful bolts and replayable spouts: the public component API of storm_bridge.
+
+A :class:`StatefulBolt` keeps Flink-like keyed state: while ``process`` runs,
+``self.state`` is the dict-like state of the tuple's key. A
+:class:`ReplayableSpout` emits with an offset and can ``seek`` back to one. With
+both, the local cluster checkpoints the topology in global epochs with aligned
+barriers and rolls it back to the last committed epoch after a failure, giving
+exactly-once effect on state.
+
+Barriers travel on the stream :data:`BARRIER_STREAM`, which both classes declare
+in their spec, so Storm's context and Thrift definition stay valid.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, ClassVar, Final
+
+from pystorm.component import Tuple as StormTuple
+from streamparse import Bolt, Spout, Stream
+
+from sr3.state import KeyedState, KeyState
+from storm_bridge.errors import StormBridgeError
+
+__all__ = [
+    "BARRIER_COMMAND",
+    "BARRIER_FIELDS",
+    "BARRIER_STREAM",
+    "RESTORED_METRIC",
+    "SNAPSHOT_METRIC",
+    "ReplayableSpout",
+    "StatefulBolt",
+    "StateKeyError",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Stream carrying checkpoint barriers (ALL towards downstream tasks).
+BARRIER_STREAM: Final = "__sr3_barrier"
+#: Fields of a barrier tuple: the epoch and what the sender reports.
+BARRIER_FIELDS: Final = ("epoch", "info")
+#: Spout command asking a replayable spout to emit a barrier (``id`` = epoch).
+BARRIER_COMMAND: Final = "sr3_barrier"
+#: ``metrics`` name a stateful task sends once its state is restored.
+RESTORED_METRIC: Final = "sr3.restored"
+#: ``metrics`` name a stateful task sends once its snapshot of an epoch is durable.
+SNAPSHOT_METRIC: Final = "sr3.snapshot"
+_DEFAULT_KEY_GROUPS: Final = 256
+_DEFAULT_CHAIN: Final = 8
+
+
+class StateKeyError(StormBridgeError, KeyError):
+    """A tuple reached a stateful bolt without a key (no fields grouping)."""
+
+
+def _barrier_stream() -> Stream:
+    return Stream(fields=list(BARRIER_FIELDS), name=BARRIER_STREAM)
+
+
+def _with_barrier(outputs: Any) -> list[Any]:
+    declared = list(outputs or [])
+    if not any(isinstance(o, Stream) and o.name == BARRIER_STREAM for o in declared):
+        declared.append(_barrier_stream())
+    return declared
+
+
+def _task_index(context: Mapping[str, Any]) -> tuple[int, int]:
+    """Return (index of this task among its component's tasks, task count)."""
+    component = context["componentid"]
+    task_id = int(context["taskid"])
+    tasks = sorted(
+        int(t) for t, c in context["task->component"].items() if c == component
+    )
+    return tasks.index(task_id), len(tasks)
+
+
+class ReplayableSpout(Spout):
+    """A spout whose emits carry offsets, so it can replay from a committed one.
+
+    Users implement :meth:`seek` and ``next_tuple`` and emit with
+    ``self.emit(values, offset=n)``. On start (and after every rollback) the
+    spout is sought to the offset of the last committed epoch, or to None when
+    nothing was committed; ``seek`` runs after ``initialize``.
+    """
+
+    sr3_stateful: ClassVar[bool] = True
+    sr3_replayable: ClassVar[bool] = True
+    _sr3_offset: Any = None
+
+    @classmethod
+    def spec(cls, name: Any = None, par: Any = None, config: Any = None) -> Any:
+        """Return the streamparse spec, the barrier stream declared.
+
+        Args:
+            name: Component id (default: the Topology attribute name).
+            par: Parallelism.
+            config: Component-specific Storm conf.
+        """
+        from streamparse.dsl.spout import ShellSpoutSpec  # noqa: PLC0415
+
+        return ShellSpoutSpec(
+            cls,
+            command="streamparse_run",
+            script=f"{cls.__module__}.{cls.__name__}",
+            name=name,
+            par=par,
+            config=config,
+            outputs=_with_barrier(cls.outputs),
+        )
+
+    def seek(self, offset: Any) -> None:
+        """Position the source so the next emit follows ``offset`` (None: start).
+
+        Raises:
+            NotImplementedError: the subclass does not implement it.
+        """
+        raise NotImplementedError
+
+    def emit(
+        self,
+        tup: Any,
+        offset: Any = None,
+        tup_id: Any = None,
+        stream: Any = None,
+        direct_task: Any = None,
+        need_task_ids: bool = False,
+    ) -> Any:
+        """Emit ``tup``; ``offset`` (msgpack-able, increasing) marks its position."""
+        if offset is not None:
+            self._sr3_offset = offset
+        return super().emit(
+            tup,
+            tup_id=tup_id,
+            stream=stream,
+            direct_task=direct_task,
+            need_task_ids=need_task_ids,
+        )
+
+    def _setup_component(self, storm_conf: Any, context: Any) -> None:
+        super()._setup_component(storm_conf, context)
+        self._sr3_offset = None
+        self._sr3_sought = False
+        index, _count = _task_index(context)
+        self._sr3_name = f"{context['componentid']}/{index}"
+        self._sr3_start_offset: Any = None
+        self._sr3_start_epoch: int | None = None
+        from storm_bridge.wiring import RingAccess  # noqa: PLC0415
+
+        ring = RingAccess.from_conf(storm_conf)
+        if ring is not None:
+            try:
+                record = ring.committed(str(storm_conf["topology.name"]))
+            finally:
+                ring.close()
+            if record is not None:
+                self._sr3_start_epoch = record.epoch
+                self._sr3_start_offset = record.offsets.get(self._sr3_name)
+
+    def _run(self) -> None:
+        if not self._sr3_sought:
+            self._sr3_sought = True
+            self.seek(self._sr3_start_offset)
+            self._sr3_offset = self._sr3_start_offset
+        cmd = self.read_command()
+        command = cmd["command"]
+        if command == BARRIER_COMMAND:
+            info = {"offset": self._sr3_offset, "spout": self._sr3_name}
+            Spout.emit(self, [cmd["id"], info], stream=BARRIER_STREAM)
+        elif command == "next":
+            self.next_tuple()
+        elif command == "ack":
+            self.ack(cmd["id"])
+        elif command == "fail":
+            self.fail(cmd["id"])
+        elif command == "activate":
+            self.activate()
+        elif command == "deactivate":
+            self.deactivate()
+        else:
+            self.logger.error("Received invalid command from Storm: %r", cmd)
+        self.send_message({"command": "sync"})
+
+
+class StatefulBolt(Bolt):
+    """A bolt with keyed state checkpointed to the SR3 ring.
+
+    Users override ``initialize`` and ``process``. While ``process`` runs,
+    ``self.state`` is the dict-like state of the tuple's key: by default the
+    values of the fields of the fields grouping feeding the bolt; override
+    :meth:`state_key` to choose another. State values must be msgpack-able.
+
+    Component conf: ``sr3.state.key.groups`` (G, default 256, fixed on first
+    deployment), ``sr3.recovery.mechanism`` (star, line, tree or auto),
+    ``sr3.checkpoint.max.chain.length`` (deltas before a full snapshot).
+
+    A tuple whose ``process`` raises is failed and reported with its values; the
+    task keeps running (its other keys are unaffected; what ``process`` wrote to
+    the key's state before raising stays). A failed checkpoint (ring write or
+    manifest publish) ends the task instead, which rolls the topology back.
+    """
+
+    sr3_stateful: ClassVar[bool] = True
+    exit_on_exception = False
+
+    @classmethod
+    def spec(
+        cls, name: Any = None, inputs: Any = None, par: Any = None, config: Any = None
+    ) -> Any:
+        """Return the streamparse spec, the barrier stream declared.
+
+        Args:
+            name: Component id (default: the Topology attribute name).
+            inputs: Subscriptions, as for any streamparse bolt.
+            par: Parallelism.
+            config: Component-specific Storm conf.
+        """
+        from streamparse.dsl.bolt import ShellBoltSpec  # noqa: PLC0415
+
+        return ShellBoltSpec(
+            cls,
+            command="streamparse_run",
+            script=f"{cls.__module__}.{cls.__name__}",
+            name=name,
+            inputs=inputs,
+            par=par,
+            config=config,
+            outputs=_with_barrier(cls.outputs),
+        )
+
+    @property
+    def state(self) -> KeyState:
+        """The state of the current tuple's key (only valid inside ``process``).
+
+        Raises:
+            StateKeyError: no tuple is being processed.
+        """
+        current = self._sr3_current
+        if current is None:
+            msg = (
+                f"component {self._sr3_component!r} task {self._sr3_task}: "
+                "self.state is scoped to a tuple's key; use it inside process()"
+            )
+            raise StateKeyError(msg)
+        return current
+
+    @property
+    def keyed_state(self) -> KeyedState:
+        """All the keyed state of this task (for iteration and tests)."""
+        return self._sr3_keyed
+
+    def state_key(self, tup: StormTuple) -> tuple[Any, ...]:
+        """Return the key of ``tup``: the values of its fields grouping's fields.
+
+        Raises:
+            StateKeyError: the tuple did not arrive through a fields grouping.
+        """
+        fields = self._sr3_key_fields.get((tup.component, tup.stream))
+        if fields is None:
+            msg = (
+                f"component {self._sr3_component!r} task {self._sr3_task}: tuple "
+                f"from {tup.component!r} stream {tup.stream!r} has no key: "
+                "subscribe with Grouping.fields(...) or override state_key(tup)"
+            )
+            raise StateKeyError(msg)
+        values = tup.values
+        return tuple(values[i] for i in fields)
+
+    def _setup_component(self, storm_conf: Any, context: Any) -> None:
+        super()._setup_component(storm_conf, context)
+        self._sr3_current: KeyState | None = None
+        self._sr3_component = str(context["componentid"])
+        self._sr3_task = int(context["taskid"])
+        self._sr3_topology = str(storm_conf.get("topology.name", ""))
+        index, _count = _task_index(context)
+        self._sr3_owner = f"{self._sr3_topology}/{self._sr3_component}/{index}"
+        self._sr3_key_fields = self._grouping_fields(context)
+        groups = int(storm_conf.get("sr3.state.key.groups") or _DEFAULT_KEY_GROUPS)
+        self._sr3_groups = groups
+        # Storm's fields grouping (deepHashCode mod tasks) decides which keys a
+        # task sees, not key-group ranges: a task may touch any key group, and
+        # its snapshot holds exactly the keys routed to it.
+        self._sr3_keyed = KeyedState(groups)
+        self._sr3_max_chain = int(
+            storm_conf.get("sr3.checkpoint.max.chain.length") or _DEFAULT_CHAIN
+        )
+        self._sr3_chain = 0
+        self._sr3_failed: BaseException | None = None
+        self._sr3_pending: Future[None] | None = None
+        self._sr3_writer = ThreadPoolExecutor(1, thread_name_prefix="sr3-snapshot")
+        mechanism = str(storm_conf.get("sr3.recovery.mechanism") or "auto")
+        from storm_bridge.wiring import RingAccess  # noqa: PLC0415
+
+        self._sr3_ring = RingAccess.from_conf(storm_conf)
+        params: dict[str, Any] = {"owner": self._sr3_owner, "epoch": None}
+        if self._sr3_ring is not None:
+            record = self._sr3_ring.committed(self._sr3_topology)
+            self._sr3_keyed, report = self._sr3_ring.restore(
+                self._sr3_owner,
+                record,
+                key_group_count=groups,
+                mechanism=mechanism,
+            )
+            params.update(report.to_dict())
+        else:
+            # No ring (sr3.zk.hosts unset): state lives in memory only.
+            params.update(mechanism=mechanism, used="none", shards=0, bytes=0)
+        self.send_message(
+            {"command": "metrics", "name": RESTORED_METRIC, "params": params}
+        )
+
+    @staticmethod
+    def _grouping_fields(
+        context: Mapping[str, Any],
+    ) -> dict[tuple[str, str], list[int]]:
+        found: dict[tuple[str, str], list[int]] = {}
+        groupings = context.get("source->stream->grouping", {})
+        all_fields = context.get("source->stream->fields", {})
+        for source, streams in groupings.items():
+            for stream, grouping in streams.items():
+                if str(grouping.get("type", "")).upper() != "FIELDS":
+                    continue
+                names = list(all_fields.get(source, {}).get(stream, []))
+                found[(source, stream)] = [names.index(f) for f in grouping["fields"]]
+        return found
+
+    def _run(self) -> None:
+        failed = self._sr3_failed
+        if failed is not None:
+            # A lost snapshot must not stall every later epoch: die, so the
+            # cluster rolls back (pystorm reports the error, then exits).
+            self.exit_on_exception = True
+            raise failed
+        tup = self.read_tuple()
+        self._current_tups = [tup]
+        if self.is_heartbeat(tup):
+            self.send_message({"command": "sync"})
+        elif tup.stream == BARRIER_STREAM:
+            self._current_tups = []
+            try:
+                self._checkpoint(tup)
+            except Exception:
+                self.exit_on_exception = True
+                raise
+        elif self.is_tick(tup):
+            self.process_tick(tup)
+            if self.auto_ack:
+                self.ack(tup)
+        else:
+            self._sr3_current = self._sr3_keyed.for_key(self.state_key(tup))
+            try:
+                self.process(tup)
+            finally:
+                self._sr3_current = None
+            if self.auto_ack:
+                self.ack(tup)
+        self._current_tups = []
+
+    def _checkpoint(self, tup: StormTuple) -> None:
+        """Capture the state, forward the barrier, write the snapshot in the background.
+
+        The capture (encoding the changed key groups) happens here, between two
+        tuples; the barrier goes downstream at once; the ring write and manifest
+        publish run on a writer thread, which reports the snapshot when done. The
+        next checkpoint first waits for that write, then forgets what it held.
+        """
+        epoch, info = int(tup.values[0]), dict(tup.values[1] or {})
+        self._sr3_settle()
+        owner = self._sr3_owner
+        if self._sr3_ring is None:
+            self.emit([epoch, {"owner": owner}], stream=BARRIER_STREAM, anchors=[])
+            self._sr3_report({"epoch": epoch, "owner": owner, "bytes": 0})
+            return
+        started = time.perf_counter()
+        full = self._sr3_chain == 0 or self._sr3_chain >= self._sr3_max_chain
+        blobs = self._sr3_keyed.snapshot(incremental=not full)
+        self._sr3_chain = 1 if full else self._sr3_chain + 1
+        capture_s = time.perf_counter() - started
+        self.emit([epoch, {"owner": owner}], stream=BARRIER_STREAM, anchors=[])
+        self._sr3_pending = self._sr3_writer.submit(
+            self._sr3_write,
+            epoch,
+            blobs,
+            "full" if full else "delta",
+            dict(info.get("offsets") or {}),
+            capture_s,
+        )
+
+    def _sr3_settle(self) -> None:
+        pending, self._sr3_pending = self._sr3_pending, None
+        if pending is not None:
+            pending.result()
+            self._sr3_keyed.mark_clean()
+
+    def _sr3_write(
+        self,
+        epoch: int,
+        blobs: dict[int, bytes],
+        kind: str,
+        offsets: dict[str, Any],
+        capture_s: float,
+    ) -> None:
+        ring = self._sr3_ring
+        if ring is None:
+            return
+        started = time.perf_counter()
+        try:
+            written = ring.write(
+                owner=self._sr3_owner,
+                epoch=epoch,
+                key_group_count=self._sr3_groups,
+                key_groups=blobs.items(),
+                kind=kind,
+                offsets=offsets,
+            )
+        except Exception as exc:
+            self._sr3_failed = exc
+            raise
+        self._sr3_report(
+            {
+                "epoch": epoch,
+                "owner": self._sr3_owner,
+                "kind": kind,
+                "key_groups": len(blobs),
+                "bytes": written.bytes_written,
+                "capture_s": round(capture_s, 6),
+                "write_s": round(time.perf_counter() - started, 6),
+            }
+        )
+
+    def _sr3_report(self, params: dict[str, Any]) -> None:
+        self.send_message(
+            {"command": "metrics", "name": SNAPSHOT_METRIC, "params": params}
+        )

@@ -1,0 +1,501 @@
+"""Running a topology file on the local cluster with exactly-once checkpoints.
+
+:func:`run_topology` wires a :class:`LocalCluster` to ZooKeeper and the ring: it
+starts the run from an empty committed epoch above every epoch published
+before, records commits in ZooKeeper, rolls the topology back when a ring node
+leaves, injects the requested task and node kills, and reports throughput,
+checkpoints and every recovery with its timeline.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from sr3.errors import RecoveryError, SR3Error
+from storm_bridge.cluster import EventKind, LocalCluster
+from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator, Recovery
+from storm_bridge.errors import CheckpointError, StormBridgeError
+from storm_bridge.topology import LoadedTopology, load_topology
+from storm_bridge.wiring import CommitRecord, RingAccess
+
+__all__ = ["NodeKill", "RunOptions", "RunReport", "TaskKill", "run_topology"]
+
+logger = logging.getLogger(__name__)
+
+INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
+TIMEOUT_KEY: Final = "sr3.checkpoint.timeout.s"
+_DEFAULT_TIMEOUT_S: Final = 60.0
+_DEFAULT_INTERVAL_S: Final = 1.0
+_MAX_ERRORS: Final = 20
+
+
+@dataclass(frozen=True)
+class TaskKill:
+    """SIGKILL task ``index`` of ``component`` ``at_s`` seconds into the run."""
+
+    component: str
+    index: int
+    at_s: float
+
+
+@dataclass(frozen=True)
+class NodeKill:
+    """SIGKILL ring node ``node`` ``at_s`` seconds into the run."""
+
+    node: str
+    at_s: float
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``sr3 run`` asks for.
+
+    Attributes:
+        until_idle: Stop once spouts are dry, nothing is in flight and a final
+            epoch committed.
+        duration_s: Stop after this long (with ``until_idle``: at the latest).
+        kills: Task kills to inject.
+        node_kills: Ring node kills to inject.
+        conf: Storm conf overriding the topology's ``config``.
+        serializer: ``json`` or ``msgpack``.
+        timeout_s: Upper bound of an ``until_idle`` run.
+        checkpoints: Whether to checkpoint at all (off: plain Storm semantics).
+        resume: Continue from the topology's last committed epoch instead of
+            starting from empty state.
+    """
+
+    until_idle: bool = False
+    duration_s: float | None = None
+    kills: Sequence[TaskKill] = ()
+    node_kills: Sequence[NodeKill] = ()
+    conf: Mapping[str, Any] = field(default_factory=dict)
+    serializer: str = "json"
+    timeout_s: float = 600.0
+    checkpoints: bool = True
+    resume: bool = False
+
+
+@dataclass
+class RunReport:
+    """What a run did; :meth:`to_dict` is the ``--json`` output."""
+
+    topology: str
+    seconds: float
+    idle: bool
+    counters: dict[str, dict[str, int]]
+    checkpoints: dict[str, Any]
+    recoveries: list[dict[str, Any]]
+    state: dict[str, Any]
+    errors: list[str]
+
+    @property
+    def processed(self) -> int:
+        """Tuples acked by bolts."""
+        return sum(c["bolt_acked"] for c in self.counters.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-friendly dict."""
+        spouts = sum(c["spout_emitted"] for c in self.counters.values())
+        seconds = max(self.seconds, 1e-9)
+        return {
+            "topology": self.topology,
+            "engine": "storm",
+            "seconds": round(self.seconds, 3),
+            "idle": self.idle,
+            "throughput": {
+                "tuples_per_s": round(self.processed / seconds, 1),
+                "spout_tuples_per_s": round(spouts / seconds, 1),
+                "bolt_tuples": self.processed,
+                "spout_tuples": spouts,
+            },
+            "checkpoints": self.checkpoints,
+            "recoveries": self.recoveries,
+            "state": self.state,
+            "counters": self.counters,
+            "errors": self.errors[:_MAX_ERRORS],
+            "error_count": len(self.errors),
+        }
+
+
+class _ZkHooks:
+    """Records commits under the topology's znode; collects older manifests.
+
+    After epoch ``e`` commits, the manifests of epochs before ``e`` (committed
+    ones and the never-committed ones a rollback left behind) are deleted from
+    ZooKeeper in the background. Shards stay on the ring nodes.
+    """
+
+    def __init__(self, ring: RingAccess, topology: str) -> None:
+        self._ring = ring
+        self._topology = topology
+        self._collector = ThreadPoolExecutor(1, thread_name_prefix="sr3-collect")
+
+    def commit(self, epoch: int, offsets: Mapping[str, Any], owners: list[str]) -> None:
+        record = CommitRecord(epoch=epoch, offsets=dict(offsets), owners=tuple(owners))
+        try:
+            self._ring.checkpoints.commit(self._topology, record)
+        except SR3Error as exc:
+            msg = f"epoch {epoch} of topology {self._topology!r} did not commit: {exc}"
+            raise CheckpointError(msg) from exc
+        self._collector.submit(self._collect, epoch, owners)
+
+    def _collect(self, epoch: int, owners: list[str]) -> None:
+        for owner in owners:
+            try:
+                old = [e for e in self._ring.manifests.epochs(owner) if e < epoch]
+                if old:
+                    self._ring.manifests.drop(owner, old, [])
+            except SR3Error as exc:
+                logger.warning("manifests of %s before %s kept: %s", owner, epoch, exc)
+
+    def close(self) -> None:
+        self._collector.shutdown(wait=True)
+
+
+def fresh_start(
+    ring: RingAccess, topology: LoadedTopology, *, resume: bool = False
+) -> int:
+    """Commit an empty epoch above every epoch published for ``topology``.
+
+    With ``resume``, the last committed epoch stays: tasks restore its state
+    and spouts seek to its offsets, continuing the previous run exactly once.
+
+    Returns:
+        The first epoch the run opens.
+
+    Raises:
+        CoordinationError: ZooKeeper failed.
+    """
+    floor = 0
+    record = ring.committed(topology.name)
+    if record is not None:
+        floor = record.epoch
+    prefix = f"{topology.name}/"
+    for owner in ring.manifests.owners():
+        if owner.startswith(prefix):
+            latest = ring.manifests.epochs(owner)
+            if latest:
+                floor = max(floor, latest[-1])
+    if not (resume and record is not None):
+        ring.checkpoints.reset(topology.name, CommitRecord(epoch=floor))
+    return floor + 1
+
+
+def _seconds(
+    topology: LoadedTopology, conf: Mapping[str, Any], key: str, default: float
+) -> float:
+    raw = conf.get(key, topology.config.get(key, default))
+    try:
+        value = float(raw)
+    except (TypeError, ValueError) as exc:
+        msg = f"{key}={raw!r} is not a number of seconds; use e.g. 1"
+        raise StormBridgeError(msg) from exc
+    if value <= 0:
+        msg = f"{key}={raw!r} must be > 0"
+        raise StormBridgeError(msg)
+    return value
+
+
+def _check_kills(topology: LoadedTopology, kills: Sequence[TaskKill]) -> None:
+    for kill in kills:
+        comp = topology.components.get(kill.component)
+        if comp is None:
+            known = ", ".join(topology.components)
+            msg = (
+                f"--kill {kill.component}:{kill.index}: topology {topology.name!r} "
+                f"has no component {kill.component!r} (components: {known})"
+            )
+            raise StormBridgeError(msg)
+        if not 0 <= kill.index < comp.tasks:
+            msg = (
+                f"--kill {kill.component}:{kill.index}: component {kill.component!r} "
+                f"has tasks 0..{comp.tasks - 1}"
+            )
+            raise StormBridgeError(msg)
+
+
+def _recovery_dict(
+    recovery: Recovery, kill_times: Mapping[str, float], started: float
+) -> dict[str, Any]:
+    first_cause = recovery.cause.split(",")[0]
+    failed_at = kill_times.get(first_cause, recovery.detected_at)
+    restores = recovery.restores
+    mechanisms = sorted({str(r.get("mechanism")) for r in restores.values()})
+    used = sorted({str(r.get("used")) for r in restores.values()})
+    detect_s = round(max(0.0, recovery.detected_at - failed_at), 4)
+    restore_s = replay_s = None
+    if recovery.restored_at is not None:
+        restore_s = round(recovery.restored_at - recovery.detected_at, 4)
+        if recovery.resumed_at is not None:
+            replay_s = round(recovery.resumed_at - recovery.restored_at, 4)
+    timeline = {"detect_s": detect_s, "restore_s": restore_s, "replay_s": replay_s}
+    # detect: failure to detection; restore: rollback to every stateful task
+    # restored; replay: to the first epoch committed after the rollback.
+    phases = [
+        {"phase": "detect", "seconds": detect_s},
+        {"phase": "restore", "seconds": restore_s},
+        {"phase": "replay", "seconds": replay_s},
+    ]
+    return {
+        "cause": recovery.cause,
+        "component": recovery.component,
+        "task": recovery.task_index,
+        "task_id": recovery.task_id,
+        "at_s": round(recovery.detected_at - started, 3),
+        "mechanism": ",".join(mechanisms) or "none",
+        "used": ",".join(used) or "none",
+        "timeline": timeline,
+        "phases": phases,
+        "restored_bytes": sum(int(r.get("bytes", 0)) for r in restores.values()),
+        "restores": restores,
+    }
+
+
+def _checkpoint_dict(coordinator: Coordinator, interval_s: float) -> dict[str, Any]:
+    durations = [e.duration_s for e in coordinator.committed]
+    return {
+        "interval_s": interval_s,
+        "count": len(coordinator.committed),
+        "last_committed_epoch": coordinator.last_committed,
+        "mean_duration_s": round(statistics.fmean(durations), 4) if durations else None,
+        "max_duration_s": round(max(durations), 4) if durations else None,
+        "abandoned": coordinator.abandoned,
+    }
+
+
+class _Run:
+    """One run: the cluster, its kill schedule and its ring watch."""
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        ring: RingAccess,
+        kill_node: Callable[[str], None] | None,
+        clock: Callable[[], float],
+    ) -> None:
+        self.cluster = cluster
+        self.ring = ring
+        self.kill_node = kill_node
+        self.clock = clock
+        self.kill_times: dict[str, float] = {}
+        self._members: set[str] | None = None
+        self._wakeup = threading.Event()
+        self._lock = threading.Lock()
+        self._nodes_handled = threading.Condition(self._lock)
+        #: Killed ring nodes whose departure has not been handled yet.
+        self._nodes_pending: set[str] = set()
+
+    def watch_ring(self) -> None:
+        def changed(members: Mapping[str, Any]) -> None:
+            now = set(members)
+            gone = sorted((self._members or set()) - now)
+            self._members = now
+            for node in gone:
+                # Watch callbacks must be quick: roll back on another thread.
+                threading.Thread(
+                    target=self._node_left, args=(node,), daemon=True
+                ).start()
+
+        self.ring.membership.watch(changed)
+
+    def _node_left(self, node: str) -> None:
+        cause = f"ring node {node}"
+        try:
+            self.cluster.rollback(cause)
+        except StormBridgeError as exc:
+            logger.warning("rollback after %s skipped: %s", cause, exc)
+        with self._nodes_handled:
+            self._nodes_pending.discard(node)
+            self._nodes_handled.notify_all()
+
+    def wait_nodes_handled(self, deadline: float) -> bool:
+        """Wait until every killed ring node left the ring and was rolled back."""
+        with self._nodes_handled:
+            return self._nodes_handled.wait_for(
+                lambda: not self._nodes_pending, max(0.0, deadline - self.clock())
+            )
+
+    def inject(
+        self, kills: Sequence[TaskKill], node_kills: Sequence[NodeKill], started: float
+    ) -> None:
+        events: list[tuple[float, Any]] = [(k.at_s, k) for k in kills]
+        events += [(k.at_s, k) for k in node_kills]
+        for at_s, kill in sorted(events, key=lambda e: e[0]):
+            delay = started + at_s - self.clock()
+            if delay > 0:
+                self._wakeup.wait(delay)
+            if isinstance(kill, TaskKill):
+                task_id = self.cluster.task_ids(kill.component)[kill.index]
+                self.kill_times[f"{kill.component}:{kill.index}"] = self.clock()
+                self.cluster.kill_task(task_id)
+            else:
+                if self.kill_node is None:
+                    msg = f"--kill-node {kill.node}: this run cannot kill ring nodes"
+                    raise StormBridgeError(msg)
+                self.kill_times[f"ring node {kill.node}"] = self.clock()
+                with self._lock:
+                    self._nodes_pending.add(kill.node)
+                self.kill_node(kill.node)
+
+    def final_epoch(self, deadline: float) -> bool:
+        """Run until idle with a final epoch committed after every injected failure.
+
+        A killed ring node counts once its ZooKeeper session ended and the
+        rollback it caused ran, so a run never ends between the two.
+        """
+        cluster = self.cluster
+        if not self.wait_nodes_handled(deadline):
+            return False
+        while self.clock() < deadline:
+            if not cluster.run_until_idle(max(0.0, deadline - self.clock())):
+                return False
+            target = cluster.request_epoch()
+            if target is None:
+                return True
+            committed = cluster.wait_for(
+                functools.partial(_reached, target), max(0.0, deadline - self.clock())
+            )
+            if committed and cluster.run_until_idle(0.0):
+                return True
+        return False
+
+
+def _reached(epoch: int, cluster: LocalCluster) -> bool:
+    return int(cluster.with_coordinator(lambda k: k.last_committed) or 0) >= epoch
+
+
+def _state_summary(ring: RingAccess, topology: LoadedTopology) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for name in topology.stateful_components:
+        if topology.components[name].kind != "bolt":
+            continue
+        try:
+            epoch, state = ring.committed_state(topology.name, name)
+        except RecoveryError:  # nothing committed with state (a short run)
+            record = ring.committed(topology.name)
+            summary[name] = {"epoch": record and record.epoch, "keys": 0}
+            continue
+        summary[name] = {"epoch": epoch, "keys": len(state)}
+    return summary
+
+
+def run_topology(
+    path: str | Path,
+    *,
+    ring: RingAccess,
+    options: RunOptions,
+    kill_node: Callable[[str], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> RunReport:
+    """Run a topology file on the local cluster, checkpointing into the ring.
+
+    Args:
+        path: The topology file.
+        ring: Open handles on ZooKeeper and the ring.
+        options: Duration, kills, conf and serializer.
+        kill_node: SIGKILLs a ring node by id (a lab's), for ``NodeKill``.
+        clock: Monotonic clock in seconds.
+
+    Raises:
+        TopologyError: the file cannot be loaded.
+        StormBridgeError: bad kill specs, or the cluster failed to start.
+        CoordinationError: ZooKeeper failed.
+    """
+    topology = load_topology(path)
+    _check_kills(topology, options.kills)
+    if options.node_kills and kill_node is None:
+        msg = (
+            "--kill-node needs a lab whose nodes this run can kill; pass --lab DIR "
+            "(or run without --lab/--zk for an embedded one)"
+        )
+        raise StormBridgeError(msg)
+    config = ring.config
+    conf: dict[str, Any] = dict(options.conf)
+    if options.checkpoints:
+        # Tasks reach ZooKeeper and the ring only when checkpointing: without
+        # it, state stays in memory (plain Storm semantics, nothing restored).
+        conf.update(
+            {"sr3.zk.hosts": config.zk.hosts, "sr3.zk.chroot": config.zk.chroot}
+        )
+    interval_s = _seconds(topology, conf, INTERVAL_KEY, _DEFAULT_INTERVAL_S)
+    checkpoint = None
+    hooks = None
+    if options.checkpoints:
+        first = fresh_start(ring, topology, resume=options.resume)
+        hooks = _ZkHooks(ring, topology.name)
+        timeout_s = _seconds(topology, conf, TIMEOUT_KEY, _DEFAULT_TIMEOUT_S)
+        checkpoint = CheckpointSettings(hooks, interval_s, first, timeout_s)
+    cluster = LocalCluster(
+        topology,
+        conf,
+        serializer=options.serializer,
+        env={"SR3_NODE_SECRET": config.node.secret},
+        checkpoint=checkpoint,
+        clock=clock,
+    )
+    run = _Run(cluster, ring, kill_node, clock)
+    cluster.start()
+    started = clock()
+    idle = False
+    try:
+        run.watch_ring()
+        run.inject(options.kills, options.node_kills, started)
+        if options.until_idle:
+            limit = options.timeout_s
+            if options.duration_s is not None:
+                limit = min(limit, options.duration_s)
+            idle = run.final_epoch(started + limit)
+        elif options.duration_s is not None:
+            remaining = started + options.duration_s - clock()
+            if remaining > 0:
+                threading.Event().wait(remaining)
+        seconds = clock() - started
+        counters = {
+            name: {
+                "spout_emitted": c.emitted
+                if topology.components[name].kind == "spout"
+                else 0,
+                "bolt_acked": c.acked
+                if topology.components[name].kind == "bolt"
+                else 0,
+                "emitted": c.emitted,
+                "acked": c.acked,
+                "failed": c.failed,
+                "restarts": c.restarts,
+                "errors": c.errors,
+            }
+            for name, c in cluster.counters().items()
+        }
+        coordinator_view = cluster.with_coordinator(
+            lambda k: (
+                _checkpoint_dict(k, interval_s),
+                [_recovery_dict(r, run.kill_times, started) for r in k.recoveries],
+            )
+        )
+        errors = [str(e) for e in cluster.errors()]
+        errors += [e.message for e in cluster.events(EventKind.COMPONENT_ERROR)]
+    finally:
+        cluster.stop()
+        if hooks is not None:
+            hooks.close()
+    checkpoints, recoveries = coordinator_view or ({"count": 0}, [])
+    state = _state_summary(ring, topology) if options.checkpoints else {}
+    return RunReport(
+        topology=topology.name,
+        seconds=seconds,
+        idle=idle,
+        counters=counters,
+        checkpoints=checkpoints,
+        recoveries=recoveries,
+        state=state,
+        errors=errors,
+    )

@@ -1,0 +1,128 @@
+"""Global epochs on the local cluster: barriers, commits, rollback, poison tuples.
+
+These runs have no ring (``sr3.zk.hosts`` unset): stateful bolts keep their state
+in memory and forward barriers, and commits go to an in-memory recorder. The
+exactly-once runs with ZooKeeper and the ring are in ``tests/e2e``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storm_bridge.cluster import EventKind, LocalCluster
+from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+
+TOPOLOGIES = Path(__file__).parent / "topologies"
+
+pytestmark = pytest.mark.storm
+
+WORDS = ["ant", "bee", "cat", "dog", "eel", "fox", "gnu"] * 6
+TIMEOUT_S = 60.0
+
+
+class MemoryHooks:
+    """Records commits in memory."""
+
+    def __init__(self) -> None:
+        self.commits: list[tuple[int, dict[str, Any], list[str]]] = []
+
+    def commit(self, epoch: int, offsets: Mapping[str, Any], owners: list[str]) -> None:
+        self.commits.append((epoch, dict(offsets), list(owners)))
+
+
+@pytest.fixture
+def checkpointed() -> Iterator[Any]:
+    clusters: list[LocalCluster] = []
+
+    def make(conf: Mapping[str, Any]) -> tuple[LocalCluster, MemoryHooks]:
+        hooks = MemoryHooks()
+        settings = CheckpointSettings(hooks, interval_s=0.05, first_epoch=10)
+        cluster = LocalCluster(
+            TOPOLOGIES / "sbt_checkpointed.py", conf, checkpoint=settings
+        )
+        clusters.append(cluster)
+        cluster.start()
+        return cluster, hooks
+
+    yield make
+    for cluster in clusters:
+        cluster.stop()
+
+
+def committed(cluster: LocalCluster) -> int:
+    return int(cluster.with_coordinator(lambda c: c.last_committed) or 0)
+
+
+def finish(cluster: LocalCluster) -> int:
+    """Run until idle, then until one more epoch committed; return its number."""
+    assert cluster.run_until_idle(TIMEOUT_S)
+    target = cluster.request_epoch()
+    assert target is not None
+    assert cluster.wait_for(lambda c: committed(c) >= target, TIMEOUT_S)
+    return target
+
+
+def test_epochs_commit_with_every_spout_offset(checkpointed: Any) -> None:
+    cluster, hooks = checkpointed({"ck.words": WORDS, "ck.plain": ["yak", "emu"]})
+    final = finish(cluster)
+    epochs = [epoch for epoch, _, _ in hooks.commits]
+    assert epochs[0] >= 10
+    assert epochs == sorted(set(epochs))
+    assert epochs[-1] == final
+    _, offsets, owners = hooks.commits[-1]
+    last = len(WORDS) - 1
+    assert offsets == {
+        "words/0": last - last % 2,
+        "words/1": last - (last + 1) % 2,
+        "plain/0": None,
+    }
+    assert owners == ["sbt_checkpointed/count/0", "sbt_checkpointed/count/1"]
+    assert cluster.counters()["count"].acked == len(WORDS) + 2
+    assert cluster.events(EventKind.TASK_RECYCLED) == []
+
+
+def test_poison_tuple_in_a_stateful_bolt_fails_and_reports_its_values(
+    checkpointed: Any,
+) -> None:
+    cluster, _ = checkpointed({"ck.words": [*WORDS[:7], "poison"], "ck.plain": []})
+    finish(cluster)
+    counters = cluster.counters()["count"]
+    assert counters.failed == 1
+    assert counters.acked == 7
+    assert counters.restarts == 0
+    reports = cluster.events(EventKind.COMPONENT_ERROR, "count")
+    assert len(reports) == 1
+    assert "ValueError" in reports[0].message
+    assert "values=UpperDefaultTuple(word='POISON')" in reports[0].message
+
+
+def test_a_task_death_rolls_every_task_back(checkpointed: Any) -> None:
+    cluster, hooks = checkpointed({"ck.words": WORDS, "ck.plain": []})
+    first = finish(cluster)
+    victim = cluster.task_ids("count")[0]
+    cluster.kill_task(victim)
+
+    def resumed(c: LocalCluster) -> bool:
+        def done(k: Coordinator) -> bool:
+            return bool(k.recoveries) and k.recoveries[-1].resumed_at is not None
+
+        return bool(c.with_coordinator(done))
+
+    assert cluster.wait_for(resumed, TIMEOUT_S)
+    recovery = cluster.with_coordinator(lambda k: k.recoveries[-1])
+    assert recovery.cause == "count:0"
+    assert (recovery.task_index, recovery.task_id) == (0, victim)
+    assert recovery.detected_at <= recovery.restored_at <= recovery.resumed_at
+    assert set(recovery.restores) == {
+        "sbt_checkpointed/count/0",
+        "sbt_checkpointed/count/1",
+    }
+    recycled = {e.task_id for e in cluster.events(EventKind.TASK_RECYCLED)}
+    others = set(cluster.task_to_component) - {victim}
+    kept = ("__acker", "plain")  # a plain spout cannot seek: it keeps running
+    assert recycled == {t for t in others if cluster.task_to_component[t] not in kept}
+    assert finish(cluster) > first

@@ -1,0 +1,180 @@
+"""StatefulBolt and ReplayableSpout driven through in-memory multilang streams."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from streamparse import Grouping, Topology
+
+from storm_bridge import ReplayableSpout, StatefulBolt, StateKeyError
+from storm_bridge.components import (
+    BARRIER_COMMAND,
+    BARRIER_STREAM,
+    RESTORED_METRIC,
+    SNAPSHOT_METRIC,
+)
+from storm_bridge.multilang import get_serializer
+
+JSON = get_serializer("json")
+
+
+class Count(StatefulBolt):
+    outputs = ["word", "count"]
+
+    def process(self, tup):
+        n = self.state.get("n", 0) + 1
+        self.state["n"] = n
+        self.emit([tup.values[0], n])
+
+
+class CountByFirstLetter(Count):
+    def state_key(self, tup):
+        return (tup.values[0][0],)
+
+
+class Numbers(ReplayableSpout):
+    outputs = ["n"]
+
+    def initialize(self, stormconf, context):
+        self.sought: list[Any] = []
+        self.next_n = 0
+
+    def seek(self, offset):
+        self.sought.append(offset)
+        self.next_n = 0 if offset is None else offset + 1
+
+    def next_tuple(self):
+        if self.next_n < 3:
+            self.emit([self.next_n], offset=self.next_n)
+            self.next_n += 1
+
+
+def context(component: str, grouping: dict[str, Any] | None) -> dict[str, Any]:
+    sources = {} if grouping is None else {"split": {"default": grouping}}
+    return {
+        "task->component": {"1": "split", "2": component, "3": component},
+        "taskid": 3,
+        "componentid": component,
+        "streams": ["default", BARRIER_STREAM],
+        "source->stream->grouping": sources,
+        "source->stream->fields": {"split": {"default": ["word", "extra"]}},
+    }
+
+
+def tuple_msg(values: list[Any], *, tid: str, stream: str = "default") -> bytes:
+    return JSON.encode(
+        {"id": tid, "comp": "split", "stream": stream, "task": 1, "tuple": values}
+    )
+
+
+def messages(out: io.BytesIO) -> list[Any]:
+    out.seek(0)
+    return list(JSON.iter_messages(out, component="test", task_id=0))
+
+
+def drive(bolt_cls: type, inputs: list[bytes], grouping: Any = "fields") -> Any:
+    group = {"type": "FIELDS", "fields": ["word"]} if grouping == "fields" else grouping
+    out = io.BytesIO()
+    bolt = bolt_cls(input_stream=io.BytesIO(b"".join(inputs)), output_stream=out)
+    bolt._setup_component({"topology.name": "t"}, context("count", group))
+    bolt.initialize({}, {})
+    for _ in inputs:
+        bolt._run()
+    return bolt, messages(out)
+
+
+def emits(msgs: list[Any], stream: str | None = None) -> list[Any]:
+    return [
+        m["tuple"]
+        for m in msgs
+        if m.get("command") == "emit" and m.get("stream") == stream
+    ]
+
+
+def test_state_is_scoped_to_the_fields_grouping_key() -> None:
+    inputs = [
+        tuple_msg(["a", 1], tid="1"),
+        tuple_msg(["b", 1], tid="2"),
+        tuple_msg(["a", 2], tid="3"),
+    ]
+    bolt, msgs = drive(Count, inputs)
+    assert emits(msgs) == [["a", 1], ["b", 1], ["a", 2]]
+    assert [m["id"] for m in msgs if m.get("command") == "ack"] == ["1", "2", "3"]
+    assert dict(bolt.keyed_state.items()) == {("a",): {"n": 2}, ("b",): {"n": 1}}
+
+
+def test_state_key_can_be_overridden() -> None:
+    inputs = [tuple_msg(["ant", 0], tid="1"), tuple_msg(["ape", 0], tid="2")]
+    bolt, msgs = drive(CountByFirstLetter, inputs, grouping={"type": "SHUFFLE"})
+    assert emits(msgs) == [["ant", 1], ["ape", 2]]
+    assert dict(bolt.keyed_state.items()) == {("a",): {"n": 2}}
+
+
+def test_a_tuple_without_key_names_component_task_and_fix() -> None:
+    with pytest.raises(StateKeyError, match=r"component 'count' task 3.*fields"):
+        drive(Count, [tuple_msg(["a", 1], tid="1")], grouping={"type": "SHUFFLE"})
+
+
+def test_state_outside_process_is_an_error() -> None:
+    bolt, _ = drive(Count, [])
+    with pytest.raises(StateKeyError, match="inside process"):
+        bolt.state.get("n")
+
+
+def test_restore_is_reported_and_barrier_forwarded_unanchored() -> None:
+    barrier = tuple_msg(
+        [7, {"offsets": {"lines/0": 4}}], tid="b", stream=BARRIER_STREAM
+    )
+    _bolt, msgs = drive(Count, [tuple_msg(["a", 1], tid="1"), barrier])
+    restored = [m for m in msgs if m.get("command") == "metrics"]
+    assert restored[0]["name"] == RESTORED_METRIC
+    assert restored[0]["params"]["owner"] == "t/count/1"
+    forwarded = [m for m in msgs if m.get("stream") == BARRIER_STREAM]
+    assert forwarded == [
+        {
+            "command": "emit",
+            "anchors": [],
+            "stream": BARRIER_STREAM,
+            "tuple": [7, {"owner": "t/count/1"}],
+            "need_task_ids": False,
+        }
+    ]
+    assert [m["id"] for m in msgs if m.get("command") == "ack"] == ["1"]
+    snapshot = [m for m in msgs if m.get("name") == SNAPSHOT_METRIC]
+    assert snapshot[0]["params"] == {"epoch": 7, "owner": "t/count/1", "bytes": 0}
+    assert msgs.index(forwarded[0]) < msgs.index(snapshot[0])
+
+
+def test_spout_seeks_then_emits_barriers_with_its_offset() -> None:
+    commands = [
+        JSON.encode({"command": "next", "id": ""}),
+        JSON.encode({"command": "next", "id": ""}),
+        JSON.encode({"command": BARRIER_COMMAND, "id": 5}),
+    ]
+    out = io.BytesIO()
+    spout = Numbers(input_stream=io.BytesIO(b"".join(commands)), output_stream=out)
+    ctx = context("numbers", None)
+    spout._setup_component({"topology.name": "t"}, ctx)
+    spout.initialize({}, ctx)
+    for _ in commands:
+        spout._run()
+    msgs = messages(out)
+    assert spout.sought == [None]
+    assert emits(msgs) == [[0], [1]]
+    assert emits(msgs, BARRIER_STREAM) == [[5, {"offset": 1, "spout": "numbers/1"}]]
+    assert sum(m == {"command": "sync"} for m in msgs) == 3
+
+
+def test_specs_declare_the_barrier_stream() -> None:
+    class Topo(Topology):
+        numbers = Numbers.spec(par=2)
+        count = Count.spec(inputs={numbers: Grouping.fields("n")}, par=3)
+
+    spout = Topo.thrift_spouts["numbers"]
+    bolt = Topo.thrift_bolts["count"]
+    assert set(spout.common.streams) == {"default", BARRIER_STREAM}
+    assert spout.common.streams[BARRIER_STREAM].output_fields == ["epoch", "info"]
+    assert set(bolt.common.streams) == {"default", BARRIER_STREAM}
+    assert Numbers.sr3_stateful and Count.sr3_stateful

@@ -1,0 +1,165 @@
+"""Global checkpoint commits of a topology in ZooKeeper.
+
+Layout (see :mod:`zk.paths`)::
+
+    /topologies/<name>/committed    {"epoch": e, "offsets": {...}, "owners": [...]}
+
+A task may publish its manifest of epoch ``e`` before ``e`` commits; only the
+epoch recorded here is globally committed, so recovery reads the manifests of
+this epoch and ignores newer ones. The record only moves forward: a commit is
+a compare-and-set on the znode version that refuses an older or equal epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from sr3.codec import pack_meta, unpack_meta
+from sr3.errors import CodecError, CoordinationError
+from zk.client import ZkSession
+
+__all__ = ["CommitRecord", "ZkCheckpointStore"]
+
+logger = logging.getLogger(__name__)
+
+_CAS_ATTEMPTS = 20
+
+
+@dataclass(frozen=True)
+class CommitRecord:
+    """The last globally committed epoch of a topology.
+
+    Attributes:
+        epoch: The committed epoch.
+        offsets: Source offsets by spout task (``component/index``).
+        owners: Owners whose manifests at ``epoch`` make up the state; empty for
+            an epoch that starts a run from empty state.
+        committed_at: Wall-clock seconds when it committed.
+    """
+
+    epoch: int
+    offsets: Mapping[str, Any] = field(default_factory=dict)
+    owners: tuple[str, ...] = ()
+    committed_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a msgpack-friendly dict."""
+        return {
+            "epoch": self.epoch,
+            "offsets": dict(self.offsets),
+            "owners": list(self.owners),
+            "committed_at": self.committed_at,
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> CommitRecord:
+        """Build from :meth:`to_dict` output.
+
+        Raises:
+            CodecError: a field is missing or has the wrong type.
+        """
+        try:
+            return cls(
+                epoch=int(raw["epoch"]),
+                offsets=dict(raw.get("offsets", {})),
+                owners=tuple(str(o) for o in raw.get("owners", ())),
+                committed_at=float(raw.get("committed_at", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            msg = f"malformed commit record {dict(raw)!r}: {exc}"
+            raise CodecError(msg) from exc
+
+
+class ZkCheckpointStore:
+    """Reads and advances the committed epoch of topologies.
+
+    Args:
+        session: An open session; it stays owned by the caller.
+    """
+
+    def __init__(self, session: ZkSession) -> None:
+        self._session = session
+        self._paths = session.paths
+
+    def committed(self, topology: str) -> CommitRecord | None:
+        """Return the topology's last committed epoch, or None before the first.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+            CodecError: the record is malformed.
+        """
+        path = self._paths.committed(topology)
+        client = self._session.client
+        with self._session.translate(f"read commit of {topology!r}", path):
+            try:
+                data, _stat = self._session.call(partial(client.get_async, path))
+            except NoNodeError:
+                return None
+        return CommitRecord.from_dict(unpack_meta(data))
+
+    def commit(self, topology: str, record: CommitRecord) -> None:
+        """Record ``record`` as the topology's committed epoch.
+
+        Raises:
+            CoordinationError: a newer or equal epoch is committed already (not
+                retriable: two coordinators run the topology), or ZooKeeper failed.
+        """
+        path = self._paths.committed(topology)
+        body = pack_meta({**record.to_dict(), "committed_at": time.time()})
+        client = self._session.client
+        what = f"commit epoch {record.epoch} of topology {topology!r}"
+        with self._session.translate(what, path):
+            for _ in range(_CAS_ATTEMPTS):
+                try:
+                    data, stat = self._session.call(partial(client.get_async, path))
+                except NoNodeError:
+                    try:
+                        self._session.call(
+                            partial(client.create_async, path, body, makepath=True)
+                        )
+                    except NodeExistsError:
+                        continue
+                    return
+                current = CommitRecord.from_dict(unpack_meta(data))
+                if current.epoch >= record.epoch:
+                    msg = (
+                        f"{what}: epoch {current.epoch} is committed already; "
+                        "only one coordinator may run a topology at a time"
+                    )
+                    err = CoordinationError(msg)
+                    err.retriable = False
+                    raise err
+                try:
+                    self._session.call(
+                        partial(client.set_async, path, body, stat.version)
+                    )
+                except BadVersionError:
+                    continue
+                logger.info("committed epoch %s of %s", record.epoch, topology)
+                return
+        msg = f"{what}: lost the compare-and-set race {_CAS_ATTEMPTS} times"
+        raise CoordinationError(msg)
+
+    def reset(self, topology: str, record: CommitRecord) -> None:
+        """Overwrite the record unconditionally (a fresh run's empty epoch).
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        path = self._paths.committed(topology)
+        body = pack_meta({**record.to_dict(), "committed_at": time.time()})
+        client = self._session.client
+        with self._session.translate(f"reset commit of {topology!r}", path):
+            try:
+                self._session.call(partial(client.set_async, path, body))
+            except NoNodeError:
+                self._session.call(
+                    partial(client.create_async, path, body, makepath=True)
+                )
