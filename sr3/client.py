@@ -43,7 +43,7 @@ from sr3.errors import (
 from sr3.ports import NodeInfo
 from sr3.storage import ReplicaInfo
 
-__all__ = ["ClientPool", "NodeClient"]
+__all__ = ["ClientPool", "NodeClient", "authenticate"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +63,34 @@ def _field(reply: dict[str, Any], name: str, kind: type, where: str) -> Any:
         msg = f"{where}: reply field {name!r} is not a {kind.__name__}"
         raise ProtocolError(msg)
     return value
+
+
+def authenticate(sock: socket.socket, address: str, secret: str) -> str | None:
+    """Answer a node's HMAC challenge on a fresh socket; return the node's id.
+
+    Raises:
+        ProtocolError: the node speaks another protocol version.
+        AuthenticationError: the node refused the secret.
+    """
+    hello = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
+    nonce = hello.get("nonce")
+    if hello.get("v") != wire.PROTOCOL_VERSION or not isinstance(nonce, bytes):
+        msg = (
+            f"node {address} greeted with protocol v{hello.get('v')!r}; "
+            f"this end speaks v{wire.PROTOCOL_VERSION}: upgrade both ends"
+        )
+        raise ProtocolError(msg)
+    mac = wire.auth_mac(secret, nonce)
+    wire.send_frame(sock, {"v": wire.PROTOCOL_VERSION, "op": "auth", "mac": mac})
+    reply = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
+    if reply.get("ok") is not True:
+        msg = (
+            f"node {address} refused authentication: {reply.get('error')}; "
+            "give every node and client the same sr3.node.secret"
+        )
+        raise AuthenticationError(msg)
+    node_id = reply.get("node_id")
+    return node_id if isinstance(node_id, str) else None
 
 
 class NodeClient:
@@ -124,30 +152,10 @@ class NodeClient:
             timeval = struct.pack("ll", seconds, micros)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
-            hello = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
-            nonce = hello.get("nonce")
-            if hello.get("v") != wire.PROTOCOL_VERSION or not isinstance(nonce, bytes):
-                msg = (
-                    f"node {self.address} greeted with protocol v{hello.get('v')!r}; "
-                    f"this client speaks v{wire.PROTOCOL_VERSION}: upgrade both ends"
-                )
-                raise ProtocolError(msg)
-            mac = wire.auth_mac(self.config.secret, nonce)
-            auth = {"v": wire.PROTOCOL_VERSION, "op": "auth", "mac": mac}
-            wire.send_frame(sock, auth)
-            reply = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
+            self.node_id = authenticate(sock, self.address, self.config.secret)
         except BaseException:
             sock.close()
             raise
-        if reply.get("ok") is not True:
-            sock.close()
-            msg = (
-                f"node {self.address} refused authentication: {reply.get('error')}; "
-                "give every node and client the same sr3.node.secret"
-            )
-            raise AuthenticationError(msg)
-        node_id = reply.get("node_id")
-        self.node_id = node_id if isinstance(node_id, str) else None
         return sock
 
     @staticmethod

@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any
 
 from sr3 import wire
+from sr3.client import authenticate
 from sr3.config import NodeConfig
 from sr3.errors import (
     AuthenticationError,
@@ -62,27 +63,10 @@ def open_socket(host: str, port: int, config: NodeConfig) -> socket.socket:
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(config.io_timeout_s)
-        hello = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
-        nonce = hello.get("nonce")
-        if hello.get("v") != wire.PROTOCOL_VERSION or not isinstance(nonce, bytes):
-            msg = (
-                f"node {address} greeted with protocol v{hello.get('v')!r}; "
-                f"R speaks v{wire.PROTOCOL_VERSION}: upgrade both ends"
-            )
-            raise ProtocolError(msg)
-        mac = wire.auth_mac(config.secret, nonce)
-        wire.send_frame(sock, {"v": wire.PROTOCOL_VERSION, "op": "auth", "mac": mac})
-        reply = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
+        authenticate(sock, address, config.secret)
     except BaseException:
         sock.close()
         raise
-    if reply.get("ok") is not True:
-        sock.close()
-        msg = (
-            f"node {address} refused authentication: {reply.get('error')}; "
-            "give R and every node the same sr3.node.secret"
-        )
-        raise AuthenticationError(msg)
     return sock
 
 
