@@ -22,7 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sr3.config import parse_size  # noqa: E402
+from sr3.config import RecoveryConfig, parse_size  # noqa: E402
+from sr3.recovery import Recoverer, RecoveryContext  # noqa: E402
+from sr3.replication import LiveMembers  # noqa: E402
 from sr3.snapshot import SnapshotReader, SnapshotWriter  # noqa: E402
 from sr3.synthetic import SyntheticSpec, iter_key_groups  # noqa: E402
 from sr3_cli.cluster import open_cluster  # noqa: E402
@@ -33,8 +35,13 @@ RESULTS = ROOT / "bench" / "results"
 CHUNK = 4 * 1024 * 1024
 
 
-def raw_loopback_read(nbytes: int) -> float:
-    """Seconds for a server to send ``nbytes`` to a client over one loopback socket."""
+def raw_loopback_read(nbytes: int, *, keep: bool = False) -> float:
+    """Seconds for a server to send ``nbytes`` to a client over one loopback socket.
+
+    With ``keep`` the client receives into fresh 4 MiB buffers it keeps, as a
+    recovering process must keep the state it receives; otherwise into one
+    reused buffer (the bound of the link itself).
+    """
     payload = memoryview(bytes(CHUNK))
     srv = socket.create_server(("127.0.0.1", 0))
     port = srv.getsockname()[1]
@@ -50,12 +57,27 @@ def raw_loopback_read(nbytes: int) -> float:
 
     t = threading.Thread(target=serve)
     t.start()
+    kept: list[bytearray] = []
     buf = bytearray(CHUNK)
     view = memoryview(buf)
     with socket.create_connection(("127.0.0.1", port)) as c:
         started = time.perf_counter()
         got = 0
         while got < nbytes:
+            if keep:
+                buf = bytearray(min(CHUNK, nbytes - got))
+                kept.append(buf)
+                view = memoryview(buf)
+                filled = 0
+                while filled < len(buf):
+                    n = c.recv_into(view[filled:])
+                    if n == 0:
+                        break
+                    filled += n
+                got += filled
+                if filled < len(buf):
+                    break
+                continue
             n = c.recv_into(view)
             if n == 0:
                 break
@@ -94,11 +116,20 @@ def main() -> int:
                 reader = SnapshotReader(
                     store=cluster.store, manifests=cluster.manifests
                 )
+                recoverer = Recoverer(
+                    RecoveryContext(
+                        manifests=cluster.manifests,
+                        members=LiveMembers(cluster.membership),
+                        pool=cluster.pool,
+                        node_config=cluster.config.node,
+                        recovery=RecoveryConfig(mechanism="star"),
+                    )
+                )
                 for size in sizes:
                     spec = SyntheticSpec(total_bytes=size, keys=None, seed=1)
                     blobs = list(iter_key_groups(spec, g))
                     nbytes = sum(len(b) for _, b in blobs)
-                    raw, wr, rd = [], [], []
+                    raw, raw_keep, wr, rd, fetch = [], [], [], [], []
                     for rep in range(args.repeat):
                         owner = f"bench/{size}/{rep}"
                         t0 = time.perf_counter()
@@ -106,19 +137,28 @@ def main() -> int:
                             owner=owner, epoch=1, key_group_count=g, key_groups=blobs
                         )
                         wr.append(time.perf_counter() - t0)
+                        # the read `sr3 snapshot get` does: star recovery into R
+                        t0 = time.perf_counter()
+                        result = recoverer.recover(owner, mechanism="star")
+                        rd.append(time.perf_counter() - t0)
+                        assert result.bytes_received >= nbytes
+                        # the plain parallel fetch (ReplicatedStore.get per shard)
                         manifest = reader.manifest(owner)
                         t0 = time.perf_counter()
                         got = sum(s.meta.size for s in reader.fetch(manifest))
-                        rd.append(time.perf_counter() - t0)
+                        fetch.append(time.perf_counter() - t0)
                         assert got >= nbytes
                         raw.append(raw_loopback_read(nbytes))
+                        raw_keep.append(raw_loopback_read(nbytes, keep=True))
                     del blobs
                     med = statistics.median
                     row = {
                         "size_bytes": nbytes,
                         "raw_loopback_mb_s": nbytes / 1e6 / med(raw),
+                        "raw_keep_mb_s": nbytes / 1e6 / med(raw_keep),
                         "ring_write_mb_s": nbytes / 1e6 / med(wr),
                         "ring_read_mb_s": nbytes / 1e6 / med(rd),
+                        "plain_fetch_mb_s": nbytes / 1e6 / med(fetch),
                     }
                     row["read_vs_raw"] = (
                         row["ring_read_mb_s"] / row["raw_loopback_mb_s"]
@@ -143,14 +183,19 @@ def print_table(rows: list[dict[str, float]], args: argparse.Namespace) -> None:
     )
     print(
         "| snapshot | raw loopback MB/s | ring write MB/s (x raw) "
-        "| ring read MB/s (x raw) |"
+        "| ring read MB/s (x raw) | plain parallel fetch MB/s (x raw) "
+        "| raw loopback keeping the bytes MB/s | ring read x raw-keeping |"
     )
-    print("|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
+        fetch_ratio = r["plain_fetch_mb_s"] / r["raw_loopback_mb_s"]
+        keep_ratio = r["ring_read_mb_s"] / r["raw_keep_mb_s"]
         print(
             f"| {r['size_bytes'] / 1e6:.0f} MB | {r['raw_loopback_mb_s']:.0f} | "
             f"{r['ring_write_mb_s']:.0f} ({r['write_vs_raw']:.2f}) | "
-            f"{r['ring_read_mb_s']:.0f} ({r['read_vs_raw']:.2f}) |"
+            f"{r['ring_read_mb_s']:.0f} ({r['read_vs_raw']:.2f}) | "
+            f"{r['plain_fetch_mb_s']:.0f} ({fetch_ratio:.2f}) | "
+            f"{r['raw_keep_mb_s']:.0f} | {keep_ratio:.2f} |"
         )
 
 
@@ -171,8 +216,10 @@ def save(rows: list[dict[str, float]]) -> None:
     xs = [r["size_bytes"] / 1e6 for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4))
     for key, label in (
-        ("raw_loopback_mb_s", "raw loopback TCP"),
-        ("ring_read_mb_s", "ring read"),
+        ("raw_loopback_mb_s", "raw loopback TCP (one reused buffer)"),
+        ("raw_keep_mb_s", "raw loopback TCP keeping the bytes"),
+        ("ring_read_mb_s", "ring read (star recovery)"),
+        ("plain_fetch_mb_s", "plain parallel fetch"),
         ("ring_write_mb_s", "ring write (r=3)"),
     ):
         ax.plot(xs, [r[key] for r in rows], marker="o", label=label)
