@@ -98,12 +98,17 @@ def encode_shard(
     return b"".join([prelude, head, *blobs])
 
 
-def decode_shard(data: bytes | memoryview, *, shard_id: str = "shard") -> DecodedShard:
+def decode_shard(
+    data: bytes | memoryview, *, shard_id: str = "shard", verified: bool = False
+) -> DecodedShard:
     """Verify a shard's version and checksum; index its blobs without decoding them.
 
     Args:
         data: The encoded shard; the returned views keep it alive.
         shard_id: Name used in error messages.
+        verified: The caller already checked the whole payload against the
+            manifest's crc32 (which covers these bytes), so the body crc32 is
+            not computed a second time; version and length are still checked.
 
     Raises:
         CodecError: a format version this build cannot read, or a malformed header.
@@ -127,7 +132,7 @@ def decode_shard(data: bytes | memoryview, *, shard_id: str = "shard") -> Decode
             "the copy is truncated or padded, fetch another replica"
         )
         raise ChecksumError(msg)
-    crc = zlib.crc32(body)
+    crc = stored_crc if verified else zlib.crc32(body)
     if crc != stored_crc:
         msg = (
             f"{shard_id}: crc32 {crc:#010x} differs from the stored "

@@ -19,9 +19,11 @@ from __future__ import annotations
 import logging
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 from sr3.codec import decode_shard, encode_shard
@@ -404,19 +406,28 @@ class SnapshotReader:
                 f"record: {missing}"
             )
             raise CoordinationError(msg)
+        # a bounded window of shards in flight: memory stays at a few shards when
+        # the caller consumes as it goes, instead of the whole snapshot
+        window = 2 * self._parallel
+        ids = iter(manifest.shard_ids)
         with ThreadPoolExecutor(self._parallel, thread_name_prefix="sr3-read") as pool:
-            futures = [
-                pool.submit(self._fetch_one, metas[sid]) for sid in manifest.shard_ids
-            ]
-            for fut in futures:
-                shard = fut.result()
+            pending: deque[Future[FetchedShard]] = deque(
+                pool.submit(self._fetch_one, metas[sid]) for sid in islice(ids, window)
+            )
+            while pending:
+                shard = pending.popleft().result()
+                nxt = next(ids, None)
+                if nxt is not None:
+                    pending.append(pool.submit(self._fetch_one, metas[nxt]))
                 if progress is not None:
                     progress(shard.meta.size)
                 yield shard
+                del shard
 
     def _fetch_one(self, meta: ShardMeta) -> FetchedShard:
         data, outcome = self._store.get(meta)
-        decoded = decode_shard(data)
+        # the client checked the payload against the manifest's crc32
+        decoded = decode_shard(data, shard_id=meta.shard_id, verified=True)
         return FetchedShard(
             meta=meta, served_by=outcome.served_by, key_groups=dict(decoded.key_groups)
         )

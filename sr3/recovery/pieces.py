@@ -205,14 +205,18 @@ def _fold(run: list[Piece]) -> Piece:
     return Piece(run[0].kg, run[0].lo, run[-1].hi, blob)
 
 
-def pieces_of_shard(data: Blob, meta: ShardMeta, *, min_kg: int = 0) -> list[Piece]:
+def pieces_of_shard(
+    data: Blob, meta: ShardMeta, *, min_kg: int = 0, verified: bool = False
+) -> list[Piece]:
     """Verify a shard and return one piece per key group (``kg >= min_kg``).
+
+    ``verified`` says the payload already matched ``meta.crc32``.
 
     Raises:
         ChecksumError: the shard fails its checksum.
         CodecError: the shard is malformed or is not the shard ``meta`` describes.
     """
-    decoded = decode_shard(data, shard_id=meta.shard_id)
+    decoded = decode_shard(data, shard_id=meta.shard_id, verified=verified)
     if decoded.epoch != meta.epoch or decoded.owner != meta.owner:
         msg = (
             f"{meta.shard_id}: the payload is {decoded.owner}@{decoded.epoch}, not "
@@ -269,7 +273,8 @@ class Assembly:
             raise ChecksumError(msg)
         with self._lock:
             self.bytes_received += len(data)
-        return sum(self.add_piece(p, size=0) for p in pieces_of_shard(data, meta))
+        pieces = pieces_of_shard(data, meta, verified=True)
+        return sum(self.add_piece(p, size=0) for p in pieces)
 
     def add_piece(self, piece: Piece, *, size: int | None = None) -> bool:
         """Add a piece; return False when it was a duplicate or conflicts.

@@ -266,7 +266,10 @@ class _TreeNode:
                     raise ProtocolError(msg)
                 _, data = await asyncio.to_thread(self.store.read, sid)
                 meta = ShardMeta(sid, self.owner, epoch, len(data), 0)
-                pieces += pieces_of_shard(data, meta, min_kg=self.from_kg)
+                # store.read checked the replica against its crc32
+                pieces += pieces_of_shard(
+                    data, meta, min_kg=self.from_kg, verified=True
+                )
             except (StorageError, CodecError) as exc:
                 fields = {"t": "lost", "shard": sid, "node": self.conn.node_id}
                 await self.sender.send({**fields, "error": str(exc)})

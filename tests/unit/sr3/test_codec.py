@@ -166,6 +166,21 @@ def test_flipped_byte_is_detected(blobs: dict[int, bytes], data: st.DataObject) 
     assert type(info.value) is (CodecError if index == 0 else ChecksumError)
 
 
+def test_verified_shards_skip_only_the_redundant_body_crc() -> None:
+    data = codec.encode_shard("o", 1, "full", {0: b"abc", 5: b"de"})
+    # the manifest's crc32 already covered these bytes: no second crc pass
+    shard = codec.decode_shard(data, shard_id="o@1#0", verified=True)
+    assert {kg: bytes(v) for kg, v in shard.key_groups.items()} == {
+        0: b"abc",
+        5: b"de",
+    }
+    # version and length are still checked
+    with pytest.raises(CodecError, match="version 9"):
+        codec.decode_shard(bytes([9]) + data[1:], verified=True)
+    with pytest.raises(ChecksumError, match="truncated"):
+        codec.decode_shard(data[:-1], verified=True)
+
+
 def test_shard_errors_name_the_fix() -> None:
     data = codec.encode_shard("o", 1, "full", {0: b"abc", 5: b"de"})
     with pytest.raises(CodecError, match="version 9.*upgrade sr3"):
