@@ -142,10 +142,11 @@ def main() -> int:
                         result = recoverer.recover(owner, mechanism="star")
                         rd.append(time.perf_counter() - t0)
                         assert result.bytes_received >= nbytes
-                        # streamed read: parallel fetch, crc checked, each shard dropped once seen
+                        # streamed read: one pipelined connection per holder,
+                        # crc checked, each shard dropped once seen
                         manifest = reader.manifest(owner)
                         t0 = time.perf_counter()
-                        got = sum(s.meta.size for s in reader.fetch(manifest))
+                        got = sum(len(data) for _, data in reader.stream(manifest))
                         fetch.append(time.perf_counter() - t0)
                         assert got >= nbytes
                         raw.append(raw_loopback_read(nbytes))

@@ -17,6 +17,8 @@ their records are dropped from the manifest store, then their replicas deleted.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 import zlib
 from collections import deque
@@ -423,6 +425,83 @@ class SnapshotReader:
                     progress(shard.meta.size)
                 yield shard
                 del shard
+
+    def stream(
+        self, manifest: Manifest, *, window: int = 4
+    ) -> Iterator[tuple[ShardMeta, bytes]]:
+        """Yield every shard's checked payload as it arrives, in no fixed order.
+
+        Each shard is assigned to one live holder, spreading bytes evenly; one
+        pipelined connection per holder moves its shards (``window`` requests in
+        flight). Shards a holder fails to serve are read through the replicated
+        store, which tries the other holders. For bulk reads that do not need
+        manifest order (copies, scans, benchmarks); :meth:`fetch` keeps order.
+
+        Raises:
+            ShardNotFoundError: a shard has no live valid replica.
+        """
+        metas = self._manifests.shards(manifest.owner)
+        _, live = self._store.ring()
+        load: dict[str, int] = {}
+        plan: dict[str, list[ShardMeta]] = {}
+        orphans: list[ShardMeta] = []
+        for sid in manifest.shard_ids:
+            meta = metas[sid]
+            holders = [h for h in meta.holders if h in live]
+            if not holders:
+                orphans.append(meta)
+                continue
+            node = min(holders, key=lambda h: load.get(h, 0))
+            load[node] = load.get(node, 0) + meta.size
+            plan.setdefault(node, []).append(meta)
+        out: queue.Queue[tuple[ShardMeta, bytes] | StorageError | None] = queue.Queue(
+            maxsize=2 * window * max(len(plan), 1)
+        )
+
+        def pump(node_id: str, shards: list[ShardMeta]) -> None:
+            done = 0
+            try:
+                with self._store.pool.client(live[node_id]) as client:
+                    ids = [m.shard_id for m in shards]
+                    for (_, data), meta in zip(
+                        client.get_many(ids, window=window), shards, strict=False
+                    ):
+                        out.put((meta, data))
+                        done += 1
+            except StorageError as exc:
+                logger.info("stream from %s stopped: %s", node_id, exc)
+            try:
+                for meta in shards[done:]:
+                    data, _ = self._store.get(meta)
+                    out.put((meta, data))
+            except StorageError as exc:
+                out.put(exc)
+            finally:
+                out.put(None)
+
+        threads = [
+            threading.Thread(target=pump, args=item, daemon=True)
+            for item in plan.items()
+        ]
+        for t in threads:
+            t.start()
+        for meta in orphans:
+            data, _ = self._store.get(meta)
+            yield meta, data
+        running = len(threads)
+        failure: StorageError | None = None
+        while running:
+            item = out.get()
+            if item is None:
+                running -= 1
+            elif isinstance(item, StorageError):
+                failure = failure or item
+            elif failure is None:
+                yield item
+        for t in threads:
+            t.join()
+        if failure is not None:
+            raise failure
 
     def _fetch_one(self, meta: ShardMeta) -> FetchedShard:
         data, outcome = self._store.get(meta)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sr3.snapshot import SnapshotReader
 from sr3.storage import replica_name
 from sr3_cli.cluster import open_cluster
 from sr3_cli.lab import Lab
@@ -181,3 +182,26 @@ def test_restarted_node_serves_its_data_without_a_full_copy(
     assert set(now) == set(had)
     got = sr3_json(lab, "snapshot", "get", "--owner", "back", "--verify")
     assert got["verify"]["ok"]
+
+
+def test_streamed_read_yields_every_shard_once_even_when_a_holder_dies(
+    lab_factory: Callable[..., Lab],
+) -> None:
+    lab = lab_factory(nodes=4)
+    sr3(lab, "snapshot", "put", "--owner", "bulk", "--size", "24MB")
+    with open_cluster(lab.config()) as cluster:
+        reader = SnapshotReader(store=cluster.store, manifests=cluster.manifests)
+        manifest = reader.manifest("bulk")
+        seen = {
+            meta.shard_id: zlib.crc32(data) for meta, data in reader.stream(manifest)
+        }
+        assert sorted(seen) == sorted(manifest.shard_ids)
+        metas = cluster.manifests.shards("bulk")
+        assert all(seen[sid] == metas[sid].crc32 for sid in seen)
+        # a holder dies: its shards come from the others
+        lab.kill_nodes(["node-2"])
+        again: list[str] = []
+        for meta, data in reader.stream(manifest):
+            assert zlib.crc32(data) == meta.crc32
+            again.append(meta.shard_id)
+        assert sorted(again) == sorted(manifest.shard_ids)
