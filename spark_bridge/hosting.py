@@ -1,0 +1,297 @@
+"""Run streamparse spouts and bolts in-process, the way a multilang task runs them.
+
+A hosted component is the user's class instantiated with discarded pipes: the
+bridge synthesises the Storm ``conf`` and ``context`` of the handshake, calls
+``_setup_component`` and ``initialize`` as pystorm's ``run`` does, and then
+drives it one step at a time. Emits are captured instead of written to Storm;
+the other multilang messages (ack, fail, sync, metrics) are dropped and ``log``
+messages go to Python logging. User classes run unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pyspark import TaskContext
+from pystorm.component import Tuple as StormTuple
+
+from spark_bridge.errors import ComponentError, UnsupportedTopologyError
+from storm_bridge.topology import LoadedTopology, load_topology
+
+__all__ = [
+    "BoltHost",
+    "Emit",
+    "SpoutHost",
+    "loaded_topology",
+    "spark_task",
+    "storm_conf",
+    "storm_context",
+]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_STREAM: Final = "default"
+#: Conf keys the bridge removes: they would make storm_bridge open its own ring.
+_STORM_RING_KEYS: Final = ("sr3.zk.hosts",)
+_LOG_LEVELS: Final = {
+    0: logging.DEBUG,
+    1: logging.DEBUG,
+    2: logging.INFO,
+    3: logging.WARNING,
+    4: logging.ERROR,
+}
+
+
+@dataclass(frozen=True)
+class Emit:
+    """One captured emit.
+
+    Attributes:
+        stream: Stream id.
+        values: The tuple's values.
+        offset: The spout offset given with the emit (spouts only).
+    """
+
+    stream: str
+    values: list[Any]
+    offset: Any = None
+
+
+def spark_task() -> tuple[int, str]:
+    """Return (Spark partition id, micro-batch id) of the running Spark task."""
+    context = TaskContext.get()
+    if context is None:
+        return 0, "?"
+    batch = context.getLocalProperty("streaming.sql.batchId") or "?"
+    return context.partitionId(), batch
+
+
+@functools.cache
+def loaded_topology(path: str) -> LoadedTopology:
+    """Return the topology file at ``path``, loaded once per Python worker."""
+    return load_topology(path)
+
+
+class _Discard(io.StringIO):
+    """A pipe that forgets what is written (pystorm's serializer needs one)."""
+
+    def write(self, s: str) -> int:
+        return len(s)
+
+
+def storm_conf(
+    topology: LoadedTopology, component: str, overrides: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Return the Storm conf a task of ``component`` would receive.
+
+    Topology config, then the component config, then ``overrides``; the
+    ``sr3.zk.hosts`` key is dropped so storm_bridge does not open a ring itself.
+    """
+    conf: dict[str, Any] = dict(topology.config)
+    conf.update(topology.components[component].config)
+    conf.update(overrides)
+    for key in _STORM_RING_KEYS:
+        conf.pop(key, None)
+    conf["topology.name"] = topology.name
+    return conf
+
+
+def storm_context(
+    topology: LoadedTopology, component: str, index: int
+) -> dict[str, Any]:
+    """Return the handshake ``context`` of task ``index`` of ``component``.
+
+    Task ids are numbered from 1 in definition order, ``tasks`` per component.
+    """
+    task_to_component: dict[str, str] = {}
+    own: list[int] = []
+    next_id = 1
+    for name, comp in topology.components.items():
+        for _ in range(comp.tasks):
+            task_to_component[str(next_id)] = name
+            if name == component:
+                own.append(next_id)
+            next_id += 1
+    comp = topology.components[component]
+    sources: dict[str, dict[str, Any]] = {}
+    source_fields: dict[str, dict[str, list[str]]] = {}
+    for sub in comp.inputs:
+        sources.setdefault(sub.source, {})[sub.stream] = sub.grouping.to_context()
+        fields = topology.components[sub.source].outputs[sub.stream].fields
+        source_fields.setdefault(sub.source, {})[sub.stream] = list(fields)
+    return {
+        "task->component": task_to_component,
+        "taskid": own[index % len(own)],
+        "componentid": component,
+        "streams": list(comp.outputs),
+        "stream->outputfields": {s: list(o.fields) for s, o in comp.outputs.items()},
+        "stream->target->grouping": {},
+        "source->stream->grouping": sources,
+        "source->stream->fields": source_fields,
+    }
+
+
+class _Host:
+    """Shared set-up of a hosted spout or bolt."""
+
+    def __init__(
+        self,
+        topology: LoadedTopology,
+        component: str,
+        index: int,
+        overrides: Mapping[str, Any],
+    ) -> None:
+        self.component = component
+        self.index = index
+        self.emits: list[Emit] = []
+        self._log = logging.getLogger(f"spark_bridge.component.{component}")
+        info = topology.components[component]
+        conf = storm_conf(topology, component, overrides)
+        context = storm_context(topology, component, index)
+        instance: Any = info.component_cls(
+            input_stream=_Discard(), output_stream=_Discard(), rdb_signal=None
+        )
+        instance.send_message = self._message
+        self.instance = instance
+        root = logging.getLogger()
+        before = list(root.handlers)
+        try:
+            instance._setup_component(conf, context)  # noqa: SLF001 (pystorm's run)
+        finally:
+            # pystorm adds a root handler writing logs to Storm; ours is logging.
+            for handler in root.handlers[:]:
+                if handler not in before:
+                    root.removeHandler(handler)
+        instance.initialize(conf, context)
+
+    def _message(self, message: Any) -> None:
+        if not isinstance(message, dict):
+            return
+        command = message.get("command")
+        if command == "log":
+            level = _LOG_LEVELS.get(int(message.get("level", 2)), logging.INFO)
+            self._log.log(level, "%s", message.get("msg"))
+        elif command == "error":
+            self._log.error("%s", message.get("msg"))
+
+    def _direct(self, direct_task: Any) -> None:
+        if direct_task is not None:
+            msg = (
+                f"component {self.component!r} emitted a direct tuple (task "
+                f"{direct_task}); direct streams do not run on Spark yet: use a "
+                "fields grouping"
+            )
+            raise UnsupportedTopologyError(msg)
+
+
+class SpoutHost(_Host):
+    """A replayable spout driven by ``seek`` and ``next_tuple``.
+
+    Attributes:
+        position: Offset of the last emit (after a seek: the sought offset).
+    """
+
+    def __init__(
+        self,
+        topology: LoadedTopology,
+        component: str,
+        index: int,
+        overrides: Mapping[str, Any],
+    ) -> None:
+        super().__init__(topology, component, index, overrides)
+        self.instance.emit = self._emit
+        self.position: Any = None
+        self.sought = False
+
+    def _emit(
+        self,
+        tup: Any,
+        offset: Any = None,
+        tup_id: Any = None,
+        stream: Any = None,
+        direct_task: Any = None,
+        need_task_ids: bool = False,
+    ) -> Any:
+        del tup_id
+        self._direct(direct_task)
+        if offset is None:
+            msg = (
+                f"spout {self.component!r} task {self.index} emitted {tup!r} without "
+                "an offset; emit with self.emit(values, offset=n) so Spark can replay"
+            )
+            raise ComponentError(msg)
+        self.emits.append(Emit(str(stream or DEFAULT_STREAM), list(tup), offset))
+        return [] if need_task_ids else None
+
+    def seek(self, offset: Any) -> None:
+        """Seek the spout so its next emit follows ``offset`` (None: the start)."""
+        self.instance.seek(offset)
+        self.position = offset
+        self.sought = True
+
+    def step(self) -> list[Emit]:
+        """Call ``next_tuple`` once; return its emits and advance :attr:`position`."""
+        self.emits = []
+        self.instance.next_tuple()
+        emitted, self.emits = self.emits, []
+        if emitted:
+            self.position = emitted[-1].offset
+        return emitted
+
+
+class BoltHost(_Host):
+    """A bolt fed one tuple at a time through pystorm's own ``_run`` step."""
+
+    def __init__(
+        self,
+        topology: LoadedTopology,
+        component: str,
+        index: int,
+        overrides: Mapping[str, Any],
+    ) -> None:
+        super().__init__(topology, component, index, overrides)
+        self.instance.emit = self._emit
+        self.instance.read_tuple = self._read_tuple
+        self._pending: StormTuple | None = None
+        self._seq = 0
+
+    def _emit(
+        self,
+        tup: Any,
+        stream: Any = None,
+        anchors: Any = None,
+        direct_task: Any = None,
+        need_task_ids: bool = False,
+    ) -> Any:
+        del anchors
+        self._direct(direct_task)
+        self.emits.append(Emit(str(stream or DEFAULT_STREAM), list(tup)))
+        return [] if need_task_ids else None
+
+    def _read_tuple(self) -> StormTuple:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            msg = f"bolt {self.component!r} read a tuple outside process()"
+            raise ComponentError(msg)
+        return pending
+
+    def make_tuple(self, source: str, stream: str, values: list[Any]) -> StormTuple:
+        """Return the Storm tuple the bolt receives for ``values``."""
+        self._seq += 1
+        types = self.instance._source_tuple_types  # noqa: SLF001 (pystorm's)
+        val_type = types[source].get(stream)
+        payload = tuple(values) if val_type is None else val_type(*values)
+        return StormTuple(str(self._seq), source, stream, 0, payload)
+
+    def process(self, tup: StormTuple) -> list[Emit]:
+        """Run the bolt on ``tup`` (state scoping and auto-ack included)."""
+        self.emits = []
+        self._pending = tup
+        self.instance._run()  # noqa: SLF001 (one step of pystorm's run loop)
+        emitted, self.emits = self.emits, []
+        return emitted

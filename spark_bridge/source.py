@@ -1,0 +1,171 @@
+"""A replayable spout as a Python streaming data source.
+
+Spark's offsets are the spout's offsets. The driver-side reader keeps one
+hosted spout per spout task: for each micro-batch it calls ``next_tuple`` up to
+the batch bound (or until a call emits nothing) and reports, per task, the
+offset of the last emit as the end offset. Executors replay the range: a fresh
+spout is sought to the start offset and ``next_tuple`` is called until it emits
+the end offset, so a batch re-run after a failure reads the same tuples.
+
+Offsets are kept as ``{task index: JSON of the spout offset}`` (``"null"``
+before the first emit), so any JSON-able spout offset fits Spark's offset log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from spark_bridge.errors import ReplayError
+from spark_bridge.hosting import SpoutHost, loaded_topology, spark_task
+from spark_bridge.rows import EMIT, ROW_SCHEMA, ComponentRef
+from sr3.codec import encode_value
+
+__all__ = ["MAX_ROWS_OPTION", "SOURCE_NAME", "SpoutSource", "SpoutStreamReader"]
+
+#: Format name the source is registered under.
+SOURCE_NAME: Final = "sr3_spout"
+#: Option bounding the tuples of one micro-batch (all spout tasks together).
+MAX_ROWS_OPTION: Final = "maxRowsPerBatch"
+_DEFAULT_MAX_ROWS: Final = 1000
+
+
+@dataclass(frozen=True)
+class SpoutPartition(InputPartition):
+    """The offset range of one spout task in one micro-batch (JSON offsets)."""
+
+    index: int
+    start: str
+    end: str
+
+
+class SpoutStreamReader(DataSourceStreamReader):
+    """Plans micro-batches on the driver and replays them on executors."""
+
+    def __init__(self, ref: ComponentRef, max_rows: int) -> None:
+        self._ref = ref
+        self._max_rows = max_rows
+        self._hosts: dict[int, SpoutHost] = {}
+
+    def _tasks(self) -> int:
+        topology = loaded_topology(self._ref.topology_path)
+        return topology.components[self._ref.component].tasks
+
+    def _host(self, index: int) -> SpoutHost:
+        host = self._hosts.get(index)
+        if host is None:
+            topology = loaded_topology(self._ref.topology_path)
+            host = SpoutHost(topology, self._ref.component, index, self._ref.conf)
+            self._hosts[index] = host
+        return host
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
+        """Return ``null`` offsets: every task starts from ``seek(None)``."""
+        return {str(i): "null" for i in range(self._tasks())}
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 (Spark's name)
+        """Bound micro-batches by the ``maxRowsPerBatch`` option (0: unbounded)."""
+        return ReadMaxRows(self._max_rows) if self._max_rows > 0 else ReadAllAvailable()
+
+    def latestOffset(  # noqa: N802 (Spark's name)
+        self, start: dict[str, Any], limit: ReadLimit
+    ) -> dict[str, Any]:
+        """Drive each spout task up to its share of ``limit``; return end offsets."""
+        tasks = self._tasks()
+        bound = math.inf
+        if isinstance(limit, ReadMaxRows):
+            bound = max(1, math.ceil(limit.max_rows / tasks))
+        end: dict[str, Any] = {}
+        for index in range(tasks):
+            begin = json.loads(start.get(str(index), "null"))
+            host = self._host(index)
+            if not host.sought or host.position != begin:
+                host.seek(begin)
+            emitted = 0
+            while emitted < bound:
+                step = host.step()
+                if not step:
+                    break
+                emitted += len(step)
+            end[str(index)] = json.dumps(host.position)
+        return end
+
+    def partitions(  # noqa: D102 (documented by Spark)
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> Sequence[InputPartition]:
+        return [
+            SpoutPartition(int(index), start.get(index, "null"), stop)
+            for index, stop in sorted(end.items(), key=lambda kv: int(kv[0]))
+            if start.get(index, "null") != stop
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """Replay one task's offset range as emit rows.
+
+        Raises:
+            ReplayError: the spout stopped emitting, or went past the end offset,
+                before it emitted the end offset: it is not deterministic.
+        """
+        if not isinstance(partition, SpoutPartition):
+            msg = f"sr3_spout cannot read a {type(partition).__name__} partition"
+            raise TypeError(msg)
+        ref = self._ref
+        topology = loaded_topology(ref.topology_path)
+        host = SpoutHost(topology, ref.component, partition.index, ref.conf)
+        start, end = json.loads(partition.start), json.loads(partition.end)
+        host.seek(start)
+        rows: list[tuple[Any, ...]] = []
+        while host.position != end:
+            step = host.step()
+            if not step or _past(host.position, end):
+                _index, batch = spark_task()
+                msg = (
+                    f"spout {ref.component!r} task {partition.index} did not replay "
+                    f"offsets {start!r}..{end!r} in batch {batch} (stopped at "
+                    f"{host.position!r}); seek() and next_tuple() must reproduce "
+                    "the same emits"
+                )
+                raise ReplayError(msg)
+            rows.extend(
+                (ref.component, e.stream, EMIT, encode_value(e.values), None, None)
+                for e in step
+            )
+        return iter(rows)
+
+
+def _past(position: Any, end: Any) -> bool:
+    try:
+        return bool(position > end)
+    except TypeError:
+        return False
+
+
+class SpoutSource(DataSource):
+    """Data source ``sr3_spout``: options ``topology``, ``component``, ``conf``."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Return the format name."""
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        """Return the bridge's row schema."""
+        return ROW_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        """Return the reader of the spout the options name."""
+        del schema
+        options = self.options
+        max_rows = int(options.get(MAX_ROWS_OPTION) or _DEFAULT_MAX_ROWS)
+        return SpoutStreamReader(ComponentRef.from_options(options), max_rows)

@@ -1,0 +1,37 @@
+"""Spark fixtures: ONE local[2] session per test session, shared by every test.
+
+``PYSPARK_PYTHON`` is this interpreter and the repository root is on
+``PYTHONPATH`` before the JVM starts, so Python workers import ``spark_bridge``
+and the venv's pandas. Tests must not stop the session.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """Return the shared ``local[2]`` session (2 shuffle partitions, no UI)."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *paths])
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("sr3-spark-bridge-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    yield session
+    session.stop()
