@@ -355,18 +355,41 @@ class _Run:
         cluster = self.cluster
         if not self.wait_nodes_handled(deadline):
             return False
+        # a killed task is noticed asynchronously: never end before its
+        # rollback began, or the run would report a recovery that never ran
+        killed = {k for k in self.kill_times if not k.startswith("ring node ")}
+        if not cluster.wait_for(
+            functools.partial(_detected, killed), max(0.0, deadline - self.clock())
+        ):
+            return False
         while self.clock() < deadline:
             if not cluster.run_until_idle(max(0.0, deadline - self.clock())):
                 return False
             target = cluster.request_epoch()
-            if target is None:
-                return True
-            committed = cluster.wait_for(
+            if target is not None and not cluster.wait_for(
                 functools.partial(_reached, target), max(0.0, deadline - self.clock())
+            ):
+                return False
+            # every rollback must have resumed: an epoch committed after it
+            resumed = cluster.wait_for(
+                _all_resumed, min(1.0, max(0.0, deadline - self.clock()))
             )
-            if committed and cluster.run_until_idle(0.0):
+            if resumed and cluster.run_until_idle(0.0):
                 return True
         return False
+
+
+def _detected(killed: set[str], cluster: LocalCluster) -> bool:
+    recoveries = cluster.with_coordinator(lambda k: list(k.recoveries))
+    if recoveries is None:  # checkpointing off: no rollbacks to wait for
+        return True
+    causes = {c.strip() for r in recoveries for c in r.cause.split(",")}
+    return killed <= causes
+
+
+def _all_resumed(cluster: LocalCluster) -> bool:
+    recoveries = cluster.with_coordinator(lambda k: list(k.recoveries)) or []
+    return all(r.resumed_at is not None for r in recoveries)
 
 
 def _reached(epoch: int, cluster: LocalCluster) -> bool:
