@@ -49,8 +49,9 @@ bench-ring: setup  ## Ring write/read throughput against raw loopback TCP (not i
 bench-recovery: setup  ## Star/line/tree recovery vs raw, Redis, Spark; netns when root (not in CI)
 	$(PY) bench/recovery.py
 
-bench-storm: setup  ## Wordcount tuples/s with checkpoints on vs off, JSON vs msgpack (not in CI)
+bench-storm: setup  ## Checkpoint overhead (JSON, msgpack) and killed-task recovery per mechanism (not in CI)
 	$(PY) bench/storm_checkpoint.py
+	$(PY) bench/storm_recovery.py
 
 clean:  ## Remove the venv and caches (not in CI)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
