@@ -219,7 +219,7 @@ async def _send_own(
                 }
                 await sender.send(fields, blob=data)
                 off += len(data)
-        except StorageError as exc:
+        except (StorageError, CodecError) as exc:  # ChecksumError is a CodecError
             await sender.send(
                 {"t": "lost", "shard": sid, "node": node_id, "error": str(exc)}
             )

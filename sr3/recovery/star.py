@@ -79,8 +79,9 @@ class StarRecovery(RecoveryStrategy):
                 data = links.get(node_id, info.host, info.port).get(
                     shard.shard_id, shard.size
                 )
-                # the shard's own crc32 covers the payload end to end: checked once
-                job.assembly.add_shard(shard.shard_id, data, crc_checked=True)
+                # the link checks nothing: the assembly checks the payload against
+                # the manifest's crc32, once, end to end
+                job.assembly.add_shard(shard.shard_id, data, crc_checked=False)
             except (ChecksumError, CodecError) as exc:
                 logger.warning(
                     "star: corrupt copy of %s on %s: %s", shard.shard_id, node_id, exc

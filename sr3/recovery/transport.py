@@ -86,8 +86,8 @@ class ShardLink:
     The reply frame is received straight into a buffer of its own, and the shard's
     bytes are returned as a view of it: one copy from the kernel, no decoding of
     the payload. The frame layout is :func:`sr3.wire.pack_frame_head`'s: the blob
-    comes last, as a bin32. Integrity is checked by the caller, end to end, with
-    the shard's own crc32 (``decode_shard``).
+    comes last, as a bin32. Integrity is checked by the caller, end to end, against
+    the manifest's crc32 (``Assembly.add_shard(crc_checked=False)``).
 
     Args:
         host: The node's address.

@@ -61,7 +61,10 @@ def sr3(lab: Lab, *args: str, check: bool = True) -> subprocess.CompletedProcess
         check=False,
     )
     if check and proc.returncode != 0:
-        pytest.fail(f"sr3 {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+        pytest.fail(
+            f"sr3 {' '.join(args)} exited {proc.returncode}:\n"
+            f"stdout: {proc.stdout[-3000:]}\nstderr: {proc.stderr[-3000:]}"
+        )
     return proc
 
 

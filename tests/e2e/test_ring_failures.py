@@ -205,3 +205,23 @@ def test_streamed_read_yields_every_shard_once_even_when_a_holder_dies(
             assert zlib.crc32(data) == meta.crc32
             again.append(meta.shard_id)
         assert sorted(again) == sorted(manifest.shard_ids)
+
+
+@pytest.mark.parametrize("mechanism", ["star", "line", "tree"])
+def test_every_mechanism_refuses_corrupt_replicas(
+    lab_factory: Callable[..., Lab], mechanism: str
+) -> None:
+    lab = lab_factory(nodes=3)
+    sr3(lab, "snapshot", "put", "--owner", "bad", "--size", "8MB")
+    with open_cluster(lab.config()) as cluster:
+        shards = cluster.manifests.shards("bad")
+    # two of the three replicas of every shard are corrupt: only one copy is good
+    for meta in shards.values():
+        for holder in meta.holders[:2]:
+            replicas = Path(lab.nodes[holder].data_dir) / "replicas"
+            flip_byte(replicas / replica_name(meta.shard_id))
+    got = sr3_json(
+        lab, "snapshot", "get", "--owner", "bad", "--mechanism", mechanism, "--verify"
+    )
+    assert got["verify"]["ok"], got["verify"]
+    assert got["verify"]["keys"] == got["verify"]["expected_keys"]
