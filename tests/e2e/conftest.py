@@ -45,8 +45,10 @@ def lab_factory(tmp_path: Path) -> Iterator[Callable[..., Lab]]:
 
     yield make
     for lab in labs:
-        lab.stop_nodes()
-        lab.stop_zookeeper()
+        # reload: `sr3 lab restart` run as a subprocess records new pids on disk
+        current = Lab.load(lab.root)
+        current.stop_nodes()
+        current.stop_zookeeper()
 
 
 def sr3(lab: Lab, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
