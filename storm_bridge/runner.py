@@ -287,6 +287,7 @@ class _Run:
         self.kill_node = kill_node
         self.clock = clock
         self.kill_times: dict[str, float] = {}
+        self.killed_tasks: list[tuple[int, float]] = []
         self._members: set[str] | None = None
         self._wakeup = threading.Event()
         self._lock = threading.Lock()
@@ -336,6 +337,7 @@ class _Run:
             if isinstance(kill, TaskKill):
                 task_id = self.cluster.task_ids(kill.component)[kill.index]
                 self.kill_times[f"{kill.component}:{kill.index}"] = self.clock()
+                self.killed_tasks.append((task_id, self.clock()))
                 self.cluster.kill_task(task_id)
             else:
                 if self.kill_node is None:
@@ -355,11 +357,12 @@ class _Run:
         cluster = self.cluster
         if not self.wait_nodes_handled(deadline):
             return False
-        # a killed task is noticed asynchronously: never end before its
-        # rollback began, or the run would report a recovery that never ran
-        killed = {k for k in self.kill_times if not k.startswith("ring node ")}
+        # a killed task is noticed asynchronously: never end before its death
+        # was seen (or a rollback already under way recycled it), or the run
+        # would report a recovery that never ran
         if not cluster.wait_for(
-            functools.partial(_detected, killed), max(0.0, deadline - self.clock())
+            functools.partial(_deaths_seen, tuple(self.killed_tasks)),
+            max(0.0, deadline - self.clock()),
         ):
             return False
         while self.clock() < deadline:
@@ -379,12 +382,13 @@ class _Run:
         return False
 
 
-def _detected(killed: set[str], cluster: LocalCluster) -> bool:
-    recoveries = cluster.with_coordinator(lambda k: list(k.recoveries))
-    if recoveries is None:  # checkpointing off: no rollbacks to wait for
-        return True
-    causes = {c.strip() for r in recoveries for c in r.cause.split(",")}
-    return killed <= causes
+def _deaths_seen(killed: tuple[tuple[int, float], ...], cluster: LocalCluster) -> bool:
+    ended = [
+        e
+        for kind in (EventKind.TASK_DIED, EventKind.TASK_RECYCLED)
+        for e in cluster.events(kind)
+    ]
+    return all(any(e.task_id == t and e.at >= at for e in ended) for t, at in killed)
 
 
 def _all_resumed(cluster: LocalCluster) -> bool:
