@@ -36,9 +36,7 @@ from sr3.errors import (
     ChecksumError,
     NodeUnavailableError,
     ProtocolError,
-    ShardNotFoundError,
     SR3Error,
-    StorageError,
 )
 from sr3.ports import NodeInfo
 from sr3.storage import ReplicaInfo
@@ -47,12 +45,6 @@ __all__ = ["ClientPool", "NodeClient", "authenticate"]
 
 logger = logging.getLogger(__name__)
 
-_ERRORS: dict[str, type[SR3Error]] = {
-    "not_found": ShardNotFoundError,
-    "corrupt": ChecksumError,
-    "auth": AuthenticationError,
-    "internal": StorageError,
-}
 _KEEP_BUFFER_BYTES = 16 * 1024 * 1024  # larger receive buffers are not kept
 _FRAME_OVERHEAD = 4096  # room for the fields around a put's payload
 
@@ -241,7 +233,7 @@ class NodeClient:
         if code in ("bad_frame", "too_large", "auth"):
             self.close()  # the node closes the connection after these
         msg = f"{where} failed ({code}): {error}"
-        raise _ERRORS.get(code, ProtocolError)(msg)
+        raise wire.error_type(code, ProtocolError)(msg)
 
     def request(
         self,

@@ -27,11 +27,20 @@ from typing import Any
 
 import msgpack
 
-from sr3.errors import NodeUnavailableError, ProtocolError
+from sr3.errors import (
+    AuthenticationError,
+    ChecksumError,
+    NodeUnavailableError,
+    ProtocolError,
+    ShardNotFoundError,
+    SR3Error,
+    StorageError,
+)
 
 __all__ = [
     "AUTH_CONTEXT",
     "ERROR_CODES",
+    "error_type",
     "HANDSHAKE_MAX_FRAME_BYTES",
     "MAX_DEPTH",
     "NONCE_BYTES",
@@ -94,6 +103,19 @@ def check_mac(secret: str, nonce: bytes, mac: object) -> bool:
     if not isinstance(mac, bytes):
         return False
     return hmac.compare_digest(auth_mac(secret, nonce), mac)
+
+
+_ERROR_TYPES: dict[str, type[SR3Error]] = {
+    "not_found": ShardNotFoundError,
+    "corrupt": ChecksumError,
+    "auth": AuthenticationError,
+    "internal": StorageError,
+}
+
+
+def error_type(code: object, default: type[SR3Error]) -> type[SR3Error]:
+    """Return the exception a client raises for an error reply's ``code``."""
+    return _ERROR_TYPES.get(code if isinstance(code, str) else "", default)
 
 
 def error_reply(code: str, error: str) -> dict[str, Any]:

@@ -29,11 +29,9 @@ from sr3 import wire
 from sr3.client import authenticate
 from sr3.config import NodeConfig
 from sr3.errors import (
-    AuthenticationError,
     ChecksumError,
     NodeUnavailableError,
     ProtocolError,
-    ShardNotFoundError,
     SR3Error,
     StorageError,
 )
@@ -42,12 +40,6 @@ from sr3.recovery.frames import RelayNode
 __all__ = ["RelayStream", "ShardLink", "Upstream"]
 
 logger = logging.getLogger(__name__)
-
-_ERRORS: dict[str, type[SR3Error]] = {
-    "not_found": ShardNotFoundError,
-    "corrupt": ChecksumError,
-    "auth": AuthenticationError,
-}
 
 
 def open_socket(host: str, port: int, config: NodeConfig) -> socket.socket:
@@ -156,7 +148,7 @@ class ShardLink:
 
 def _raise_error_frame(frame: Mapping[str, Any], where: str) -> None:
     code, error = frame.get("code"), frame.get("error")
-    cls = _ERRORS.get(code if isinstance(code, str) else "", StorageError)
+    cls = wire.error_type(code, StorageError)
     msg = f"{where} failed ({code}): {error}"
     raise cls(msg)
 
