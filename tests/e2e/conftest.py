@@ -18,7 +18,8 @@ from sr3_cli.lab import Lab
 JAR = Path("/usr/share/java/zookeeper.jar")
 
 
-def _require_zk() -> None:
+def require_zk() -> None:
+    """Skip without Debian's ZooKeeper, or fail when CI requires it."""
     if not JAR.exists():
         reason = "Debian's zookeeper package is not installed (make setup installs it)"
         if os.environ.get("SR3_REQUIRE_ZK") == "1":
@@ -29,7 +30,7 @@ def _require_zk() -> None:
 @pytest.fixture
 def lab_factory(tmp_path: Path) -> Iterator[Callable[..., Lab]]:
     """Start labs of N nodes; stop every one at teardown."""
-    _require_zk()
+    require_zk()
     labs: list[Lab] = []
 
     def make(nodes: int = 5, name: str = "lab") -> Lab:

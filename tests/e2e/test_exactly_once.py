@@ -22,6 +22,7 @@ import pytest
 
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
+from tests.e2e.conftest import require_zk
 
 pytestmark = [pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
 
@@ -30,7 +31,6 @@ EXAMPLES = Path(__file__).parents[2] / "topologies"
 TOPOLOGY = TOPOLOGIES / "exact_wc.py"
 LINES = 1200
 NODES = 3
-JAR = Path("/usr/share/java/zookeeper.jar")
 
 
 def _corpus(lines: int) -> list[str]:
@@ -65,11 +65,7 @@ TRUE_COUNTS = dict(Counter(w for line in _corpus(LINES) for w in line.split()))
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """One lab (ZooKeeper + 3 ring nodes) for the module: runs are sequential."""
-    if not JAR.exists():
-        reason = "Debian's zookeeper package is not installed (make setup installs it)"
-        if os.environ.get("SR3_REQUIRE_ZK") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_zk()
     lab = Lab(root=tmp_path_factory.mktemp("exact-lab"))
     lab.save()
     lab.start_zookeeper()

@@ -8,12 +8,10 @@ their data dirs after each case.
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,11 +23,10 @@ from sr3.state import KeyedState
 from sr3_cli.cluster import Cluster, open_cluster
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
-from tests.e2e.conftest import sr3, sr3_json
+from tests.e2e.conftest import require_zk, sr3, sr3_json
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 
-JAR = Path("/usr/share/java/zookeeper.jar")
 G = 64
 SHARD_BYTES = 16 * 1024
 Model = dict[tuple[Any, ...], dict[str, Any]]
@@ -37,11 +34,7 @@ Model = dict[tuple[Any, ...], dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    if not JAR.exists():
-        reason = "Debian's zookeeper package is not installed (make setup installs it)"
-        if os.environ.get("SR3_REQUIRE_ZK") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+    require_zk()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SR3_TEST_RELAY_FAULTS", "delay_s=0.004")
         lab = Lab(root=tmp_path_factory.mktemp("recovery") / "lab")
