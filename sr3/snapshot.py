@@ -185,11 +185,13 @@ class SnapshotWriter:
         offsets: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
         progress: Progress | None = None,
+        base: Manifest | None = None,
     ) -> WriteReport:
         """Write one epoch of ``owner`` and publish its manifest.
 
-        ``kind="full"`` starts a new chain; ``kind="delta"`` appends to the latest
-        committed manifest's chain.
+        ``kind="full"`` starts a new chain; ``kind="delta"`` appends to ``base``'s
+        chain (default: the latest published manifest's). Pass the committed
+        manifest as ``base`` when newer, never-committed epochs may exist.
 
         The caller chooses the kind; :meth:`write_epoch` chooses it for the
         caller, compacting at ``max_chain_length``.
@@ -209,8 +211,9 @@ class SnapshotWriter:
                 f"Keep sr3.state.key.groups={recorded} for this owner"
             )
             raise ConfigError(msg)
-        base: Manifest | None = None
-        if kind == "delta":
+        if kind != "delta":
+            base = None
+        elif base is None:
             base = self._manifests.latest(owner)
             if base is None:
                 msg = f"owner {owner!r} has no committed epoch to apply a delta to"

@@ -42,12 +42,15 @@ class CommitRecord:
         owners: Owners whose manifests at ``epoch`` make up the state; empty for
             an epoch that starts a run from empty state.
         committed_at: Wall-clock seconds when it committed.
+        extra: What the committing engine records besides (the Spark engine:
+            ``{"engine": "spark", "query": id, "batch": n}``).
     """
 
     epoch: int
     offsets: Mapping[str, Any] = field(default_factory=dict)
     owners: tuple[str, ...] = ()
     committed_at: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Return a msgpack-friendly dict."""
@@ -56,6 +59,7 @@ class CommitRecord:
             "offsets": dict(self.offsets),
             "owners": list(self.owners),
             "committed_at": self.committed_at,
+            "extra": dict(self.extra),
         }
 
     @classmethod
@@ -71,6 +75,7 @@ class CommitRecord:
                 offsets=dict(raw.get("offsets", {})),
                 owners=tuple(str(o) for o in raw.get("owners", ())),
                 committed_at=float(raw.get("committed_at", 0.0)),
+                extra=dict(raw.get("extra") or {}),
             )
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"malformed commit record {dict(raw)!r}: {exc}"

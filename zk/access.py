@@ -1,0 +1,313 @@
+"""Open handles on ZooKeeper and the ring for one process, engine-neutral.
+
+A Storm stateful task, a Spark driver or executor, and the CLI open a
+:class:`RingAccess` from a conf mapping (``sr3.zk.hosts``, ``sr3.zk.chroot``; the
+ring secret comes from ``sr3.node.secret`` or the ``SR3_NODE_SECRET``
+environment variable) to read the committed epoch of a topology, restore an
+owner's key groups through star, line or tree recovery, and write snapshots.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sr3.client import ClientPool
+from sr3.config import Sr3Config
+from sr3.errors import RecoveryError
+from sr3.manifest import Manifest
+from sr3.recovery import Recoverer, RecoveryContext
+from sr3.replication import LiveMembers, ReplicatedStore
+from sr3.snapshot import GcReport, SnapshotReader, SnapshotWriter, WriteReport
+from sr3.state import KeyedState
+from zk.checkpoints import CommitRecord, ZkCheckpointStore
+from zk.client import ZkSession, connect
+from zk.manifests import ZkManifestStore
+from zk.membership import ZkMembership
+
+__all__ = ["CommitRecord", "RestoreReport", "RingAccess", "config_from_conf"]
+
+logger = logging.getLogger(__name__)
+
+#: How a restore fetched the shards when the star/line/tree recovery failed.
+PLAIN_FETCH = "parallel-fetch"
+
+
+def config_from_conf(conf: Mapping[str, Any]) -> Sr3Config:
+    """Return the sr3 configuration in a Storm conf (``sr3.*`` keys).
+
+    Keys of other subsystems (``sr3.checkpoint.interval.s``) are ignored here.
+    The ring secret falls back to ``SR3_NODE_SECRET``.
+
+    Raises:
+        ConfigError: a known key has an invalid value.
+    """
+    config = Sr3Config.from_mapping(conf, strict=False)
+    if not config.node.secret and os.environ.get("SR3_NODE_SECRET"):
+        node = replace(config.node, secret=os.environ["SR3_NODE_SECRET"])
+        config = replace(config, node=node)
+    return config
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """What a task's restore read.
+
+    Attributes:
+        epoch: Committed epoch restored (None: nothing committed, empty state).
+        mechanism: Configured ``sr3.recovery.mechanism``.
+        used: Transfer structure actually used.
+        shards: Shards fetched.
+        bytes_read: Payload bytes fetched.
+        seconds: Wall time of the fetch and install.
+        reason: Why the structure was chosen (the planner's words).
+        phases: The recovery's timeline (plan, transfer, install...).
+    """
+
+    epoch: int | None
+    mechanism: str
+    used: str
+    shards: int
+    bytes_read: int
+    seconds: float
+    reason: str = ""
+    phases: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-friendly dict."""
+        return {
+            "epoch": self.epoch,
+            "mechanism": self.mechanism,
+            "used": self.used,
+            "shards": self.shards,
+            "bytes": self.bytes_read,
+            "seconds": round(self.seconds, 6),
+            "reason": self.reason,
+            "phases": self.phases,
+        }
+
+
+class RingAccess:
+    """Open handles on ZooKeeper and the ring for one process.
+
+    Args:
+        config: Where ZooKeeper is and how to reach the ring nodes.
+    """
+
+    def __init__(self, config: Sr3Config) -> None:
+        self.config = config
+        self.session: ZkSession = connect(config.zk)
+        self.pool = ClientPool(config.node)
+        self.membership = ZkMembership(self.session)
+        self.members = LiveMembers(self.membership)
+        self.store = ReplicatedStore(
+            members=self.members, pool=self.pool, ring_config=config.ring
+        )
+        self.manifests = ZkManifestStore(self.session)
+        self.checkpoints = ZkCheckpointStore(self.session)
+        self._writer = SnapshotWriter(
+            store=self.store,
+            manifests=self.manifests,
+            max_shard_bytes=config.ring.max_shard_bytes,
+        )
+        self._reader = SnapshotReader(store=self.store, manifests=self.manifests)
+
+    @classmethod
+    def from_conf(cls, conf: Mapping[str, Any]) -> RingAccess | None:
+        """Open from a Storm conf; None when ``sr3.zk.hosts`` is not set.
+
+        Raises:
+            ConfigError: a ``sr3.*`` value is invalid.
+            CoordinationError: ZooKeeper is unreachable.
+        """
+        config = config_from_conf(conf)
+        if not config.zk.hosts:
+            return None
+        return cls(config)
+
+    def close(self) -> None:
+        """Close the ring connections and the ZooKeeper session."""
+        self.store.close()
+        self.pool.close_all()
+        self.membership.close()
+        self.session.close()
+
+    def committed(self, topology: str) -> CommitRecord | None:
+        """Return the topology's last globally committed epoch.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        return self.checkpoints.committed(topology)
+
+    def fresh_start(self, topology: str, *, resume: bool = False) -> int:
+        """Commit an empty epoch above every epoch published for ``topology``.
+
+        With ``resume``, the last committed epoch stays: a run restores its
+        state and seeks its spouts to its offsets, continuing exactly once.
+
+        Returns:
+            The first epoch above every published one.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        record = self.committed(topology)
+        floor = 0 if record is None else record.epoch
+        for owner in self.manifests.owners():
+            if owner.startswith(f"{topology}/"):
+                epochs = self.manifests.epochs(owner)
+                if epochs:
+                    floor = max(floor, epochs[-1])
+        if not (resume and record is not None):
+            self.checkpoints.reset(topology, CommitRecord(epoch=floor))
+        return floor + 1
+
+    def restore(
+        self,
+        owner: str,
+        record: CommitRecord | None,
+        *,
+        key_group_count: int,
+        mechanism: str,
+    ) -> tuple[KeyedState, RestoreReport]:
+        """Rebuild ``owner``'s keyed state of the committed epoch.
+
+        The transfer goes through :mod:`sr3.recovery` with ``mechanism`` (star,
+        line, tree or auto); should that fail, a plain parallel fetch from the
+        shards' holders is tried, and the report says so. Manifests newer than
+        the committed epoch (published before a failure, never committed) are
+        ignored. Key groups stay encoded until touched when
+        ``sr3.recovery.lazy.install`` is on.
+
+        Raises:
+            RecoveryError, ShardNotFoundError: the snapshot cannot be read.
+            CoordinationError: ZooKeeper failed.
+        """
+        started = time.perf_counter()
+        if record is None or owner not in record.owners:
+            empty = RestoreReport(None, mechanism, "none", 0, 0, 0.0)
+            return KeyedState(key_group_count), empty
+        lazy = self.config.recovery.lazy_install
+        context = RecoveryContext(
+            manifests=self.manifests,
+            members=self.members,
+            pool=self.pool,
+            node_config=self.config.node,
+            recovery=replace(self.config.recovery, mechanism=mechanism),
+        )
+        try:
+            result = Recoverer(context).recover(
+                owner, mechanism=mechanism, epoch=record.epoch, lazy=lazy
+            )
+        except RecoveryError as exc:
+            logger.warning(
+                "%s recovery of %s@%s failed (%s); fetching its shards directly",
+                mechanism,
+                owner,
+                record.epoch,
+                exc,
+            )
+        else:
+            report = RestoreReport(
+                record.epoch,
+                mechanism,
+                result.mechanism,
+                result.shards,
+                result.bytes_received,
+                time.perf_counter() - started,
+                reason=result.reason,
+                phases=[span.to_dict() for span in result.timeline],
+            )
+            return result.state, report
+        manifest = self._reader.manifest(owner, record.epoch)
+        state = KeyedState(manifest.key_group_count)
+        shards = 0
+        size = 0
+        for shard in self._reader.fetch(manifest):
+            state.install(shard.key_groups, lazy=lazy)
+            shards += 1
+            size += shard.meta.size
+        seconds = time.perf_counter() - started
+        report = RestoreReport(
+            record.epoch, mechanism, PLAIN_FETCH, shards, size, seconds
+        )
+        return state, report
+
+    def committed_state(
+        self, topology: str, component: str
+    ) -> tuple[int, dict[tuple[Any, ...], dict[str, Any]]]:
+        """Return the committed epoch and state of a component, ``{key: fields}``.
+
+        Raises:
+            RecoveryError: the topology has no committed epoch, or the component
+                no state in it.
+            CoordinationError: ZooKeeper failed.
+        """
+        record = self.committed(topology)
+        if record is None:
+            msg = (
+                f"topology {topology!r} has no committed epoch in "
+                f"{self.config.zk.chroot}; run it first (`sr3 run FILE`)"
+            )
+            raise RecoveryError(msg)
+        prefix = f"{topology}/{component}/"
+        owners = [o for o in record.owners if o.startswith(prefix)]
+        if not owners:
+            known = sorted({o.split("/")[1] for o in record.owners if "/" in o})
+            msg = (
+                f"component {component!r} of topology {topology!r} has no state "
+                f"in committed epoch {record.epoch}; stateful components: {known}"
+            )
+            raise RecoveryError(msg)
+        found: dict[tuple[Any, ...], dict[str, Any]] = {}
+        for owner in owners:
+            manifest = self._reader.manifest(owner, record.epoch)
+            state = KeyedState(manifest.key_group_count)
+            for shard in self._reader.fetch(manifest):
+                state.install(shard.key_groups)
+            found.update(state.items())
+        return record.epoch, found
+
+    def write(
+        self,
+        *,
+        owner: str,
+        epoch: int,
+        key_group_count: int,
+        key_groups: Iterable[tuple[int, bytes]],
+        kind: str,
+        offsets: Mapping[str, Any],
+        base: Manifest | None = None,
+    ) -> WriteReport:
+        """Write one epoch of ``owner`` through the ring and publish its manifest.
+
+        A delta appends to ``base`` (default: the latest published manifest).
+
+        Raises:
+            QuorumError: a shard missed its write quorum.
+            CoordinationError: the manifest could not be published.
+        """
+        return self._writer.write(
+            owner=owner,
+            epoch=epoch,
+            key_group_count=key_group_count,
+            key_groups=key_groups,
+            kind=kind,
+            offsets=offsets,
+            base=base,
+        )
+
+    def collect_garbage(self, owner: str, committed_epoch: int) -> GcReport:
+        """Drop ``owner``'s epochs before the base of ``committed_epoch``'s chain.
+
+        Shards no remaining manifest references are deleted from the ring.
+
+        Raises:
+            CoordinationError: ZooKeeper failed, or no such epoch.
+        """
+        return self._writer.collect_garbage(owner, committed_epoch)
