@@ -96,6 +96,8 @@ class RunReport:
     recoveries: list[dict[str, Any]]
     state: dict[str, Any]
     errors: list[str]
+    #: Last output per key of each sink: ``{component: {json key: values}}``.
+    outputs: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
 
     @property
     def processed(self) -> int:
@@ -120,6 +122,7 @@ class RunReport:
             "checkpoints": self.checkpoints,
             "recoveries": self.recoveries,
             "state": self.state,
+            "outputs": self.outputs,
             "counters": self.counters,
             "errors": self.errors[:_MAX_ERRORS],
             "error_count": len(self.errors),
@@ -175,19 +178,7 @@ def fresh_start(
     Raises:
         CoordinationError: ZooKeeper failed.
     """
-    floor = 0
-    record = ring.committed(topology.name)
-    if record is not None:
-        floor = record.epoch
-    prefix = f"{topology.name}/"
-    for owner in ring.manifests.owners():
-        if owner.startswith(prefix):
-            latest = ring.manifests.epochs(owner)
-            if latest:
-                floor = max(floor, latest[-1])
-    if not (resume and record is not None):
-        ring.checkpoints.reset(topology.name, CommitRecord(epoch=floor))
-    return floor + 1
+    return ring.fresh_start(topology.name, resume=resume)
 
 
 def _seconds(
@@ -435,6 +426,7 @@ def run_topology(
     Raises:
         TopologyError: the file cannot be loaded.
         StormBridgeError: bad kill specs, or the cluster failed to start.
+        ConfigError: a sink's ``sr3.output.key.fields`` is invalid.
         CoordinationError: ZooKeeper failed.
     """
     topology = load_topology(path)
@@ -510,6 +502,7 @@ def run_topology(
         )
         errors = [str(e) for e in cluster.errors()]
         errors += [e.message for e in cluster.events(EventKind.COMPONENT_ERROR)]
+        outputs = cluster.outputs()
     finally:
         cluster.stop()
         if hooks is not None:
@@ -525,4 +518,5 @@ def run_topology(
         recoveries=recoveries,
         state=state,
         errors=errors,
+        outputs=outputs,
     )

@@ -37,6 +37,7 @@ from storm_bridge.components import (
 from storm_bridge.errors import MultilangProtocolError, TaskExitedError, TopologyError
 from storm_bridge.messages import LOG_LEVELS, ShellMsg, parse_shell_msg
 from storm_bridge.multilang import Serializer
+from storm_bridge.outputs import LastOutputs
 from storm_bridge.topology import LoadedTopology
 
 __all__ = ["Engine"]
@@ -85,6 +86,7 @@ class Engine:
 
     Raises:
         TopologyError: the conf has invalid values.
+        ConfigError: a sink's ``sr3.output.key.fields`` is invalid.
     """
 
     def __init__(
@@ -112,6 +114,8 @@ class Engine:
         )
         self.timers = TimerQueue()
         self.journal = Journal(topology.components, clock, options.max_events)
+        #: Last output per key of every sink component (replays overwrite).
+        self.outputs = LastOutputs(topology, self.conf)
         self.tasks: dict[int, TaskRuntime] = {}
         for task_id, name in self.task_to_component.items():
             if name in topology.components:
@@ -313,6 +317,7 @@ class Engine:
                 self.coordinator.bolt_barrier(rt, list(msg.values))
         elif msg.command == "emit":
             task_ids = self.flow.bolt_emit(rt, msg)
+            self.outputs.add(rt.component.name, msg.stream, msg.values)
             if task_ids is not None and rt.process is not None:
                 rt.process.send(task_ids, urgent=True)
         elif msg.command == "ack":
@@ -336,6 +341,7 @@ class Engine:
                 self.coordinator.spout_barrier(rt, list(msg.values))
         elif msg.command == "emit":
             task_ids = self.flow.spout_emit(rt, msg)
+            self.outputs.add(rt.component.name, msg.stream, msg.values)
             if task_ids is not None and rt.process is not None:
                 rt.process.send(task_ids, urgent=True)
         else:

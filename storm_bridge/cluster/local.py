@@ -82,6 +82,7 @@ class LocalCluster:
 
     Raises:
         TopologyError: the topology file cannot be loaded or its conf is invalid.
+        ConfigError: a sink's ``sr3.output.key.fields`` is invalid.
         ValueError: the serializer is unknown.
     """
 
@@ -359,6 +360,14 @@ class LocalCluster:
         """Errors that killed tasks (protocol errors, timeouts, exits), oldest first."""
         with self._lock:
             return list(self._engine.journal.errors)
+
+    def outputs(self) -> dict[str, dict[str, list[Any]]]:
+        """Last output per key of each sink component (see :mod:`storm_bridge.outputs`).
+
+        Returns:
+            ``{component: {json.dumps(key values): values}}``, keys sorted.
+        """
+        return self._engine.outputs.to_dict()
 
     def task_ids(self, component: str) -> list[int]:
         """Sorted task ids of a component."""
