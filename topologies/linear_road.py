@@ -8,15 +8,19 @@ keeps per-minute car counts and speeds, and prices a segment from the previous
 minute as Linear Road does: ``2 * (cars - lr.toll.min.cars) ** 2`` when more than
 ``lr.toll.min.cars`` cars (default 5, 50 in the benchmark) were in it and their
 average speed was under 40 mph. ``tolls`` (keyed by vehicle) charges a vehicle
-that toll each time it enters a new segment, and keeps its balance::
+a segment's toll the first time it is reported in that segment, and keeps its
+balance::
 
     sr3 run topologies/linear_road.py --until-idle
     sr3 state dump --topology linear_road --component tolls
 
-One spout task keeps each segment's reports in order. Reports of one vehicle
-reach ``tolls`` through the segment task of each segment, so two of its reports
-may swap across segments: balances are exact for this subset's semantics only
-when a segment change is seen in order (it is, with one ``segment_stats`` task).
+One spout task keeps each segment's reports in order, and one ``segment_stats``
+task sees all of a segment's reports. A vehicle's reports reach ``tolls``
+through the task of each segment, so reports of two segments may arrive in
+either order (Storm orders tuples per upstream task only); charging per segment
+entered, not per change of segment, makes the accounts independent of that
+order, so every engine and every run reach the same state. ``tolls`` emits one
+tuple per charge, keyed by vehicle and segment (``sr3.output.key.fields``).
 """
 
 from __future__ import annotations
@@ -117,19 +121,19 @@ class SegmentStats(StatefulBolt):
 
 
 class Tolls(StatefulBolt):
-    """A vehicle's account: charged the segment's toll when it enters a segment."""
+    """A vehicle's account: each segment's toll, charged on its first report there."""
 
-    outputs = ["vid", "minute", "toll", "balance"]
+    outputs = ["vid", "segment", "minute", "toll"]
 
     def process(self, tup):
         vid, xway, direction, seg, minute, toll = tup.values
-        where = [xway, direction, seg]
-        if self.state.get("where") != where:
-            self.state["where"] = where
-            balance = self.state.get("balance", 0) + toll
-            self.state["balance"] = balance
-            self.state["charged"] = self.state.get("charged", 0) + 1
-            self.emit([vid, minute, toll, balance])
+        segment = f"{xway}/{direction}/{seg}"
+        charged = self.state.get("segments") or {}
+        if segment not in charged:
+            charged[segment] = toll
+            self.state["segments"] = charged
+            self.state["balance"] = self.state.get("balance", 0) + toll
+            self.emit([vid, segment, minute, toll])
 
 
 class LinearRoad(Topology):
@@ -142,5 +146,8 @@ class LinearRoad(Topology):
     tolls = Tolls.spec(
         inputs={segment_stats: Grouping.fields("vid")},
         par=2,
-        config={"sr3.recovery.mechanism": "tree"},
+        config={
+            "sr3.recovery.mechanism": "tree",
+            "sr3.output.key.fields": ["vid", "segment"],
+        },
     )
