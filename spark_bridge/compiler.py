@@ -1,15 +1,44 @@
-"""Compile a loaded streamparse topology into one streaming DataFrame.
+"""Compile a loaded streamparse topology (any DAG) into one streaming DataFrame.
 
-This cut compiles linear topologies: one replayable spout, then a chain of
-bolts each subscribing to the previous component only, with at most one
-stateful bolt (Spark's Update mode allows one ``applyInPandasWithState`` per
-query). Anything else raises :class:`UnsupportedTopologyError` naming the
-component and the shape, before Spark starts.
+How each DAG shape maps onto Spark. The whole topology is ONE row stream of
+:data:`spark_bridge.rows.ROW_SCHEMA` rows, so no sub-plan is ever used twice
+(a reused sub-plan would run its stateful operators twice):
+
+- **spouts**: each ``ReplayableSpout`` is an ``sr3_spout`` streaming source
+  (:mod:`spark_bridge.source`); the spout frames and any ``extra`` frames (e.g.
+  restore rows) are ``union``-ed. A plain ``Spout`` is rejected: Spark replays
+  micro-batches from offsets.
+- **bolts**, in a topological order (definition order among ready bolts): each
+  is one stage that consumes the emit rows it subscribes to, appends its own
+  emits, and passes on every other row that is still needed: emits a later
+  stage subscribes to or of a sink component (one nothing subscribes to), and
+  every state, offset, dead and info row, and restore rows of other bolts.
+  Emits nobody later needs are dropped there.
+- **branch** (one component feeding several bolts): its emits pass through the
+  first subscriber's stage and are consumed again by the later ones.
+- **join** (a bolt subscribing to several components or spouts): the inputs are
+  already in the one stream; a stateful join groups them all by key.
+- **stateless bolt**: ``mapInPandas`` (:class:`spark_bridge.stages.BoltStage`),
+  where the partition is, for SHUFFLE, LOCAL_OR_SHUFFLE, NONE, FIELDS and
+  global groupings; ALL runs the tuple through one bolt instance per task index.
+  DIRECT and CUSTOM groupings are rejected.
+- **stateful bolt** (FIELDS grouping on every input): a ``mapInPandas`` keying
+  stage (:class:`spark_bridge.stages.KeyStage`) then ``groupBy("gkey")``. With
+  one stateful bolt that is ``applyInPandasWithState`` in Update mode; with two
+  or more each is ``transformWithStateInPandas`` in Append mode on the RocksDB
+  state store (Spark allows one ``applyInPandasWithState`` per query), and
+  :attr:`Plan.session_conf` says so. Pass-through rows get pseudo keys that
+  never touch state (:mod:`spark_bridge.keyed`).
+
+Anything else raises :class:`UnsupportedTopologyError` naming the component, and
+a bad ``sr3.on.error`` raises :class:`sr3.errors.ConfigError`, before Spark starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -17,131 +46,215 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.state import GroupStateTimeout
 
 from spark_bridge.errors import UnsupportedTopologyError
+from spark_bridge.keyed import KeyedProcessor, StatefulStage
 from spark_bridge.rows import ROW_SCHEMA, STATE_SCHEMA, ComponentRef
-from spark_bridge.source import MAX_ROWS_OPTION, SOURCE_NAME, SpoutSource
-from spark_bridge.stages import BoltStage, KeyStage, StatefulStage
+from spark_bridge.source import (
+    MAX_ROWS_OPTION,
+    SOURCE_NAME,
+    START_OFFSETS_OPTION,
+    SpoutSource,
+)
+from spark_bridge.stages import (
+    GROUP_COLUMN,
+    KEYED_SCHEMA,
+    BoltStage,
+    KeyStage,
+    Routing,
+    error_policy,
+)
 from storm_bridge.topology import LoadedTopology
 
 __all__ = ["Plan", "build_frame", "plan_topology"]
 
-#: Groupings a stateless bolt accepts: on Spark it runs where its input is.
-_PARTITION_LOCAL: Final = frozenset({"SHUFFLE", "LOCAL_OR_SHUFFLE", "NONE", "FIELDS"})
+#: Groupings a stateless bolt accepts (ALL runs once per task index).
+_STATELESS_GROUPINGS: Final = frozenset(
+    {"SHUFFLE", "LOCAL_OR_SHUFFLE", "NONE", "FIELDS", "ALL"}
+)
+#: State store a query with several stateful bolts needs.
+_ROCKSDB: Final = {
+    "spark.sql.streaming.stateStore.providerClass": (
+        "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+    ),
+}
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The linear chain a topology compiles to.
+    """What a topology compiles to, and what the runner must do for it.
 
     Attributes:
         topology: The loaded topology.
-        spout: The spout's component id.
-        bolts: Bolt ids, in data-flow order.
-        stateful: The stateful bolt's id, if any.
+        spouts: Spout ids, in definition order.
+        bolts: Bolt ids, in a topological (data-flow) order.
+        stateful: The stateful bolts, in data-flow order.
+        sinks: Components nothing subscribes to: their emits reach the sink.
+        output_mode: The query's output mode (``"update"`` or ``"append"``).
+        session_conf: Spark confs to set before the query starts.
     """
 
     topology: LoadedTopology
-    spout: str
+    spouts: tuple[str, ...]
     bolts: tuple[str, ...]
-    stateful: str | None
+    stateful: tuple[str, ...]
+    sinks: tuple[str, ...]
+    output_mode: str
+    session_conf: dict[str, str]
+
+    def routing(self, position: int) -> Routing:
+        """Return what the stage of ``bolts[position]`` passes on."""
+        components = self.topology.components
+        later = frozenset(
+            (sub.source, sub.stream)
+            for name in self.bolts[position + 1 :]
+            for sub in components[name].inputs
+        )
+        return Routing(later, frozenset(self.sinks))
 
 
 def _unsupported(topology: LoadedTopology, component: str, why: str) -> Exception:
     msg = (
-        f"topology {topology.name!r}: component {component!r} {why}; this cut of "
-        "spark_bridge runs linear topologies (one spout, then one bolt after "
-        "another, at most one stateful bolt): run it on the Storm engine for now"
+        f"topology {topology.name!r}: component {component!r} {why}; run it on the "
+        "Storm engine, or change the topology as suggested"
     )
     return UnsupportedTopologyError(msg)
 
 
+def _check_inputs(topology: LoadedTopology, name: str) -> None:
+    bolt = topology.components[name]
+    for sub in bolt.inputs:
+        kind = sub.grouping.kind.value
+        if bolt.stateful and (kind != "FIELDS" or not sub.grouping.fields):
+            raise _unsupported(
+                topology,
+                name,
+                f"is stateful but subscribes to {sub.source!r} with a {kind} "
+                "grouping (use Grouping.fields(...))",
+            )
+        if kind not in _STATELESS_GROUPINGS:
+            raise _unsupported(
+                topology,
+                name,
+                f"subscribes to {sub.source!r} with a {kind} grouping, which has "
+                "no Spark equivalent (use a shuffle or fields grouping)",
+            )
+
+
+def _topological(topology: LoadedTopology, bolts: Sequence[str]) -> list[str]:
+    done = {s.name for s in topology.spouts}
+    pending = list(bolts)
+    order: list[str] = []
+    while pending:
+        ready = [
+            b
+            for b in pending
+            if all(i.source in done for i in topology.components[b].inputs)
+        ]
+        if not ready:
+            raise _unsupported(
+                topology, pending[0], "is on a cycle (Spark needs an acyclic flow)"
+            )
+        order.append(ready[0])
+        done.add(ready[0])
+        pending.remove(ready[0])
+    return order
+
+
 def plan_topology(topology: LoadedTopology) -> Plan:
-    """Order the components of a linear topology.
+    """Order the components of a topology and choose the Spark forms.
 
     Raises:
-        UnsupportedTopologyError: several spouts, a non-replayable spout, a
-            branch, a join, an ALL/direct/custom grouping, a stateful bolt
-            without a fields grouping, or two stateful bolts.
+        UnsupportedTopologyError: no spout, a spout that is not a
+            ``ReplayableSpout``, a DIRECT or CUSTOM grouping, a stateful bolt
+            without a fields grouping on every input, or a cycle.
     """
-    spouts = topology.spouts
-    if len(spouts) != 1:
-        names = [s.name for s in spouts]
-        raise _unsupported(topology, ",".join(names), "is one of several spouts")
-    spout = spouts[0]
-    if not getattr(spout.component_cls, "sr3_replayable", False):
-        raise _unsupported(
-            topology, spout.name, "is not a ReplayableSpout (Spark needs offsets)"
-        )
-    chain: list[str] = []
-    stateful: str | None = None
-    current = spout.name
-    while True:
-        downstream = [
-            b for b in topology.bolts if any(i.source == current for i in b.inputs)
-        ]
-        if not downstream:
-            break
-        if len(downstream) > 1:
-            raise _unsupported(topology, current, "feeds several bolts (a branch)")
-        bolt = downstream[0]
-        if any(i.source != current for i in bolt.inputs):
-            raise _unsupported(topology, bolt.name, "subscribes to several components")
-        for sub in bolt.inputs:
-            kind = sub.grouping.kind.value
-            if bolt.stateful and (kind != "FIELDS" or not sub.grouping.fields):
-                raise _unsupported(
-                    topology,
-                    bolt.name,
-                    f"is stateful but subscribes with a {kind} grouping "
-                    "(use Grouping.fields(...))",
-                )
-            if kind not in _PARTITION_LOCAL:
-                raise _unsupported(topology, bolt.name, f"uses a {kind} grouping")
-        if bolt.stateful:
-            if stateful is not None:
-                raise _unsupported(topology, bolt.name, "is a second stateful bolt")
-            stateful = bolt.name
-        chain.append(bolt.name)
-        current = bolt.name
-    unreached = set(topology.components) - {spout.name, *chain}
-    if unreached:
-        raise _unsupported(topology, sorted(unreached)[0], "is not on the chain")
-    return Plan(topology, spout.name, tuple(chain), stateful)
+    spouts = [s.name for s in topology.spouts]
+    if not spouts:
+        raise _unsupported(topology, topology.name, "has no spout")
+    for spout in topology.spouts:
+        if not getattr(spout.component_cls, "sr3_replayable", False):
+            raise _unsupported(
+                topology,
+                spout.name,
+                "is a plain Spout; Spark needs offsets to replay micro-batches: "
+                "subclass storm_bridge.ReplayableSpout",
+            )
+    names = [b.name for b in topology.bolts]
+    for name in names:
+        _check_inputs(topology, name)
+    bolts = _topological(topology, names)
+    stateful = tuple(b for b in bolts if topology.components[b].stateful)
+    subscribed = {sub.source for b in bolts for sub in topology.components[b].inputs}
+    sinks = tuple(c for c in topology.components if c not in subscribed)
+    several = len(stateful) > 1
+    return Plan(
+        topology=topology,
+        spouts=tuple(spouts),
+        bolts=tuple(bolts),
+        stateful=stateful,
+        sinks=sinks,
+        output_mode="append" if several else "update",
+        session_conf=dict(_ROCKSDB) if several else {},
+    )
 
 
-def build_frame(
+def build_frame(  # noqa: PLR0913 (keyword-only build options)
     spark: SparkSession,
     plan: Plan,
     *,
     conf: Mapping[str, Any],
     max_rows_per_batch: int,
+    start_offsets: Mapping[str, Any] | None = None,
+    extra: Sequence[DataFrame] = (),
 ) -> DataFrame:
     """Return the streaming DataFrame of the compiled topology (not started).
 
     Registers the ``sr3_spout`` data source on ``spark``.
+
+    Args:
+        spark: The session.
+        plan: From :func:`plan_topology`.
+        conf: Storm conf overrides given to every component.
+        max_rows_per_batch: Spout tuples per micro-batch, per spout.
+        start_offsets: ``{"spout/task index": offset}``: those tasks start
+            after the offset (as SR3 commit records store spout offsets).
+        extra: Streaming frames of ``ROW_SCHEMA`` rows (e.g. restore rows)
+            union-ed with the spout frames before the first bolt.
+
+    Raises:
+        ConfigError: a bolt's ``sr3.on.error`` is not ``fail`` or ``dead-letter``.
     """
-    spark.dataSource.register(SpoutSource)
     path = str(plan.topology.path)
-    spout = ComponentRef(path, plan.spout, dict(conf))
-    frame = (
-        spark.readStream.format(SOURCE_NAME)
-        .options(**spout.to_options())
-        .option(MAX_ROWS_OPTION, str(max_rows_per_batch))
-        .load()
-    )
+    overrides = dict(conf)
     for name in plan.bolts:
-        ref = ComponentRef(path, name, dict(conf))
-        if name == plan.stateful:
-            frame = (
-                frame.mapInPandas(KeyStage(ref), ROW_SCHEMA)
-                .groupBy("key")
-                .applyInPandasWithState(
-                    StatefulStage(ref),
-                    ROW_SCHEMA,
-                    STATE_SCHEMA,
-                    "Update",
-                    GroupStateTimeout.NoTimeout,
-                )
+        error_policy(plan.topology, name, overrides)
+    spark.dataSource.register(SpoutSource)
+    starts = json.dumps(dict(start_offsets or {}))
+    frames = [
+        spark.readStream.format(SOURCE_NAME)
+        .options(**ComponentRef(path, spout, overrides).to_options())
+        .option(MAX_ROWS_OPTION, str(max_rows_per_batch))
+        .option(START_OFFSETS_OPTION, starts)
+        .load()
+        for spout in plan.spouts
+    ]
+    frame = functools.reduce(DataFrame.union, [*frames, *extra])
+    several = len(plan.stateful) > 1
+    for position, name in enumerate(plan.bolts):
+        ref = ComponentRef(path, name, overrides)
+        routing = plan.routing(position)
+        if name not in plan.stateful:
+            frame = frame.mapInPandas(BoltStage(ref, routing), ROW_SCHEMA)
+            continue
+        grouped = frame.mapInPandas(KeyStage(ref, routing), KEYED_SCHEMA).groupBy(
+            GROUP_COLUMN
+        )
+        stage = StatefulStage(ref, routing)
+        if several:
+            frame = grouped.transformWithStateInPandas(
+                KeyedProcessor(stage), ROW_SCHEMA, "Append", "None"
             )
         else:
-            frame = frame.mapInPandas(BoltStage(ref), ROW_SCHEMA)
+            frame = grouped.applyInPandasWithState(
+                stage, ROW_SCHEMA, STATE_SCHEMA, "Update", GroupStateTimeout.NoTimeout
+            )
     return frame

@@ -1,10 +1,28 @@
 """The one row shape every stage of a compiled topology reads and writes.
 
 Storm tuples are untyped lists, so the bridge carries them msgpack-encoded
-(:func:`sr3.codec.encode_value`) in a binary column. A row is either an emit
-(``kind = "emit"``: ``component`` emitted ``values`` on ``stream``; ``key`` is set
-on the way into a stateful bolt) or a state row (``kind = "state"``: after a
-micro-batch, ``component``'s state of ``key`` is ``state``; null when deleted).
+(:func:`sr3.codec.encode_value`) in a binary column. Every stage passes through
+the rows it does not consume. Kinds:
+
+- ``emit``: ``component`` emitted ``values`` on ``stream``; ``key`` is set on the
+  way into a stateful bolt; ``seq`` orders the rows of one key in a batch.
+- ``state``: after a micro-batch, ``component``'s state of ``key`` is ``state``
+  (msgpack of the fields; null when the key was deleted). Only keys whose
+  state changed in the batch.
+- ``restore``: state restored from the SR3 ring when the query started with an
+  empty Spark checkpoint: the stateful ``component`` installs ``state`` for
+  ``key`` before that batch's tuples (consumed there).
+- ``offset``: spout ``component`` task ``stream`` (its index) reached offset
+  ``values`` (msgpack) in this batch; passes through to the sink.
+- ``dead``: a tuple a bolt raised on, under the dead-letter policy:
+  ``component`` is the bolt, ``stream``/``values`` the input, ``key`` its state
+  key (if any), ``state`` msgpack of ``{"source", "stream", "error", "batch",
+  "partition"}``.
+- ``info``: a report (``state``, msgpack) for the driver, e.g. a restore's.
+
+``seq`` is a string that sorts rows in causal order: a spout's ``k``-th row of
+a batch from task ``t`` is ``f"{k:09d}.{t:04d}"`` and the ``j``-th emit while a
+bolt processes the row with seq ``s`` is ``f"{s}.{j:06d}"``.
 """
 
 from __future__ import annotations
@@ -17,7 +35,11 @@ from typing import Any, Final
 
 __all__ = [
     "COLUMNS",
+    "DEAD",
     "EMIT",
+    "INFO",
+    "OFFSET",
+    "RESTORE",
     "ROW_SCHEMA",
     "STATE",
     "STATE_SCHEMA",
@@ -27,14 +49,18 @@ __all__ = [
 #: Schema of every stage's output (Spark DDL).
 ROW_SCHEMA: Final = (
     "component string, stream string, kind string, values binary, key binary, "
-    "state binary"
+    "state binary, seq string"
 )
 #: Column names of :data:`ROW_SCHEMA`, in order.
-COLUMNS: Final = ("component", "stream", "kind", "values", "key", "state")
+COLUMNS: Final = ("component", "stream", "kind", "values", "key", "state", "seq")
 #: Schema of a stateful bolt's GroupState: the key's fields, msgpack-encoded.
 STATE_SCHEMA: Final = "state binary"
 EMIT: Final = "emit"
 STATE: Final = "state"
+RESTORE: Final = "restore"
+OFFSET: Final = "offset"
+DEAD: Final = "dead"
+INFO: Final = "info"
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,17 @@ the end offset, so a batch re-run after a failure reads the same tuples.
 
 Offsets are kept as ``{task index: JSON of the spout offset}`` (``"null"``
 before the first emit), so any JSON-able spout offset fits Spark's offset log.
+The ``startOffsets`` option (JSON ``{"spout/task index": offset}``, as SR3
+commit records store spout offsets) makes the listed tasks start after those
+offsets instead. Each partition's rows end with an ``offset`` row carrying the
+task's end offset; the ``k``-th emit of task ``t`` has seq ``f"{k:09d}.{t:04d}"``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -29,15 +33,23 @@ from pyspark.sql.types import StructType
 
 from spark_bridge.errors import ReplayError
 from spark_bridge.hosting import SpoutHost, loaded_topology, spark_task
-from spark_bridge.rows import EMIT, ROW_SCHEMA, ComponentRef
+from spark_bridge.rows import EMIT, OFFSET, ROW_SCHEMA, ComponentRef
 from sr3.codec import encode_value
 
-__all__ = ["MAX_ROWS_OPTION", "SOURCE_NAME", "SpoutSource", "SpoutStreamReader"]
+__all__ = [
+    "MAX_ROWS_OPTION",
+    "SOURCE_NAME",
+    "START_OFFSETS_OPTION",
+    "SpoutSource",
+    "SpoutStreamReader",
+]
 
 #: Format name the source is registered under.
 SOURCE_NAME: Final = "sr3_spout"
 #: Option bounding the tuples of one micro-batch (all spout tasks together).
 MAX_ROWS_OPTION: Final = "maxRowsPerBatch"
+#: Option: JSON ``{"spout/task index": offset}`` of tasks not starting at the start.
+START_OFFSETS_OPTION: Final = "startOffsets"
 _DEFAULT_MAX_ROWS: Final = 1000
 
 
@@ -53,9 +65,15 @@ class SpoutPartition(InputPartition):
 class SpoutStreamReader(DataSourceStreamReader):
     """Plans micro-batches on the driver and replays them on executors."""
 
-    def __init__(self, ref: ComponentRef, max_rows: int) -> None:
+    def __init__(
+        self,
+        ref: ComponentRef,
+        max_rows: int,
+        start_offsets: Mapping[str, Any] | None = None,
+    ) -> None:
         self._ref = ref
         self._max_rows = max_rows
+        self._start = dict(start_offsets or {})
         self._hosts: dict[int, SpoutHost] = {}
 
     def _tasks(self) -> int:
@@ -71,8 +89,12 @@ class SpoutStreamReader(DataSourceStreamReader):
         return host
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
-        """Return ``null`` offsets: every task starts from ``seek(None)``."""
-        return {str(i): "null" for i in range(self._tasks())}
+        """Return each task's start: its ``startOffsets`` entry, else ``null``."""
+        name = self._ref.component
+        return {
+            str(i): json.dumps(self._start.get(f"{name}/{i}"))
+            for i in range(self._tasks())
+        }
 
     def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 (Spark's name)
         """Bound micro-batches by the ``maxRowsPerBatch`` option (0: unbounded)."""
@@ -111,7 +133,7 @@ class SpoutStreamReader(DataSourceStreamReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """Replay one task's offset range as emit rows.
+        """Replay one task's offset range as emit rows, then one offset row.
 
         Raises:
             ReplayError: the spout stopped emitting, or went past the end offset,
@@ -137,10 +159,14 @@ class SpoutStreamReader(DataSourceStreamReader):
                     "the same emits"
                 )
                 raise ReplayError(msg)
-            rows.extend(
-                (ref.component, e.stream, EMIT, encode_value(e.values), None, None)
-                for e in step
-            )
+            for emit in step:
+                seq = f"{len(rows):09d}.{partition.index:04d}"
+                values = encode_value(emit.values)
+                rows.append((ref.component, emit.stream, EMIT, values, None, None, seq))
+        offset = encode_value(end)
+        rows.append(
+            (ref.component, str(partition.index), OFFSET, offset, None, None, "")
+        )
         return iter(rows)
 
 
@@ -152,7 +178,11 @@ def _past(position: Any, end: Any) -> bool:
 
 
 class SpoutSource(DataSource):
-    """Data source ``sr3_spout``: options ``topology``, ``component``, ``conf``."""
+    """Data source ``sr3_spout``.
+
+    Options: ``topology``, ``component``, ``conf`` (a :class:`ComponentRef`),
+    ``maxRowsPerBatch`` and ``startOffsets``.
+    """
 
     @classmethod
     def name(cls) -> str:
@@ -168,4 +198,5 @@ class SpoutSource(DataSource):
         del schema
         options = self.options
         max_rows = int(options.get(MAX_ROWS_OPTION) or _DEFAULT_MAX_ROWS)
-        return SpoutStreamReader(ComponentRef.from_options(options), max_rows)
+        start = json.loads(options.get(START_OFFSETS_OPTION) or "{}")
+        return SpoutStreamReader(ComponentRef.from_options(options), max_rows, start)

@@ -1,112 +1,227 @@
-"""The Python functions Spark runs for bolts: per partition, keying, per group.
+"""The Python functions Spark runs for stateless bolts and for keying stateful ones.
 
-Each stage is a picklable callable holding only a :class:`ComponentRef`; the
-first call in a Spark task loads the topology and hosts the bolt for that
-partition (task index = Spark partition id). Every stage reads and writes
-:data:`spark_bridge.rows.ROW_SCHEMA` rows.
+Each stage is a picklable callable holding plain data (a :class:`ComponentRef`,
+the bolt's subscriptions and a :class:`Routing`); the first call in a Spark task
+loads the topology and hosts the bolt (task index = Spark partition id). Every
+stage reads :data:`spark_bridge.rows.ROW_SCHEMA` rows and passes on the rows it
+does not consume: every non-emit row, and the emit rows :class:`Routing` keeps.
 
-- :class:`BoltStage` (``mapInPandas``): a stateless bolt over the emits of the
-  components it subscribes to; state rows pass through untouched.
-- :class:`KeyStage` (``mapInPandas``): computes the fields-grouping key of each
-  emit a stateful bolt subscribes to (``encode_key`` of the grouping fields).
-- :class:`StatefulStage` (``applyInPandasWithState``): one call per key and
-  micro-batch; ``self.state`` is loaded from the GroupState (msgpack), every
-  tuple runs through the bolt, emits are captured, and the key's new state is
-  stored back in the GroupState and output as a state row.
+- :class:`BoltStage` (``mapInPandas``): a stateless bolt over the emits it
+  subscribes to, in arrival order; an ALL subscription runs the tuple through
+  one hosted bolt per task index.
+- :class:`KeyStage` (``mapInPandas``): before a stateful bolt, adds the group
+  column ``gkey``: the fields-grouping key (``encode_key``) of each emit the bolt
+  subscribes to and of its restore rows, and a pseudo key (a zero byte and a
+  spread byte, never a msgpack array) for the rows it passes through.
+
+The stateful stage itself is :mod:`spark_bridge.keyed`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
 
 import pandas as pd
-from pyspark.sql.streaming.state import GroupState
 
 from spark_bridge.errors import ComponentError
-from spark_bridge.hosting import BoltHost, Emit, loaded_topology, spark_task
-from spark_bridge.rows import COLUMNS, EMIT, STATE, ComponentRef
-from sr3.codec import decode_key, decode_value, encode_key, encode_value
+from spark_bridge.hosting import BoltHost, loaded_topology, spark_task, storm_conf
+from spark_bridge.rows import COLUMNS, DEAD, EMIT, RESTORE, ComponentRef
+from sr3.codec import decode_value, encode_key, encode_value
+from sr3.errors import ConfigError
+from storm_bridge.topology import LoadedTopology
 
-__all__ = ["BoltStage", "KeyStage", "StatefulStage"]
+__all__ = [
+    "GROUP_COLUMN",
+    "KEYED_SCHEMA",
+    "ON_ERROR_KEY",
+    "ON_ERROR_POLICIES",
+    "BoltStage",
+    "BoltStageBase",
+    "KeyStage",
+    "Routing",
+    "error_policy",
+    "frame_of",
+    "is_pseudo_key",
+]
 
 Row = tuple[Any, ...]
 
+#: Conf key choosing what a bolt's exception does.
+ON_ERROR_KEY: Final = "sr3.on.error"
+#: Allowed values of ``sr3.on.error``: fail the query, or divert to a dead row.
+ON_ERROR_POLICIES: Final = ("fail", "dead-letter")
+#: The column a stateful stage groups by (real key or pass-through pseudo key).
+GROUP_COLUMN: Final = "gkey"
+#: Schema of a :class:`KeyStage`'s output.
+KEYED_SCHEMA: Final = (
+    "component string, stream string, kind string, values binary, key binary, "
+    f"state binary, seq string, {GROUP_COLUMN} binary"
+)
+_PSEUDO_PREFIX: Final = b"\x00"
+#: Pass-through rows spread over this many pseudo keys (so over partitions).
+_PSEUDO_SPREAD: Final = 16
+_ALL: Final = "ALL"
 
-def _frame(rows: list[Row]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=list(COLUMNS))
 
+def error_policy(
+    topology: LoadedTopology, component: str, overrides: Mapping[str, Any]
+) -> str:
+    """Return the ``sr3.on.error`` policy of ``component`` (default ``"fail"``).
 
-def _emit_rows(component: str, emits: list[Emit]) -> list[Row]:
-    return [
-        (component, e.stream, EMIT, encode_value(e.values), None, None) for e in emits
-    ]
-
-
-class _Stage:
-    """Hosts the bolt lazily, once per Spark task."""
-
-    def __init__(self, ref: ComponentRef) -> None:
-        self.ref = ref
-        topology = loaded_topology(ref.topology_path)
-        self.inputs = frozenset(
-            (sub.source, sub.stream)
-            for sub in topology.components[ref.component].inputs
+    Raises:
+        ConfigError: the merged conf holds another value.
+    """
+    value = storm_conf(topology, component, overrides).get(ON_ERROR_KEY, "fail")
+    if value not in ON_ERROR_POLICIES:
+        msg = (
+            f"component {component!r}: {ON_ERROR_KEY}={value!r} is not one of "
+            f"{', '.join(ON_ERROR_POLICIES)}; fix the topology or component config"
         )
-        self._host: BoltHost | None = None
+        raise ConfigError(msg)
+    return str(value)
+
+
+def is_pseudo_key(gkey: bytes) -> bool:
+    """Return whether ``gkey`` is a pass-through pseudo key, not a state key."""
+    return gkey[:1] == _PSEUDO_PREFIX
+
+
+def frame_of(rows: Sequence[Row]) -> pd.DataFrame:
+    """Return ``rows`` as a pandas frame of :data:`COLUMNS`."""
+    return pd.DataFrame(list(rows), columns=list(COLUMNS))
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Which emit rows a stage passes on to later stages and the sink.
+
+    Attributes:
+        streams: ``(component, stream)`` pairs a later bolt subscribes to.
+        sinks: Components nothing subscribes to: all their emits reach the sink.
+    """
+
+    streams: frozenset[tuple[str, str]]
+    sinks: frozenset[str]
+
+    def keeps(self, component: str, stream: str) -> bool:
+        """Return whether an emit of ``component`` on ``stream`` is still needed."""
+        return component in self.sinks or (component, stream) in self.streams
+
+
+class BoltStageBase:
+    """Hosts the bolt lazily, once per Spark task and task index."""
+
+    def __init__(
+        self, ref: ComponentRef, routing: Routing, *, on_error: str | None = None
+    ) -> None:
+        self.ref = ref
+        self.routing = routing
+        topology = loaded_topology(ref.topology_path)
+        info = topology.components[ref.component]
+        self.inputs = {
+            (sub.source, sub.stream): sub.grouping.kind.value for sub in info.inputs
+        }
+        self.tasks = info.tasks
+        self.on_error = on_error or error_policy(topology, ref.component, ref.conf)
+        self._hosts: dict[int, BoltHost] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"ref": self.ref, "inputs": self.inputs, "_host": None}
+        return {**self.__dict__, "_hosts": {}}
 
-    def host(self) -> BoltHost:
-        if self._host is None:
+    def host(self, index: int | None = None) -> BoltHost:
+        """Return the hosted bolt of task ``index`` (default: this partition's)."""
+        if index is None:
+            index = spark_task()[0]
+        host = self._hosts.get(index)
+        if host is None:
             topology = loaded_topology(self.ref.topology_path)
-            index, _batch = spark_task()
-            self._host = BoltHost(topology, self.ref.component, index, self.ref.conf)
-        return self._host
+            host = BoltHost(topology, self.ref.component, index, self.ref.conf)
+            self._hosts[index] = host
+        return host
 
-    def run(self, source: str, stream: str, encoded: bytes, where: str) -> list[Emit]:
-        host = self.host()
+    def process(
+        self, hosts: Sequence[BoltHost], row: Row, *, key: bytes | None, where: str
+    ) -> tuple[list[Row], bool]:
+        """Run the emit ``row`` through ``hosts``; return output rows and failure.
+
+        The output is the bolt's kept emits (seq ``f"{seq}.{j:06d}"``) or, when
+        ``process`` raised under the dead-letter policy, one dead row.
+
+        Raises:
+            ComponentError: ``process`` raised under the fail policy.
+        """
+        source, stream, encoded, seq = row[0], row[1], row[3], row[6] or ""
+        name = self.ref.component
         values = decode_value(encoded)
-        tup = host.make_tuple(source, stream, values)
+        emitted: list[Row] = []
         try:
-            return host.process(tup)
+            for host in hosts:
+                for emit in host.process(host.make_tuple(source, stream, values)):
+                    j = len(emitted)
+                    emitted.append(
+                        (name, emit.stream, EMIT, encode_value(emit.values))
+                        + (None, None, f"{seq}.{j:06d}")
+                    )
         except ComponentError:
             raise
         except Exception as exc:
             index, batch = spark_task()
-            msg = (
-                f"bolt {self.ref.component!r} failed on tuple {values!r} from "
-                f"{source!r}/{stream!r} ({where}partition {index}, batch {batch}): "
-                f"{type(exc).__name__}: {exc}; fix process() and restart the query "
-                "from the same checkpoint"
-            )
-            raise ComponentError(msg) from exc
+            if self.on_error != "dead-letter":
+                msg = (
+                    f"bolt {name!r} failed on tuple {values!r} from {source!r}/"
+                    f"{stream!r} ({where}partition {index}, batch {batch}): "
+                    f"{type(exc).__name__}: {exc}; fix process() and restart the "
+                    f"query from the same checkpoint, or set {ON_ERROR_KEY}="
+                    "dead-letter to divert failing tuples to dead rows"
+                )
+                raise ComponentError(msg) from exc
+            report = {
+                "source": source,
+                "stream": stream,
+                "error": f"{type(exc).__name__}: {exc}",
+                "batch": batch,
+                "partition": index,
+            }
+            dead = (name, stream, DEAD, encoded, key, encode_value(report), seq)
+            return [dead], True
+        kept = [r for r in emitted if self.routing.keeps(name, r[1])]
+        return kept, False
 
 
-class BoltStage(_Stage):
+class BoltStage(BoltStageBase):
     """``mapInPandas`` function of a stateless bolt."""
 
     def __call__(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        """Run the bolt on the emits it subscribes to; pass state rows through."""
-        name = self.ref.component
+        """Run the bolt on the emits it subscribes to; pass the rest on."""
         for frame in frames:
             out: list[Row] = []
             for row in frame.itertuples(index=False, name=None):
-                component, stream, kind, values = row[0], row[1], row[2], row[3]
+                component, stream, kind = row[0], row[1], row[2]
                 if kind != EMIT:
                     out.append(row)
-                elif (component, stream) in self.inputs:
-                    emits = self.run(component, stream, values, "")
-                    out.extend(_emit_rows(name, emits))
-            yield _frame(out)
+                    continue
+                if self.routing.keeps(component, stream):
+                    out.append(row)
+                grouping = self.inputs.get((component, stream))
+                if grouping is None:
+                    continue
+                if grouping == _ALL:
+                    hosts = [self.host(i) for i in range(self.tasks)]
+                else:
+                    hosts = [self.host()]
+                emitted, _failed = self.process(hosts, row, key=None, where="")
+                out.extend(emitted)
+            yield frame_of(out)
 
 
-class KeyStage(_Stage):
-    """``mapInPandas`` function adding the fields-grouping key of a stateful bolt."""
+class KeyStage:
+    """``mapInPandas`` function adding the group column before a stateful bolt."""
 
-    def __init__(self, ref: ComponentRef) -> None:
-        super().__init__(ref)
+    def __init__(self, ref: ComponentRef, routing: Routing) -> None:
+        self.component = ref.component
+        self.routing = routing
         topology = loaded_topology(ref.topology_path)
         fields: dict[tuple[str, str], tuple[int, ...]] = {}
         for sub in topology.components[ref.component].inputs:
@@ -116,80 +231,23 @@ class KeyStage(_Stage):
             )
         self.fields = fields
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**super().__getstate__(), "fields": self.fields}
-
     def __call__(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        """Keep the emits the bolt subscribes to, each with its encoded key."""
+        """Key the bolt's input and restore rows; pseudo-key what passes through."""
+        spread = 0
         for frame in frames:
             out: list[Row] = []
             for row in frame.itertuples(index=False, name=None):
-                component, stream, kind, values = row[0], row[1], row[2], row[3]
+                component, stream, kind = row[0], row[1], row[2]
                 indexes = self.fields.get((component, stream))
-                if kind != EMIT or indexes is None:
-                    continue
-                decoded = decode_value(values)
-                key = encode_key(tuple(decoded[i] for i in indexes))
-                out.append((component, stream, kind, values, key, None))
-            yield _frame(out)
-
-
-class StatefulStage(_Stage):
-    """``applyInPandasWithState`` function of a stateful bolt."""
-
-    def __call__(
-        self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
-    ) -> Iterator[pd.DataFrame]:
-        """Run the bolt on one key's tuples of a micro-batch, ``self.state`` scoped.
-
-        Raises:
-            ComponentError: ``process`` raised, or ``state_key`` disagrees with the
-                fields-grouping key Spark grouped by.
-        """
-        encoded = bytes(key[0])
-        state_key = decode_key(encoded)
-        host = self.host()
-        scoped = host.instance.keyed_state.for_key(state_key)
-        scoped.clear()
-        if state.exists:
-            scoped.update(decode_value(state.get[0]))
-        where = f"key {list(state_key)!r}, "
-        out: list[Row] = []
-        try:
-            for frame in frames:
-                for row in frame.itertuples(index=False, name=None):
-                    component, stream, values = row[0], row[1], row[3]
-                    self._check_key(host, component, stream, values, encoded, where)
-                    emits = self.run(component, stream, values, where)
-                    out.extend(_emit_rows(self.ref.component, emits))
-            fields = dict(scoped)
-        finally:
-            scoped.clear()
-        blob = encode_value(fields) if fields else None
-        if blob is None:
-            if state.exists:
-                state.remove()
-        else:
-            state.update((blob,))
-        out.append((self.ref.component, "", STATE, None, encoded, blob))
-        yield _frame(out)
-
-    def _check_key(
-        self,
-        host: BoltHost,
-        component: str,
-        stream: str,
-        values: bytes,
-        encoded: bytes,
-        where: str,
-    ) -> None:
-        tup = host.make_tuple(component, stream, decode_value(values))
-        if encode_key(tuple(host.instance.state_key(tup))) != encoded:
-            index, batch = spark_task()
-            msg = (
-                f"bolt {self.ref.component!r}: state_key() of {list(tup.values)!r} "
-                f"differs from its fields grouping ({where}partition {index}, batch "
-                f"{batch}); on Spark the state key must be the grouping fields: "
-                "drop the state_key override or group by the fields it uses"
-            )
-            raise ComponentError(msg)
+                passes = kind != EMIT or self.routing.keeps(component, stream)
+                if kind == EMIT and indexes is not None:
+                    decoded = decode_value(row[3])
+                    key = encode_key(tuple(decoded[i] for i in indexes))
+                    out.append((*row[:4], key, row[5], row[6], key))
+                elif kind == RESTORE and component == self.component:
+                    out.append((*row, row[4]))
+                    passes = False
+                if passes:
+                    spread = (spread + 1) % _PSEUDO_SPREAD
+                    out.append((*row, _PSEUDO_PREFIX + bytes([spread])))
+            yield pd.DataFrame(out, columns=[*COLUMNS, GROUP_COLUMN])

@@ -12,17 +12,41 @@ from spark_bridge import ReplayError, UnsupportedTopologyError, plan_topology
 from spark_bridge.__main__ import build_parser, main
 from spark_bridge.rows import ComponentRef
 from spark_bridge.source import SpoutPartition, SpoutStreamReader
+from spark_bridge.stages import error_policy
 from sr3.codec import decode_value
+from sr3.errors import ConfigError
 from storm_bridge.topology import load_topology
 
 pytestmark = pytest.mark.spark
 
 WORDCOUNT = Path(__file__).resolve().parents[3] / "topologies" / "wordcount.py"
+LINEAR_ROAD = WORDCOUNT.with_name("linear_road.py")
 
 COMPONENTS = """
-from streamparse import Grouping, Topology
+from streamparse import Bolt, Grouping, Spout, Stream, Topology
 
 from storm_bridge import ReplayableSpout, StatefulBolt
+
+
+class Plain(Spout):
+    outputs = ["n"]
+
+    def next_tuple(self):
+        pass
+
+
+class Echo(Bolt):
+    outputs = ["n"]
+
+    def process(self, tup):
+        self.emit(tup.values)
+
+
+class Director(Bolt):
+    outputs = [Stream(fields=["n"], direct=True)]
+
+    def process(self, tup):
+        self.emit(tup.values)
 
 
 class Numbers(ReplayableSpout):
@@ -55,17 +79,29 @@ def write_topology(directory: Path, stem: str, body: str) -> Path:
     return path
 
 
-def test_wordcount_compiles_to_a_linear_chain() -> None:
+def test_wordcount_compiles_to_one_stateful_update_query() -> None:
     plan = plan_topology(load_topology(WORDCOUNT))
 
-    assert (plan.spout, plan.bolts, plan.stateful) == (
-        "lines",
+    assert (plan.spouts, plan.bolts, plan.stateful, plan.sinks) == (
+        ("lines",),
         ("split", "count"),
-        "count",
+        ("count",),
+        ("count",),
+    )
+    assert (plan.output_mode, plan.session_conf) == ("update", {})
+
+
+def test_linear_road_chains_two_stateful_bolts_in_append_mode() -> None:
+    plan = plan_topology(load_topology(LINEAR_ROAD))
+
+    assert plan.stateful == ("segment_stats", "tolls")
+    assert plan.output_mode == "append"
+    assert (
+        "RocksDB" in plan.session_conf["spark.sql.streaming.stateStore.providerClass"]
     )
 
 
-def test_a_branch_is_rejected_naming_the_component(tmp_path: Path) -> None:
+def test_a_branch_orders_bolts_and_keeps_shared_emits(tmp_path: Path) -> None:
     path = write_topology(
         tmp_path,
         "sb_branch_topology",
@@ -77,8 +113,51 @@ class Branchy(Topology):
 """,
     )
 
-    with pytest.raises(UnsupportedTopologyError, match="'numbers' feeds several"):
+    plan = plan_topology(load_topology(path))
+
+    assert plan.bolts == ("left", "right")
+    assert plan.sinks == ("left", "right")
+    assert plan.routing(0).keeps("numbers", "default")
+    assert not plan.routing(1).keeps("numbers", "default")
+    assert plan.routing(1).keeps("left", "default")
+
+
+def test_a_direct_grouping_is_rejected_naming_component_and_grouping(
+    tmp_path: Path,
+) -> None:
+    path = write_topology(
+        tmp_path,
+        "sb_direct_topology",
+        """
+class Direct(Topology):
+    numbers = Numbers.spec(par=1)
+    director = Director.spec(inputs={numbers: Grouping.SHUFFLE}, par=1)
+    echo = Echo.spec(inputs={director: Grouping.DIRECT}, par=1)
+""",
+    )
+
+    with pytest.raises(UnsupportedTopologyError, match="'echo' subscribes.*DIRECT"):
         plan_topology(load_topology(path))
+
+
+def test_an_unknown_error_policy_is_a_config_error(tmp_path: Path) -> None:
+    path = write_topology(
+        tmp_path,
+        "sb_policy_topology",
+        """
+class Policy(Topology):
+    numbers = Numbers.spec(par=1)
+    seen = Seen.spec(
+        inputs={numbers: Grouping.fields("n")},
+        par=1,
+        config={"sr3.on.error": "ignore"},
+    )
+""",
+    )
+    topology = load_topology(path)
+
+    with pytest.raises(ConfigError, match="'seen': sr3.on.error='ignore'"):
+        error_policy(topology, "seen", {})
 
 
 def test_a_stateful_bolt_needs_a_fields_grouping(tmp_path: Path) -> None:
@@ -110,31 +189,58 @@ def test_the_spout_source_replays_each_task_range() -> None:
     assert start == {"0": "null", "1": "null"}
     assert end == {"0": json.dumps(2), "1": json.dumps(3)}
     assert later == {"0": json.dumps(8), "1": json.dumps(9)}
-    assert len(rows) == 4
-    assert len(rest) == 6
+    emits = [row for row in rows + rest if row[2] == "emit"]
+    offsets = [
+        (row[1], decode_value(row[3])) for row in rows + rest if row[2] != "emit"
+    ]
+    assert len(rows) == 4 + 2
+    assert len(rest) == 6 + 2
+    assert offsets == [("0", 2), ("1", 3), ("0", 8), ("1", 9)]
+    assert [row[6] for row in rows] == [
+        "000000000.0000",
+        "000000001.0000",
+        "",
+        "000000000.0001",
+        "000000001.0001",
+        "",
+    ]
     assert reader.partitions(later, reader.latestOffset(later, ReadMaxRows(4))) == []
     assert {row[0] for row in rows + rest} == {"lines"}
-    assert all(len(decode_value(row[3])) == 1 for row in rows + rest)
+    assert all(len(decode_value(row[3])) == 1 for row in emits)
 
 
-def test_the_entry_point_rejects_a_branch_before_spark_starts(
+def test_start_offsets_make_a_task_continue_after_them() -> None:
+    ref = ComponentRef(str(WORDCOUNT), "lines", {"wordcount.lines": 10})
+    reader = SpoutStreamReader(ref, max_rows=100, start_offsets={"lines/1": 5})
+    start = reader.initialOffset()
+
+    end = reader.latestOffset(start, ReadMaxRows(100))
+    rows = [row for part in reader.partitions(start, end) for row in reader.read(part)]
+
+    assert start == {"0": "null", "1": "5"}
+    # task 1 emits the odd lines: after 5 come 7 and 9
+    assert sum(1 for row in rows if row[2] == "emit" and row[6].endswith(".0001")) == 2
+
+
+def test_the_entry_point_rejects_a_plain_spout_before_spark_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_topology(
         tmp_path,
-        "sb_cli_branch_topology",
+        "sb_cli_plain_topology",
         """
-class Branchy(Topology):
-    numbers = Numbers.spec(par=1)
-    left = Seen.spec(inputs={numbers: Grouping.fields("n")}, par=1)
-    right = Seen.spec(inputs={numbers: Grouping.fields("n")}, par=1)
+class PlainTopology(Topology):
+    plain = Plain.spec(par=1)
+    seen = Seen.spec(inputs={plain: Grouping.fields("n")}, par=1)
 """,
     )
 
     status = main([str(path), "--checkpoint-dir", str(tmp_path / "ckpt")])
 
     assert status == 2
-    assert "'numbers' feeds several bolts" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "'plain' is a plain Spout" in err
+    assert "subclass storm_bridge.ReplayableSpout" in err
 
 
 def test_the_entry_point_parses_conf_values_as_json() -> None:

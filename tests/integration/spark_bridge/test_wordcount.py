@@ -41,7 +41,7 @@ def test_wordcount_final_state_is_the_true_counts(
     assert report["input_rows"] == 400
     assert report["batches"] >= 3
     assert report["emitted"] == {"count": 400 * 8}
-    assert report["stateful"] == "count"
+    assert report["stateful"] == ["count"]
 
 
 def test_rerun_resumes_offsets_and_state_from_the_checkpoint(
