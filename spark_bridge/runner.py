@@ -1,38 +1,78 @@
-"""Run a topology file as a Structured Streaming query and read its final state.
+"""Run a topology file as a Structured Streaming query, SR3 as its recovery core.
 
-The query's sink is ``foreachBatch``: each micro-batch's rows (the last
-component's emits and the stateful bolt's changed keys) are written as parquet
-to ``<checkpoint_dir>/sink/batch_id=<n>``, overwriting on a re-run of the same
-batch, so the sink is idempotent. :func:`final_state` folds the state rows,
-newest batch last, into the format of ``sr3 state dump --json``.
+The query's sink is ``foreachBatch``: each micro-batch's rows (the sink
+components' emits, the stateful bolts' changed keys, spout offsets, dead
+letters) are written as parquet to ``<checkpoint_dir>/sink/batch_id=<n>``,
+overwriting on a re-run of the same batch, so the sink is idempotent. With a
+ring (:class:`zk.access.RingAccess`), the batch's changed keys are then written
+to the ring and the batch committed in ZooKeeper as an SR3 epoch
+(:mod:`spark_bridge.ring`) before Spark commits it.
+
+Starting points, as ``sr3 run`` on the Storm engine:
+
+- a Spark checkpoint with progress: Spark resumes from it (its state store);
+  the ring must hold this query's own last commit, else the state moved on
+  under another run and the checkpoint is refused;
+- an empty checkpoint with ``resume``: state is restored from the ring's
+  committed epoch through star, line or tree recovery and the spouts start at
+  its offsets, whichever engine committed it (the engine hand-off);
+- an empty checkpoint without ``resume``: empty state, an empty epoch is
+  committed above every epoch published before.
+
+:func:`final_state` folds the sink's state rows, newest batch last, into the
+format of ``sr3 state dump --json`` (a run without a ring has only those).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import statistics
 import sys
+import threading
 import time
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import pyarrow.parquet as pq
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
-from spark_bridge.compiler import build_frame, plan_topology
+from spark_bridge.compiler import Plan, build_frame, plan_topology
 from spark_bridge.errors import QueryFailedError, SparkBridgeError
-from spark_bridge.rows import EMIT, STATE
+from spark_bridge.ring import (
+    ENGINE,
+    RESTORE_SOURCE,
+    BatchCommitter,
+    RestoreSource,
+    restore_options,
+    stateful_owners,
+)
+from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
 from sr3.codec import decode_key, decode_value
-from storm_bridge.topology import load_topology
+from sr3.errors import RecoveryError
+from storm_bridge.outputs import LastOutputs, sink_components
+from storm_bridge.topology import LoadedTopology, load_topology
+from zk.access import RingAccess
+from zk.checkpoints import CommitRecord
 
 __all__ = ["final_state", "run_topology", "spark_session"]
 
+logger = logging.getLogger(__name__)
+
 _SINK_DIR: Final = "sink"
 _SPARK_DIR: Final = "spark"
+_QUERY_FILE: Final = "sr3-query.json"
+_SECRET_FILE: Final = "sr3-secret"  # noqa: S105 (a file name)
 _BATCH_PREFIX: Final = "batch_id="
 _REPO_ROOT: Final = str(Path(__file__).resolve().parent.parent)
+_MAX_DEAD: Final = 20
+_PROGRESS_KEPT: Final = "100000"
 
 
 def spark_session(master: str | None = "local[2]", *, app_name: str) -> SparkSession:
@@ -43,6 +83,7 @@ def spark_session(master: str | None = "local[2]", *, app_name: str) -> SparkSes
     when this call starts Spark. ``master=None`` keeps spark-submit's master.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if _REPO_ROOT not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([_REPO_ROOT, *paths])
@@ -52,19 +93,55 @@ def spark_session(master: str | None = "local[2]", *, app_name: str) -> SparkSes
     return (
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .getOrCreate()
     )
 
 
+@dataclass
 class _BatchSink:
-    """``foreachBatch`` function writing each micro-batch as parquet."""
+    """``foreachBatch`` function: parquet sink, then the ring commit."""
 
-    def __init__(self, sink_dir: Path) -> None:
-        self.sink_dir = sink_dir
+    sink_dir: Path
+    committer: BatchCommitter | None
+    spouts: frozenset[str]
+    #: batch id -> seconds of the ring writes and commit
+    sr3_seconds: dict[int, float] = field(default_factory=dict)
+    #: batch id -> wall seconds of the whole foreachBatch call
+    sink_seconds: dict[int, float] = field(default_factory=dict)
+    infos: list[dict[str, Any]] = field(default_factory=list)
+    #: micro-batches committed by this run
+    committed: int = 0
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
+        started = time.perf_counter()
         target = self.sink_dir / f"{_BATCH_PREFIX}{batch_id}"
         frame.write.mode("overwrite").parquet(str(target))
+        changes: dict[str, dict[bytes, bytes | None]] = {}
+        offsets: dict[str, Any] = {}
+        for row in _read_batch(target):
+            kind = row["kind"]
+            if kind == STATE:
+                blob = row["state"]
+                changes.setdefault(row["component"], {})[row["key"]] = blob
+            elif kind == OFFSET and row["component"] in self.spouts:
+                offsets[f"{row['component']}/{row['stream']}"] = decode_value(
+                    row["values"]
+                )
+            elif kind == INFO and row["state"] is not None:
+                self.infos.append(dict(decode_value(row["state"])))
+        if self.committer is not None:
+            report = self.committer.commit(batch_id, changes, offsets)
+            self.sr3_seconds[batch_id] = report.seconds
+        self.sink_seconds[batch_id] = time.perf_counter() - started
+        self.committed += 1
+
+
+def _read_batch(directory: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for part in sorted(directory.glob("*.parquet")):
+        rows.extend(pq.read_table(part).to_pylist())
+    return rows
 
 
 def _batches(sink_dir: Path) -> list[tuple[int, list[dict[str, Any]]]]:
@@ -72,19 +149,20 @@ def _batches(sink_dir: Path) -> list[tuple[int, list[dict[str, Any]]]]:
     if not sink_dir.is_dir():
         return found
     for child in sink_dir.iterdir():
-        if not child.name.startswith(_BATCH_PREFIX):
-            continue
-        rows: list[dict[str, Any]] = []
-        for part in sorted(child.glob("*.parquet")):
-            rows.extend(pq.read_table(part).to_pylist())
-        found.append((int(child.name.removeprefix(_BATCH_PREFIX)), rows))
+        if child.name.startswith(_BATCH_PREFIX):
+            batch = int(child.name.removeprefix(_BATCH_PREFIX))
+            found.append((batch, _read_batch(child)))
     return sorted(found, key=lambda item: item[0])
 
 
 def final_state(
     checkpoint_dir: str | Path, component: str | None = None
 ) -> dict[str, dict[str, Any]]:
-    """Return a stateful bolt's committed state, as ``sr3 state dump --json`` does.
+    """Return a stateful bolt's state as the sink recorded it, as ``sr3 state dump``.
+
+    Only keys changed by this checkpoint's batches are in the sink: a query
+    that restored state from the ring has the rest in the ring
+    (``sr3 state dump``).
 
     Args:
         checkpoint_dir: The ``checkpoint_dir`` the topology ran with.
@@ -119,15 +197,140 @@ def final_state(
     return dict(sorted(state.items()))
 
 
-def run_topology(  # noqa: PLR0913 (keyword-only run options)
+def _has_progress(spark_dir: Path) -> bool:
+    commits = spark_dir / "commits"
+    return commits.is_dir() and any(
+        p.name.isdigit() for p in commits.iterdir() if p.is_file()
+    )
+
+
+def _query_id(root: Path, *, progress: bool) -> str:
+    path = root / _QUERY_FILE
+    if progress and path.is_file():
+        return str(json.loads(path.read_text(encoding="utf-8"))["query"])
+    query = str(uuid.uuid4())
+    root.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"query": query}), encoding="utf-8")
+    return query
+
+
+def _secret_file(root: Path, ring: RingAccess) -> Path | None:
+    secret = ring.config.node.secret
+    if not secret:
+        return None
+    path = root / _SECRET_FILE
+    path.touch(mode=0o600, exist_ok=True)
+    path.chmod(0o600)
+    path.write_text(secret, encoding="utf-8")
+    return path
+
+
+@dataclass
+class _Start:
+    committer: BatchCommitter | None = None
+    record: CommitRecord | None = None
+    start_offsets: dict[str, Any] | None = None
+    extra: list[DataFrame] = field(default_factory=list)
+    how: str = "empty"
+
+
+def _start(  # noqa: PLR0913 (the start's inputs)
+    session: SparkSession,
+    topology: LoadedTopology,
+    plan: Plan,
+    conf: Mapping[str, Any],
+    root: Path,
+    ring: RingAccess | None,
+    *,
+    resume: bool,
+) -> _Start:
+    progress = _has_progress(root / _SPARK_DIR)
+    if ring is None:
+        return _Start(how="spark checkpoint" if progress else "empty")
+    owners = stateful_owners(topology, plan.stateful, conf)
+    max_chain = int(
+        conf.get(
+            "sr3.checkpoint.max.chain.length",
+            topology.config.get("sr3.checkpoint.max.chain.length", 8),
+        )
+    )
+    query = _query_id(root, progress=progress)
+    if not progress and not resume:
+        ring.fresh_start(topology.name)
+    committer = BatchCommitter(
+        access=ring,
+        topology=topology,
+        owners=owners,
+        query_id=query,
+        max_chain=max_chain,
+    )
+    record = committer.open()
+    start = _Start(committer=committer, record=record)
+    if progress:
+        extra = dict(record.extra) if record is not None else {}
+        if record is not None and record.epoch > 0 and extra.get("query") != query:
+            engine = extra.get("engine", "storm")
+            msg = (
+                f"topology {topology.name!r}: the ring's committed epoch "
+                f"{record.epoch} was written by another run ({engine} engine) "
+                f"after this Spark checkpoint ({root / _SPARK_DIR}); resuming it "
+                "would lose that state. Delete the checkpoint directory (or pass "
+                "another one) to restore from the ring"
+            )
+            raise SparkBridgeError(msg)
+        start.how = "spark checkpoint"
+        return start
+    if record is None or record.epoch == 0 or not record.owners:
+        start.start_offsets = dict(record.offsets) if record is not None else None
+        start.how = "empty"
+        return start
+    start.start_offsets = dict(record.offsets)
+    session.dataSource.register(RestoreSource)
+    ring_conf = {
+        k: v for k, v in ring.config.to_mapping().items() if k != "sr3.node.secret"
+    }
+    options = restore_options(
+        record=record,
+        owners=owners,
+        ring_conf=ring_conf,
+        secret_file=_secret_file(root, ring),
+    )
+    start.extra.append(
+        session.readStream.format(RESTORE_SOURCE).options(**options).load()
+    )
+    start.how = f"ring epoch {record.epoch}"
+    return start
+
+
+def _percentiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p90": None, "p99": None, "max": None}
+    ordered = sorted(values)
+
+    def pick(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
+
+    return {
+        "p50": pick(0.5),
+        "p90": pick(0.9),
+        "p99": pick(0.99),
+        "max": round(ordered[-1], 1),
+    }
+
+
+def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     path: str | Path,
     *,
     checkpoint_dir: str | Path,
     master: str | None = "local[2]",
     until_idle: bool = True,
+    duration_s: float | None = None,
     conf: Mapping[str, Any] | None = None,
     max_rows_per_batch: int = 1000,
     spark: SparkSession | None = None,
+    ring: RingAccess | None = None,
+    resume: bool = False,
+    stop_after_batches: int | None = None,
 ) -> dict[str, Any]:
     """Run a topology file on Spark Structured Streaming.
 
@@ -137,50 +340,71 @@ def run_topology(  # noqa: PLR0913 (keyword-only run options)
             (``sink/``); rerunning with the same directory resumes the query.
         master: Spark master for a session this call starts (None: keep
             spark-submit's); ignored when ``spark`` is given.
-        until_idle: Stop once every spout has nothing more to emit; otherwise
-            run until the query is stopped.
+        until_idle: Stop once every spout has nothing more to emit and every
+            batch is processed and committed.
+        duration_s: Stop after this many seconds (with ``until_idle``: at the
+            latest then).
         conf: Storm conf overrides given to every component.
         max_rows_per_batch: Spout tuples per micro-batch, all tasks together.
         spark: A session to use instead of starting one (its
             ``spark.sql.shuffle.partitions`` is left as it is; a started one
-            gets the stateful bolt's task count).
+            gets the largest stateful bolt's task count).
+        ring: SR3 ring handles: state is written per batch and restored from
+            the ring (None: Spark's checkpoint is the only recovery).
+        resume: With an empty Spark checkpoint, continue from the ring's
+            committed epoch (state and spout offsets) instead of empty state.
+        stop_after_batches: Stop once this many micro-batches were committed
+            by this run (a partial run, as before a hand-off).
 
     Returns:
-        A report: topology, batches, input rows, emits of the last component,
-        state keys, directories, elapsed seconds.
+        The report of ``sr3 run --json``, in the Storm engine's shape.
 
     Raises:
         TopologyError: the file cannot be loaded.
-        UnsupportedTopologyError: the topology is not linear.
+        UnsupportedTopologyError: the topology cannot run on Spark.
         QueryFailedError: the query stopped with an error (its message names the
             component, key and batch of a failing bolt).
+        SparkBridgeError: the Spark checkpoint and the ring disagree.
     """
     started = time.monotonic()
     topology = load_topology(path)
+    overrides = dict(conf or {})
     plan = plan_topology(topology)
     session = spark
     if session is None:
         session = spark_session(master, app_name=f"sr3-{topology.name}")
-        # A stateful bolt's tasks become its state partitions (fixed at first run).
-        tasks = topology.components[plan.stateful].tasks if plan.stateful else 1
-        session.conf.set("spark.sql.shuffle.partitions", str(tasks))
+        tasks = [topology.components[s].tasks for s in plan.stateful] or [2]
+        session.conf.set("spark.sql.shuffle.partitions", str(max(tasks)))
+    for key, value in plan.session_conf.items():
+        session.conf.set(key, value)
+    session.conf.set("spark.sql.streaming.numRecentProgressUpdates", _PROGRESS_KEPT)
     root = Path(checkpoint_dir).resolve()
     sink_dir = root / _SINK_DIR
+    start = _start(session, topology, plan, overrides, root, ring, resume=resume)
     frame = build_frame(
-        session, plan, conf=dict(conf or {}), max_rows_per_batch=max_rows_per_batch
+        session,
+        plan,
+        conf=overrides,
+        max_rows_per_batch=max_rows_per_batch,
+        start_offsets=start.start_offsets,
+        extra=start.extra,
     )
+    sink = _BatchSink(sink_dir, start.committer, frozenset(plan.spouts))
     query = (
-        frame.writeStream.foreachBatch(_BatchSink(sink_dir))
+        frame.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(root / _SPARK_DIR))
-        .outputMode("update")
+        .outputMode(plan.output_mode)
         .queryName(f"sr3_{topology.name}_{int(time.time() * 1000)}")
         .start()
     )
     try:
-        if until_idle:
-            query.processAllAvailable()
-        else:
-            query.awaitTermination()
+        idle = _wait(
+            query,
+            sink,
+            until_idle=until_idle,
+            deadline=None if duration_s is None else started + duration_s,
+            stop_after_batches=stop_after_batches,
+        )
     except StreamingQueryException as exc:
         msg = (
             f"topology {topology.name!r} failed on Spark: {exc}; the Spark "
@@ -190,24 +414,206 @@ def run_topology(  # noqa: PLR0913 (keyword-only run options)
     finally:
         progress = list(query.recentProgress)
         query.stop()
-    last = plan.bolts[-1] if plan.bolts else plan.spout
-    emitted = sum(
-        1
-        for _batch, rows in _batches(sink_dir)
-        for row in rows
-        if row["kind"] == EMIT and row["component"] == last
+        if start.committer is not None:
+            start.committer.close()
+    seconds = time.monotonic() - started
+    return _report(
+        topology=topology,
+        plan=plan,
+        session=session,
+        sink=sink,
+        start=start,
+        ring=ring,
+        progress=progress,
+        overrides=overrides,
+        root=root,
+        seconds=seconds,
+        idle=idle,
     )
-    state = final_state(root, plan.stateful) if plan.stateful else {}
+
+
+def _wait(
+    query: StreamingQuery,
+    sink: _BatchSink,
+    *,
+    until_idle: bool,
+    deadline: float | None,
+    stop_after_batches: int | None,
+) -> bool:
+    """Wait for idleness, the deadline or the batch count; return whether idle.
+
+    Raises:
+        StreamingQueryException: the query failed.
+    """
+    if until_idle and deadline is None and stop_after_batches is None:
+        query.processAllAvailable()
+        return True
+    drained = threading.Event()
+    failure: list[BaseException] = []
+
+    def drain() -> None:
+        try:
+            query.processAllAvailable()
+            drained.set()
+        except Exception as exc:  # noqa: BLE001 (re-raised by the waiting thread)
+            failure.append(exc)
+
+    if until_idle:
+        threading.Thread(target=drain, name="sr3-drain", daemon=True).start()
+    while deadline is None or time.monotonic() < deadline:
+        if drained.is_set():
+            return True
+        if stop_after_batches is not None and sink.committed >= stop_after_batches:
+            return False
+        if failure or not query.isActive:
+            query.awaitTermination()  # raises the query's error, if any
+            return False
+        time.sleep(0.05)
+    return False
+
+
+def _report(  # noqa: PLR0913 (everything the report shows)
+    *,
+    topology: LoadedTopology,
+    plan: Plan,
+    session: SparkSession,
+    sink: _BatchSink,
+    start: _Start,
+    ring: RingAccess | None,
+    progress: Sequence[Any],
+    overrides: Mapping[str, Any],
+    root: Path,
+    seconds: float,
+    idle: bool,
+) -> dict[str, Any]:
+    batches = _batches(root / _SINK_DIR)
+    sinks = sink_components(topology)
+    outputs = LastOutputs(topology, overrides)
+    emitted: dict[str, int] = dict.fromkeys(sinks, 0)
+    dead: list[dict[str, Any]] = []
+    dead_count = 0
+    for _batch, rows in batches:
+        ordered = sorted(
+            (r for r in rows if r["kind"] in (EMIT, DEAD)), key=lambda r: r["seq"] or ""
+        )
+        for row in ordered:
+            if row["kind"] == DEAD:
+                dead_count += 1
+                if len(dead) < _MAX_DEAD:
+                    info = dict(decode_value(row["state"])) if row["state"] else {}
+                    dead.append(
+                        {
+                            "component": row["component"],
+                            "values": decode_value(row["values"]),
+                            **info,
+                        }
+                    )
+            elif row["component"] in emitted:
+                emitted[row["component"]] += 1
+                outputs.add(
+                    row["component"], row["stream"], decode_value(row["values"])
+                )
+    active = [p for p in progress if int(p["numInputRows"]) > 0]
+    ran = {int(p["batchId"]) for p in progress}
+    # offset, restore and info rows are input rows to Spark, not spout tuples
+    offset_rows = sum(
+        1
+        for batch, rows in batches
+        if batch in ran
+        for row in rows
+        if row["kind"] == OFFSET
+    )
+    input_rows = sum(int(p["numInputRows"]) for p in progress) - offset_rows
+    latencies = [float(p["durationMs"].get("triggerExecution", 0)) for p in active]
+    sr3_total = sum(sink.sr3_seconds.values())
+    batch_total = sum(latencies) / 1000.0
+    commits = [] if start.committer is None else start.committer.commits
+    written = [c for c in commits if c.epoch is not None]
+    durations = [c.seconds for c in written]
+    state: dict[str, Any] = {}
+    if ring is not None:
+        state = _ring_state(ring, topology, plan)
+    else:
+        for name in plan.stateful:
+            state[name] = {"epoch": None, "keys": len(final_state(root, name))}
+    recoveries = []
+    if sink.infos:
+        restores = {str(i["restore"]): i for i in sink.infos}
+        used = sorted({str(i.get("used")) for i in sink.infos})
+        mechanisms = sorted({str(i.get("mechanism")) for i in sink.infos})
+        restore_s = max(float(i.get("seconds", 0.0)) for i in sink.infos)
+        recoveries.append(
+            {
+                "cause": start.how,
+                "component": ",".join(plan.stateful),
+                "at_s": 0.0,
+                "mechanism": ",".join(mechanisms),
+                "used": ",".join(used),
+                "timeline": {"detect_s": 0.0, "restore_s": restore_s, "replay_s": None},
+                "restored_bytes": sum(int(i.get("bytes", 0)) for i in sink.infos),
+                "restored_keys": sum(int(i.get("keys", 0)) for i in sink.infos),
+                "restores": restores,
+            }
+        )
+    spout_rows = input_rows - sum(1 + int(i.get("keys", 0)) for i in sink.infos)
     return {
         "topology": topology.name,
-        "engine": "spark",
+        "engine": ENGINE,
         "master": session.sparkContext.master,
-        "components": [plan.spout, *plan.bolts],
-        "stateful": plan.stateful,
-        "batches": sum(1 for p in progress if p["numInputRows"] > 0),
-        "input_rows": sum(int(p["numInputRows"]) for p in progress),
-        "emitted": {last: emitted},
-        "state_keys": len(state),
+        "seconds": round(seconds, 3),
+        "idle": idle,
+        "started_from": start.how,
+        "throughput": {
+            "tuples_per_s": round(spout_rows / seconds, 1) if seconds else 0.0,
+            "spout_tuples_per_s": round(spout_rows / seconds, 1) if seconds else 0.0,
+            "spout_tuples": spout_rows,
+            "bolt_tuples": None,
+        },
+        "components": [*plan.spouts, *plan.bolts],
+        "stateful": list(plan.stateful),
+        "input_rows": spout_rows,
+        "emitted": dict(sorted(emitted.items())),
+        "state_keys": sum(int(v.get("keys", 0)) for v in state.values()),
+        "batches": len(active),
+        "micro_batches": {
+            "count": len(active),
+            "latency_ms": _percentiles(latencies),
+            "sr3_seconds": round(sr3_total, 4),
+            "sr3_share": round(sr3_total / batch_total, 4) if batch_total else None,
+        },
+        "checkpoints": {
+            "count": len(written),
+            "last_committed_epoch": written[-1].epoch if written else None,
+            "mean_duration_s": round(statistics.fmean(durations), 4)
+            if durations
+            else None,
+            "max_duration_s": round(max(durations), 4) if durations else None,
+            "compactions": sum(len(c.compacted) for c in written),
+            "bytes": sum(c.bytes_written for c in written),
+        },
+        "recoveries": recoveries,
+        "state": state,
+        "outputs": outputs.to_dict(),
+        "counters": {
+            name: {"emitted": count} for name, count in sorted(emitted.items())
+        },
+        "dead_letters": {"count": dead_count, "first": dead},
+        "errors": [],
+        "error_count": 0,
         "checkpoint_dir": str(root),
-        "elapsed_s": round(time.monotonic() - started, 3),
     }
+
+
+def _ring_state(
+    ring: RingAccess, topology: LoadedTopology, plan: Plan
+) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for name in plan.stateful:
+        try:
+            epoch, state = ring.committed_state(topology.name, name)
+        except RecoveryError:
+            record = ring.committed(topology.name)
+            summary[name] = {"epoch": record and record.epoch, "keys": 0}
+            continue
+        summary[name] = {"epoch": epoch, "keys": len(state)}
+    return summary

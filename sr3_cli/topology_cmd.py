@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,15 +21,16 @@ from sr3_cli.cluster import add_cluster_args, cluster_config
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
 from sr3_cli.output import emit_json, table
-from storm_bridge.runner import NodeKill, RunOptions, RunReport, TaskKill, run_topology
+from storm_bridge.runner import NodeKill, RunOptions, TaskKill, run_topology
 from storm_bridge.wiring import RingAccess
 
 __all__ = ["add_parsers", "parse_kill", "parse_node_kill"]
 
 EMBEDDED_NODES = 3
-E_SPARK = (
-    "--engine spark is not available yet: the Spark bridge is still being built; "
-    "run with --engine storm (the default)"
+#: Options only the Storm engine's local cluster understands.
+_STORM_ONLY = (
+    ("kill", "--kill (Spark retries its own tasks; use --kill-node)"),
+    ("no_checkpoints", "--no-checkpoints"),
 )
 
 
@@ -110,10 +112,70 @@ def _target(args: argparse.Namespace) -> Iterator[_Target]:
         yield target
 
 
+def _run_spark(args: argparse.Namespace) -> int:
+    """``sr3 run --engine spark``: the same topology as a Structured Streaming query."""
+    from spark_bridge.runner import run_topology as run_on_spark  # noqa: PLC0415
+
+    for attr, flag in _STORM_ONLY:
+        if getattr(args, attr):
+            msg = f"{flag} is a Storm-engine option; drop it with --engine spark"
+            raise ConfigError(msg)
+    if not args.until_idle and args.duration is None:
+        msg = "sr3 run needs --until-idle or --duration S (or both)"
+        raise ConfigError(msg)
+    node_kills = [parse_node_kill(k) for k in args.kill_node]
+    checkpoint = args.checkpoint_dir
+    scratch = None
+    if checkpoint is None:
+        scratch = tempfile.mkdtemp(prefix="sr3-spark-")
+        checkpoint = scratch
+    try:
+        with _target(args) as target:
+            lab = target.lab
+            if node_kills and lab is None:
+                msg = "--kill-node needs a lab whose nodes this run can kill"
+                raise ConfigError(msg)
+            timers = [
+                threading.Timer(k.at_s, lab.kill_nodes, args=([k.node],))
+                for k in node_kills
+                if lab is not None
+            ]
+            ring = RingAccess(target.config)
+            try:
+                for timer in timers:
+                    timer.daemon = True
+                    timer.start()
+                report = run_on_spark(
+                    args.file,
+                    checkpoint_dir=checkpoint,
+                    master=args.master,
+                    until_idle=args.until_idle,
+                    duration_s=args.duration,
+                    conf=_parse_conf(args.conf),
+                    max_rows_per_batch=args.max_rows_per_batch,
+                    ring=ring,
+                    resume=args.resume,
+                )
+            finally:
+                for timer in timers:
+                    timer.cancel()
+                ring.close()
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    if args.json:
+        emit_json(report)
+    else:
+        _print_report(report)
+    if args.until_idle and not report["idle"]:
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
-    """``sr3 run``: run a topology file on the local cluster."""
+    """``sr3 run``: run a topology file on the local cluster or on Spark."""
     if args.engine == "spark":
-        raise ConfigError(E_SPARK)
+        return _run_spark(args)
     options = RunOptions(
         until_idle=args.until_idle,
         duration_s=args.duration,
@@ -141,25 +203,39 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report.to_dict())
     else:
-        _print_report(report)
+        _print_report(report.to_dict())
     if options.until_idle and not report.idle:
         return 1
     return 0
 
 
-def _print_report(report: RunReport) -> None:
-    data = report.to_dict()
+def _print_report(data: dict[str, Any]) -> None:
     tp = data["throughput"]
-    print(
-        f"topology {data['topology']}: {data['seconds']} s, "
-        f"{tp['tuples_per_s']} tuples/s processed by bolts "
-        f"({tp['bolt_tuples']} tuples; spouts {tp['spout_tuples_per_s']}/s)"
-    )
+    engine = data.get("engine", "storm")
+    if engine == "spark":
+        batches = data["micro_batches"]
+        lat = batches["latency_ms"]
+        print(
+            f"topology {data['topology']} on Spark ({data['master']}): "
+            f"{data['seconds']} s, {tp['spout_tuples_per_s']} spout tuples/s "
+            f"({tp['spout_tuples']} tuples), started from {data['started_from']}"
+        )
+        print(
+            f"micro-batches: {batches['count']}, latency p50 {lat['p50']} ms, "
+            f"p99 {lat['p99']} ms; SR3 ring writes {batches['sr3_seconds']} s "
+            f"({batches['sr3_share']} of batch time)"
+        )
+    else:
+        print(
+            f"topology {data['topology']}: {data['seconds']} s, "
+            f"{tp['tuples_per_s']} tuples/s processed by bolts "
+            f"({tp['bolt_tuples']} tuples; spouts {tp['spout_tuples_per_s']}/s)"
+        )
     cp = data["checkpoints"]
     print(
         f"checkpoints: {cp.get('count', 0)} committed, last epoch "
         f"{cp.get('last_committed_epoch')}, mean {cp.get('mean_duration_s')} s "
-        f"(interval {cp.get('interval_s')} s)"
+        f"(interval {cp.get('interval_s', 'one per micro-batch')} s)"
     )
     rows = [
         [
@@ -188,6 +264,9 @@ def _print_report(report: RunReport) -> None:
         print(f"state {name}: {summary['keys']} keys at epoch {summary['epoch']}")
     if data["error_count"]:
         print(f"errors reported by tasks: {data['error_count']} (see --json)")
+    dead = data.get("dead_letters", {}).get("count", 0)
+    if dead:
+        print(f"dead letters: {dead} (see --json)")
 
 
 def state_dump(args: argparse.Namespace) -> int:
@@ -219,9 +298,25 @@ def state_dump(args: argparse.Namespace) -> int:
 
 def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the topology subcommands to the ``sr3`` parser."""
-    p = sub.add_parser("run", help="run a topology file on the local cluster")
+    p = sub.add_parser(
+        "run", help="run a topology file on the local Storm cluster or on Spark"
+    )
     p.add_argument("file", help="topology file (its stem is the topology name)")
     p.add_argument("--engine", choices=["storm", "spark"], default="storm")
+    p.add_argument(
+        "--master", default="local[2]", help="Spark master (--engine spark; local[2])"
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="Spark checkpoint and sink dir (--engine spark; default: a fresh one)",
+    )
+    p.add_argument(
+        "--max-rows-per-batch",
+        type=int,
+        default=1000,
+        help="spout tuples per micro-batch (--engine spark; 1000)",
+    )
     p.add_argument(
         "--until-idle",
         action="store_true",

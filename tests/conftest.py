@@ -1,4 +1,4 @@
-"""Spark fixtures: ONE local[2] session per test session, shared by every test.
+"""Shared fixtures: ONE local[2] Spark session per test session, for every test.
 
 ``PYSPARK_PYTHON`` is this interpreter and the repository root is on
 ``PYTHONPATH`` before the JVM starts, so Python workers import ``spark_bridge``
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="session")

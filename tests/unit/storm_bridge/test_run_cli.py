@@ -22,10 +22,21 @@ def test_bad_kill_specs_say_the_form(text: str) -> None:
         parse_kill(text)
 
 
-def test_spark_engine_is_not_available_yet(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["run", "topologies/wordcount.py", "--engine", "spark", "--until-idle"])
+def test_storm_only_options_are_refused_on_spark(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(
+        ["run", "topologies/wordcount.py", "--engine", "spark", "--until-idle"]
+        + ["--kill", "count:0@1"]
+    )
     assert code == 2
-    assert "--engine spark is not available yet" in capsys.readouterr().err
+    assert "--kill (Spark retries its own tasks" in capsys.readouterr().err
+
+
+def test_spark_run_needs_an_end(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "topologies/wordcount.py", "--engine", "spark"])
+    assert code == 2
+    assert "--until-idle or --duration" in capsys.readouterr().err
 
 
 def test_run_needs_an_end(capsys: pytest.CaptureFixture[str]) -> None:

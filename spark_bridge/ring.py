@@ -1,0 +1,551 @@
+"""SR3 as the Spark engine's recovery core: ring writes per micro-batch, restore.
+
+The ring layout is the Storm engine's, so either engine continues from the
+other's committed epoch:
+
+- owners are ``<topology>/<component>/<task index>``, one per task of each
+  stateful bolt; a key belongs to the task Storm's fields grouping sends it to
+  (Java ``deepHashCode`` of the grouping values modulo the task count), which is
+  the task whose Storm snapshot holds it;
+- spout offsets are recorded by ``<spout>/<task index>``;
+- a commit record (``zk.checkpoints``) names the committed epoch, the offsets
+  and every owner; the Spark engine adds ``{"engine": "spark", "query": id,
+  "batch": n}``.
+
+Driver side, :class:`BatchCommitter` runs inside ``foreachBatch``: micro-batch
+``n``'s changed keys (its ``state`` rows) become, for every owner, a delta epoch
+(an empty one when nothing of the owner changed, so every owner has a manifest
+at every committed epoch), written through the ring with its write quorum; the
+epoch is committed in ZooKeeper last, before Spark commits the batch. A batch
+Spark runs again after a failure finds its batch id committed and writes
+nothing. Deltas append to the last *committed* manifest, never to one a crashed
+run published without committing. Every ``sr3.checkpoint.max.chain.length``
+non-empty deltas the owner is compacted: its committed state is read back from
+the ring, the batch's changes folded in, and a FULL epoch written; older epochs
+and unreferenced shards are then collected in the background.
+
+Executor side, the data source ``sr3_restore`` (:class:`RestoreSource`): when a
+query starts on an empty Spark checkpoint, its first micro-batch reads one
+partition per owner of the committed epoch; each partition restores its owner
+through star, line or tree recovery (``sr3.recovery.mechanism`` of the
+component) and yields ``restore`` rows, which the stateful stage installs into
+Spark's state store, plus one ``info`` row carrying the restore's report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.types import StructType
+
+from spark_bridge.rows import INFO, RESTORE, ROW_SCHEMA
+from sr3.codec import (
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_key_group_delta_raw,
+    encode_key_group_raw,
+    encode_value,
+)
+from sr3.errors import ConfigError, SR3Error
+from sr3.keygroups import key_group_of_encoded
+from sr3.manifest import Manifest
+from sr3.state import KeyedState
+from storm_bridge.groupings import fields_task_index
+from storm_bridge.topology import LoadedTopology
+from zk.access import RingAccess, config_from_conf
+from zk.checkpoints import CommitRecord
+
+__all__ = [
+    "ENGINE",
+    "RESTORE_SOURCE",
+    "BatchCommit",
+    "BatchCommitter",
+    "Owner",
+    "RestoreSource",
+    "restore_options",
+    "stateful_owners",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Format name of the restore data source.
+RESTORE_SOURCE: Final = "sr3_restore"
+#: ``engine`` recorded in commit records written by the Spark engine.
+ENGINE: Final = "spark"
+_DEFAULT_KEY_GROUPS: Final = 256
+_DEFAULT_CHAIN: Final = 8
+_KEY_GROUPS: Final = "sr3.state.key.groups"
+_MECHANISM: Final = "sr3.recovery.mechanism"
+_CHAIN: Final = "sr3.checkpoint.max.chain.length"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """One task of a stateful bolt, as the ring knows it.
+
+    Attributes:
+        name: ``<topology>/<component>/<index>``.
+        component: The stateful bolt.
+        index: Task index among the bolt's tasks.
+        tasks: The bolt's task count.
+        key_groups: G of the owner (``sr3.state.key.groups``).
+        mechanism: ``sr3.recovery.mechanism`` of the bolt.
+    """
+
+    name: str
+    component: str
+    index: int
+    tasks: int
+    key_groups: int
+    mechanism: str
+
+
+def _component_conf(
+    topology: LoadedTopology, component: str, conf: Mapping[str, Any]
+) -> dict[str, Any]:
+    merged = dict(topology.config)
+    merged.update(conf)
+    merged.update(topology.components[component].config or {})
+    return merged
+
+
+def stateful_owners(
+    topology: LoadedTopology, stateful: Sequence[str], conf: Mapping[str, Any]
+) -> list[Owner]:
+    """Return the owners of every task of the ``stateful`` bolts.
+
+    Raises:
+        ConfigError: ``sr3.state.key.groups`` is not a positive integer.
+    """
+    owners: list[Owner] = []
+    for component in stateful:
+        merged = _component_conf(topology, component, conf)
+        raw = merged.get(_KEY_GROUPS) or _DEFAULT_KEY_GROUPS
+        try:
+            groups = int(raw)
+        except (TypeError, ValueError):
+            groups = 0
+        if groups < 1:
+            msg = f"{_KEY_GROUPS}={raw!r} of {component!r}: use a positive integer"
+            raise ConfigError(msg)
+        tasks = topology.components[component].tasks
+        mechanism = str(merged.get(_MECHANISM) or "auto")
+        owners.extend(
+            Owner(
+                f"{topology.name}/{component}/{index}",
+                component,
+                index,
+                tasks,
+                groups,
+                mechanism,
+            )
+            for index in range(tasks)
+        )
+    return owners
+
+
+@dataclass
+class BatchCommit:
+    """What committing one micro-batch to the ring did.
+
+    Attributes:
+        batch: Spark's batch id.
+        epoch: The SR3 epoch it committed (None: the batch was committed before).
+        keys: Changed keys written.
+        bytes_written: Payload bytes written (one replica).
+        compacted: Owners compacted into a FULL epoch.
+        seconds: Wall time of the ring writes and the commit.
+    """
+
+    batch: int
+    epoch: int | None
+    keys: int = 0
+    bytes_written: int = 0
+    compacted: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-friendly dict."""
+        return {
+            "batch": self.batch,
+            "epoch": self.epoch,
+            "keys": self.keys,
+            "bytes": self.bytes_written,
+            "compacted": list(self.compacted),
+            "seconds": round(self.seconds, 6),
+        }
+
+
+class BatchCommitter:
+    """Writes each micro-batch's state changes to the ring and commits them.
+
+    Args:
+        access: Open handles on ZooKeeper and the ring (the driver's).
+        topology: The loaded topology.
+        owners: The stateful owners (:func:`stateful_owners`).
+        query_id: Identity of the Spark checkpoint (its query id).
+        max_chain: Non-empty deltas before an owner is compacted.
+    """
+
+    def __init__(
+        self,
+        *,
+        access: RingAccess,
+        topology: LoadedTopology,
+        owners: Sequence[Owner],
+        query_id: str,
+        max_chain: int = _DEFAULT_CHAIN,
+    ) -> None:
+        if max_chain < 1:
+            msg = f"{_CHAIN}={max_chain}: use at least 1"
+            raise ConfigError(msg)
+        self._access = access
+        self._topology = topology.name
+        self._owners = {o.name: o for o in owners}
+        self._by_component: dict[str, list[Owner]] = {}
+        for owner in owners:
+            self._by_component.setdefault(owner.component, []).append(owner)
+        self._query = query_id
+        self._max_chain = max_chain
+        self._bases: dict[str, Manifest | None] = {}
+        self._chain: dict[str, int] = {}
+        self._offsets: dict[str, Any] = {}
+        self._next_epoch = 0
+        self._last_batch: int | None = None
+        self._collector = ThreadPoolExecutor(1, thread_name_prefix="sr3-spark-gc")
+        self.commits: list[BatchCommit] = []
+
+    def open(self) -> CommitRecord | None:
+        """Read the committed epoch; number the next epoch above every published one.
+
+        Returns:
+            The committed record the query continues from (None: nothing yet).
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        access = self._access
+        record = access.committed(self._topology)
+        floor = 0 if record is None else record.epoch
+        prefix = f"{self._topology}/"
+        for owner in access.manifests.owners():
+            if owner.startswith(prefix):
+                epochs = access.manifests.epochs(owner)
+                if epochs:
+                    floor = max(floor, epochs[-1])
+        self._next_epoch = floor + 1
+        committed = set() if record is None else set(record.owners)
+        for name in self._owners:
+            base = None
+            if record is not None and name in committed:
+                base = access.manifests.manifest(name, record.epoch)
+            self._bases[name] = base
+            self._chain[name] = 0
+        if record is not None:
+            self._offsets = dict(record.offsets)
+            extra = dict(record.extra)
+            if extra.get("engine") == ENGINE and extra.get("query") == self._query:
+                self._last_batch = int(extra.get("batch", -1))
+        return record
+
+    def commit(
+        self,
+        batch: int,
+        changes: Mapping[str, Mapping[bytes, bytes | None]],
+        offsets: Mapping[str, Any],
+    ) -> BatchCommit:
+        """Write one micro-batch's changes to the ring and commit its epoch.
+
+        Args:
+            batch: Spark's batch id.
+            changes: ``{component: {encoded key: state blob, or None if deleted}}``.
+            offsets: ``{"<spout>/<index>": offset}`` reached by this batch.
+
+        Raises:
+            QuorumError: a shard missed its write quorum (the batch fails and
+                Spark runs it again).
+            CoordinationError: ZooKeeper failed.
+        """
+        started = time.perf_counter()
+        if self._last_batch is not None and batch <= self._last_batch:
+            return BatchCommit(batch, None)
+        epoch = self._next_epoch
+        per_owner: dict[str, dict[bytes, bytes | None]] = {n: {} for n in self._owners}
+        for component, keys in changes.items():
+            owners = self._by_component.get(component)
+            if not owners:
+                continue
+            tasks = owners[0].tasks
+            for key, blob in keys.items():
+                index = fields_task_index(list(decode_key(key)), tasks)
+                per_owner[owners[index].name][key] = blob
+        offsets = {**self._offsets, **offsets}
+        report = BatchCommit(batch, epoch, keys=sum(len(c) for c in per_owner.values()))
+        written: dict[str, Manifest] = {}
+        for name, owner_changes in per_owner.items():
+            manifest, size, compacted = self._write(
+                self._owners[name], epoch, owner_changes, offsets
+            )
+            written[name] = manifest
+            report.bytes_written += size
+            if compacted:
+                report.compacted.append(name)
+        record = CommitRecord(
+            epoch=epoch,
+            offsets=offsets,
+            owners=tuple(sorted(self._owners)),
+            extra={"engine": ENGINE, "query": self._query, "batch": batch},
+        )
+        self._access.checkpoints.commit(self._topology, record)
+        self._bases.update(written)
+        self._offsets = offsets
+        self._next_epoch = epoch + 1
+        self._last_batch = batch
+        self._collector.submit(self._collect, epoch, report.compacted)
+        report.seconds = time.perf_counter() - started
+        self.commits.append(report)
+        return report
+
+    def _write(
+        self,
+        owner: Owner,
+        epoch: int,
+        changes: Mapping[bytes, bytes | None],
+        offsets: Mapping[str, Any],
+    ) -> tuple[Manifest, int, bool]:
+        base = self._bases.get(owner.name)
+        groups: dict[int, tuple[dict[bytes, Any], list[bytes]]] = {}
+        for key, blob in changes.items():
+            upserts, deletes = groups.setdefault(
+                key_group_of_encoded(key, owner.key_groups), ({}, [])
+            )
+            if blob is None:
+                deletes.append(key)
+            else:
+                upserts[key] = decode_value(blob)
+        access = self._access
+        if base is None:
+            blobs = {
+                kg: encode_key_group_raw(upserts)
+                for kg, (upserts, _deletes) in sorted(groups.items())
+                if upserts
+            }
+            kind, compacted = "full", False
+        elif groups and self._chain[owner.name] >= self._max_chain:
+            blobs = self._compact(owner, base, groups)
+            kind, compacted = "full", True
+        else:
+            blobs = {
+                kg: encode_key_group_delta_raw(upserts, deletes)
+                for kg, (upserts, deletes) in sorted(groups.items())
+            }
+            kind, compacted = "delta", False
+        written = access.write(
+            owner=owner.name,
+            epoch=epoch,
+            key_group_count=owner.key_groups,
+            key_groups=blobs.items(),
+            kind=kind,
+            offsets=offsets,
+            base=base,
+        )
+        if kind == "full":
+            self._chain[owner.name] = 0
+        elif groups:
+            self._chain[owner.name] += 1
+        return written.manifest, written.bytes_written, compacted
+
+    def _compact(
+        self,
+        owner: Owner,
+        base: Manifest,
+        groups: Mapping[int, tuple[dict[bytes, Any], list[bytes]]],
+    ) -> dict[int, bytes]:
+        record = CommitRecord(epoch=base.epoch, owners=(owner.name,))
+        state, _report = self._access.restore(
+            owner.name, record, key_group_count=owner.key_groups, mechanism="star"
+        )
+        state.install(
+            {
+                kg: encode_key_group_delta_raw(upserts, deletes)
+                for kg, (upserts, deletes) in groups.items()
+            }
+        )
+        return state.snapshot(incremental=False)
+
+    def _collect(self, epoch: int, compacted: Sequence[str]) -> None:
+        access = self._access
+        for name in self._owners:
+            try:
+                if name in compacted:
+                    access.collect_garbage(name, epoch)
+                else:
+                    # the latest manifest lists its whole chain: older records
+                    # are not needed (their shards stay referenced by it)
+                    old = [e for e in access.manifests.epochs(name) if e < epoch]
+                    if old:
+                        access.manifests.drop(name, old, [])
+            except SR3Error as exc:
+                logger.warning("old epochs of %s kept: %s", name, exc)
+
+    def close(self) -> None:
+        """Wait for background collection to finish."""
+        self._collector.shutdown(wait=True)
+
+
+# -- restore source (executors) ---------------------------------------------------
+
+
+def restore_options(
+    *,
+    record: CommitRecord,
+    owners: Sequence[Owner],
+    ring_conf: Mapping[str, Any],
+    secret_file: Path | None,
+) -> dict[str, str]:
+    """Return the ``sr3_restore`` options restoring ``owners`` at ``record``'s epoch.
+
+    Only owners the record names are restored. The ring secret never goes into
+    the options (they are visible in Spark's plans): ``secret_file`` names a
+    file holding it, readable by the executors.
+    """
+    listed = set(record.owners)
+    return {
+        "epoch": str(record.epoch),
+        "owners": json.dumps(
+            [
+                {
+                    "name": o.name,
+                    "component": o.component,
+                    "key_groups": o.key_groups,
+                    "mechanism": o.mechanism,
+                }
+                for o in owners
+                if o.name in listed
+            ]
+        ),
+        "ring": json.dumps(dict(ring_conf)),
+        "secretFile": "" if secret_file is None else str(secret_file),
+    }
+
+
+@dataclass(frozen=True)
+class _OwnerPartition(InputPartition):
+    name: str
+    component: str
+    key_groups: int
+    mechanism: str
+
+
+class _RestoreReader(DataSourceStreamReader):
+    """One micro-batch: a partition per owner; then nothing more."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._epoch = int(options["epoch"])
+        self._owners = json.loads(options["owners"])
+        self._ring = json.loads(options["ring"])
+        self._secret_file = options.get("secretFile") or ""
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
+        """Return the offset before the restore."""
+        return {"epoch": self._epoch, "restored": False}
+
+    def latestOffset(  # noqa: N802 (Spark's name)
+        self, start: dict[str, Any], limit: ReadLimit
+    ) -> dict[str, Any]:
+        """Return the offset after the restore (all at once, whatever the limit)."""
+        del start, limit
+        return {"epoch": self._epoch, "restored": True}
+
+    def partitions(  # noqa: D102 (documented by Spark)
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> Sequence[InputPartition]:
+        if start.get("restored") or not end.get("restored"):
+            return []
+        return [
+            _OwnerPartition(
+                o["name"], o["component"], int(o["key_groups"]), o["mechanism"]
+            )
+            for o in self._owners
+        ]
+
+    def commit(self, end: dict[str, Any]) -> None:  # noqa: D102
+        del end
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
+        """Restore one owner from the ring; yield its keys as ``restore`` rows."""
+        if not isinstance(partition, _OwnerPartition):
+            msg = f"sr3_restore cannot read a {type(partition).__name__} partition"
+            raise TypeError(msg)
+        conf = dict(self._ring)
+        if self._secret_file:
+            path = Path(self._secret_file)
+            try:
+                conf["sr3.node.secret"] = path.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                msg = (
+                    f"sr3_restore: cannot read the ring secret file {path} ({exc}); "
+                    "it must be readable at the same path on every executor"
+                )
+                raise ConfigError(msg) from exc
+        access = RingAccess(config_from_conf(conf))
+        try:
+            record = CommitRecord(epoch=self._epoch, owners=(partition.name,))
+            state, report = access.restore(
+                partition.name,
+                record,
+                key_group_count=partition.key_groups,
+                mechanism=partition.mechanism,
+            )
+        finally:
+            access.close()
+        return _restore_rows(partition, state, report.to_dict())
+
+
+def _restore_rows(
+    partition: _OwnerPartition, state: KeyedState, report: Mapping[str, Any]
+) -> Iterator[tuple[Any, ...]]:
+    component = partition.component
+    keys = 0
+    for key, fields in state.items():
+        keys += 1
+        yield (
+            component,
+            "",
+            RESTORE,
+            None,
+            encode_key(key),
+            encode_value(fields),
+            "",
+        )
+    info = {"restore": partition.name, "keys": keys, "pid": os.getpid(), **report}
+    yield (component, partition.name, INFO, None, None, encode_value(info), "")
+
+
+class RestoreSource(DataSource):
+    """Data source ``sr3_restore``: options from :func:`restore_options`."""
+
+    @classmethod
+    def name(cls) -> str:
+        """Return the format name."""
+        return RESTORE_SOURCE
+
+    def schema(self) -> str:
+        """Return the bridge's row schema."""
+        return ROW_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        """Return the reader restoring the owners the options name."""
+        del schema
+        return _RestoreReader(self.options)

@@ -1,0 +1,208 @@
+"""The Spark engine with SR3 as its recovery core, against the Storm engine.
+
+Real ZooKeeper, real ring node processes, the shared local[2] Spark session and
+the Storm engine's local cluster with multilang subprocesses. Each test reads
+committed state from the ring, as ``sr3 state dump`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from spark_bridge.errors import SparkBridgeError
+from spark_bridge.runner import run_topology as run_spark
+from sr3.config import Sr3Config
+from sr3_cli.commands import wait_for_members
+from sr3_cli.lab import Lab
+from storm_bridge.runner import RunOptions
+from storm_bridge.runner import run_topology as run_storm
+from tests.e2e.conftest import require_zk
+from topologies.wordcount import corpus
+from zk.access import RingAccess
+
+pytestmark = [pytest.mark.zk, pytest.mark.spark, pytest.mark.storm, pytest.mark.slow]
+
+EXAMPLES = Path(__file__).parents[2] / "topologies"
+WORDCOUNT = EXAMPLES / "wordcount.py"
+
+
+@pytest.fixture(scope="module")
+def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RingAccess]:
+    """A 3-node lab shared by the module, and handles on it."""
+    require_zk()
+    lab = Lab(root=tmp_path_factory.mktemp("spark-lab"))
+    lab.save()
+    lab.start_zookeeper()
+    try:
+        lab.add_nodes(3)
+        lab.start_nodes(sorted(lab.nodes))
+        wait_for_members(lab, 3)
+        access = RingAccess(lab.config(Sr3Config.from_env()))
+        try:
+            yield access
+        finally:
+            access.close()
+    finally:
+        lab.stop_nodes()
+        lab.stop_zookeeper()
+
+
+def dump(ring: RingAccess, topology: str, component: str) -> dict[str, Any]:
+    """Return the committed state as ``sr3 state dump --json`` prints it."""
+    _epoch, state = ring.committed_state(topology, component)
+    return {json.dumps(list(key)): fields for key, fields in sorted(state.items())}
+
+
+def expected_counts(lines: int) -> dict[str, Any]:
+    words = Counter(w for line in corpus(lines, 8, 7) for w in line.split())
+    return {json.dumps([w]): {"n": n} for w, n in sorted(words.items())}
+
+
+def storm(
+    ring: RingAccess,
+    path: Path,
+    conf: dict[str, Any],
+    *,
+    duration_s: float | None = None,
+    resume: bool = False,
+) -> dict[str, Any]:
+    options = RunOptions(
+        until_idle=duration_s is None,
+        duration_s=duration_s,
+        conf={"sr3.checkpoint.interval.s": 0.3, **conf},
+        resume=resume,
+    )
+    return run_storm(path, ring=ring, options=options).to_dict()
+
+
+def spark_run(  # noqa: PLR0913 (the run's options)
+    spark: SparkSession,
+    ring: RingAccess,
+    path: Path,
+    checkpoint: Path,
+    conf: dict[str, Any],
+    *,
+    resume: bool = False,
+    stop_after_batches: int | None = None,
+    rows: int = 200,
+) -> dict[str, Any]:
+    return run_spark(
+        path,
+        checkpoint_dir=checkpoint,
+        spark=spark,
+        ring=ring,
+        conf=conf,
+        max_rows_per_batch=rows,
+        resume=resume,
+        stop_after_batches=stop_after_batches,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "conf"),
+    [
+        ("wordcount", {"wordcount.lines": 300}),
+        ("ysb", {"ysb.events": 3000, "ysb.window.ms": 500}),
+        ("linear_road", {"lr.vehicles": 30, "lr.minutes": 4}),
+    ],
+)
+def test_spark_reaches_the_storm_engines_state_and_outputs(
+    spark: SparkSession,
+    ring: RingAccess,
+    tmp_path: Path,
+    name: str,
+    conf: dict[str, Any],
+) -> None:
+    path = EXAMPLES / f"{name}.py"
+    on_storm = storm(ring, path, conf)
+    assert on_storm["idle"], on_storm
+    storm_state = {c: dump(ring, name, c) for c in on_storm["state"]}
+    assert all(storm_state.values()), storm_state
+
+    on_spark = spark_run(spark, ring, path, tmp_path / "ck", conf)
+
+    assert on_spark["idle"]
+    assert on_spark["engine"] == "spark"
+    assert set(on_spark["state"]) == set(storm_state)
+    spark_state = {c: dump(ring, name, c) for c in on_spark["state"]}
+    assert spark_state == storm_state
+    assert on_spark["outputs"] == on_storm["outputs"]
+    assert on_spark["checkpoints"]["count"] >= 1
+
+
+def test_deleted_spark_checkpoint_restores_state_from_the_ring(
+    spark: SparkSession, ring: RingAccess, tmp_path: Path
+) -> None:
+    conf = {"wordcount.lines": 600}
+    checkpoint = tmp_path / "ck"
+    first = spark_run(
+        spark, ring, WORDCOUNT, checkpoint, conf, stop_after_batches=2, rows=100
+    )
+    assert not first["idle"]
+    assert first["checkpoints"]["count"] >= 2
+    partial = dump(ring, "wordcount", "count")
+    assert partial
+    assert partial != expected_counts(600)
+
+    shutil.rmtree(checkpoint)
+    second = spark_run(spark, ring, WORDCOUNT, checkpoint, conf, resume=True, rows=100)
+
+    assert second["idle"]
+    assert second["started_from"].startswith("ring epoch")
+    [recovery] = second["recoveries"]
+    assert recovery["restored_keys"] == sum(1 for _ in partial)
+    assert recovery["used"] in {"star", "line", "tree"}
+    assert dump(ring, "wordcount", "count") == expected_counts(600)
+
+
+def test_storm_hands_off_to_spark_and_spark_back_to_storm(
+    spark: SparkSession, ring: RingAccess, tmp_path: Path
+) -> None:
+    lines = 6000
+    conf = {"wordcount.lines": lines}
+    partial = storm(ring, WORDCOUNT, conf, duration_s=2.0)
+    record = ring.committed("wordcount")
+    assert record is not None
+    assert record.owners, "the Storm run committed no epoch with state"
+    assert max(record.offsets.values()) < lines - 2, partial
+
+    on_spark = spark_run(
+        spark,
+        ring,
+        WORDCOUNT,
+        tmp_path / "ck",
+        conf,
+        resume=True,
+        stop_after_batches=3,
+        rows=500,
+    )
+    assert on_spark["started_from"] == f"ring epoch {record.epoch}"
+    handed = ring.committed("wordcount")
+    assert handed is not None
+    assert handed.extra["engine"] == "spark"
+    assert handed.epoch > record.epoch
+
+    back = storm(ring, WORDCOUNT, conf, resume=True)
+
+    assert back["idle"]
+    assert dump(ring, "wordcount", "count") == expected_counts(lines)
+
+
+def test_a_spark_checkpoint_behind_the_ring_is_refused(
+    spark: SparkSession, ring: RingAccess, tmp_path: Path
+) -> None:
+    conf = {"wordcount.lines": 200}
+    checkpoint = tmp_path / "ck"
+    spark_run(spark, ring, WORDCOUNT, checkpoint, conf)
+    storm(ring, WORDCOUNT, conf)  # the ring moves on without this checkpoint
+
+    with pytest.raises(SparkBridgeError, match="Delete the checkpoint directory"):
+        spark_run(spark, ring, WORDCOUNT, checkpoint, conf, resume=True)
