@@ -72,18 +72,23 @@ def lab_up(args: argparse.Namespace) -> int:
         lab.add_nodes(missing, zones)
     lab.start_nodes(sorted(lab.nodes))
     wait_for_members(lab, len(lab.nodes))
+    spark = ""
+    if args.spark:
+        url = lab.start_spark(cores=args.spark_cores, memory=args.spark_memory)
+        spark = f", Spark master {url}"
     print(
-        f"lab up in {root}: ZooKeeper {lab.zk_hosts}, {len(lab.nodes)} ring nodes "
-        f"({time.perf_counter() - started:.1f}s)\n"
+        f"lab up in {root}: ZooKeeper {lab.zk_hosts}, {len(lab.nodes)} ring nodes"
+        f"{spark} ({time.perf_counter() - started:.1f}s)\n"
         f"use it with: export SR3_LAB={root}"
     )
     return 0
 
 
 def lab_down(args: argparse.Namespace) -> int:
-    """``sr3 lab down``: stop the nodes, then ZooKeeper."""
+    """``sr3 lab down``: stop Spark (if started), the nodes, then ZooKeeper."""
     root = _lab_root(args)
     lab = Lab.load(root)
+    lab.stop_spark()
     lab.stop_nodes()
     lab.stop_zookeeper()
     if args.purge:

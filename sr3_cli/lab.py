@@ -6,6 +6,8 @@ Layout of a lab dir::
     secret            the ring's shared HMAC secret
     zk/               ZooKeeper's data dir and log
     nodes/<id>/       each node's data dir and node.log
+    spark/            with ``sr3 lab up --spark``: a Spark standalone master and
+                      worker (logs, work dir); lab.json's ``spark.master`` is its URL
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sr3.config import NodeConfig, Sr3Config, ZkConfig
 from sr3.errors import ConfigError, SR3Error
 from zk.launcher import EmbeddedZooKeeper
+
+if TYPE_CHECKING:
+    from spark_bridge.standalone import StandaloneCluster
 
 __all__ = ["Lab", "LabNode", "resolve_lab_dir"]
 
@@ -87,6 +92,7 @@ class Lab:
     zk_pid: int | None = None
     chroot: str = "/sr3/default"
     nodes: dict[str, LabNode] = field(default_factory=dict)
+    spark: dict[str, Any] | None = None
 
     @classmethod
     def load(cls, root: Path) -> Lab:
@@ -106,6 +112,7 @@ class Lab:
             zk_pid=raw.get("zk_pid"),
             chroot=str(raw.get("chroot", "/sr3/default")),
             nodes={k: LabNode(**v) for k, v in raw.get("nodes", {}).items()},
+            spark=raw.get("spark"),
         )
 
     def save(self) -> None:
@@ -115,6 +122,7 @@ class Lab:
             "zk_pid": self.zk_pid,
             "chroot": self.chroot,
             "nodes": {k: vars(v) for k, v in self.nodes.items()},
+            "spark": self.spark,
         }
         tmp = self.root / (_STATE + ".tmp")
         tmp.write_text(json.dumps(raw, indent=2), encoding="utf-8")
@@ -178,6 +186,59 @@ class Lab:
         _terminate(self.zk_pid)
         self.zk_pid = None
         self.save()
+
+    # --- Spark standalone cluster ----------------------------------------------
+
+    def start_spark(self, *, cores: int = 2, memory: str = "2g") -> str:
+        """Start the lab's Spark master and worker unless they run; return its URL.
+
+        Raises:
+            SR3Error: java or pyspark is missing, or a daemon did not start (the
+                message quotes its log).
+        """
+        from spark_bridge.standalone import StandaloneCluster  # noqa: PLC0415 (pyspark only when asked)
+
+        running = self._spark_cluster()
+        if running is not None:
+            if running.master_pid is not None and running.worker_pid is not None:
+                return running.url
+            running.stop()
+        cluster = StandaloneCluster(
+            self.root / "spark", cores=cores, memory=memory, detached=True
+        ).start()
+        info = cluster.info
+        self.spark = {
+            "master": info.master,
+            "master_webui": info.master_webui,
+            "master_pid": info.master_pid,
+            "worker_pid": info.worker_pid,
+            "cores": cores,
+            "memory": memory,
+            "dir": str(cluster.root),
+        }
+        self.save()
+        return info.master
+
+    def stop_spark(self) -> None:
+        """Stop the lab's Spark worker, master and executors, if any."""
+        cluster = self._spark_cluster()
+        if cluster is not None:
+            cluster.stop()
+        self.spark = None
+        self.save()
+
+    def _spark_cluster(self) -> StandaloneCluster | None:
+        if self.spark is None:
+            return None
+        from spark_bridge.standalone import (  # noqa: PLC0415 (pyspark only when asked)
+            StandaloneCluster,
+            StandaloneClusterError,
+        )
+
+        try:
+            return StandaloneCluster.attach(Path(self.spark["dir"]))
+        except StandaloneClusterError:
+            return None
 
     # --- nodes -----------------------------------------------------------------
 

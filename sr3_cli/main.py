@@ -45,8 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--zones", default="", help="comma-separated zone labels, round robin"
     )
+    up.add_argument(
+        "--spark",
+        action="store_true",
+        help="also start a Spark standalone master and worker (URL in lab.json)",
+    )
+    up.add_argument("--spark-cores", type=int, default=2, help="worker cores (2)")
+    up.add_argument("--spark-memory", default="2g", help="worker memory (2g)")
     up.set_defaults(handler=commands.lab_up)
-    down = lab.add_parser("down", help="stop the lab's nodes and ZooKeeper")
+    down = lab.add_parser("down", help="stop the lab's Spark, nodes and ZooKeeper")
     _lab_dir_arg(down)
     down.add_argument("--purge", action="store_true", help="also delete the lab dir")
     down.set_defaults(handler=commands.lab_down)

@@ -1,0 +1,482 @@
+"""A loopback Spark standalone cluster (one master, one worker) from the pip pyspark.
+
+The pip package has no ``sbin/start-master.sh``, so both daemons are started
+with ``$SPARK_HOME/bin/spark-class``, which ``exec``s java: the pids we get are
+the JVMs'. Layout of the cluster's root dir::
+
+    standalone.json   url, ports, pids and work dir (written by start())
+    master.log        the master's stdout and stderr
+    worker.log        the worker's stdout and stderr
+    work/             the worker's work dir: work/<app-id>/<executor-id>/stderr
+
+A cluster started with ``detached=True`` (``sr3 lab up --spark``) outlives this
+process; :meth:`StandaloneCluster.attach` rebuilds it from ``standalone.json``
+in a later process, to stop it or list its executors. Pids are only ever
+signalled after their ``/proc/<pid>/cmdline`` proves they are this cluster's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final
+
+from spark_bridge.errors import SparkBridgeError
+
+__all__ = [
+    "ClusterInfo",
+    "SparkMissingError",
+    "StandaloneCluster",
+    "StandaloneClusterError",
+    "spark_home",
+]
+
+logger = logging.getLogger(__name__)
+
+_MASTER: Final = "org.apache.spark.deploy.master.Master"
+_WORKER: Final = "org.apache.spark.deploy.worker.Worker"
+_EXECUTOR: Final = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
+_STATE: Final = "standalone.json"
+_LOG_TAIL_LINES: Final = 30
+_POLL_S: Final = 0.1
+_PROBE_TIMEOUT_S: Final = 1.0
+
+E_NO_JAVA: Final = (
+    "java not found (neither $JAVA_HOME/bin/java nor `java` on PATH): the Spark "
+    "standalone cluster needs Java 17; install it with "
+    "`apt-get install openjdk-17-jre-headless` or set JAVA_HOME"
+)
+E_NO_PYSPARK: Final = (
+    "pyspark is not installed in {python}: the standalone cluster runs from the "
+    "pip package; install it with `pip install -e .[spark]` or `pip install pyspark`"
+)
+
+
+class StandaloneClusterError(SparkBridgeError):
+    """The standalone master or worker did not start, or is not this cluster's."""
+
+
+class SparkMissingError(StandaloneClusterError):
+    """Java or pyspark, needed to run a standalone cluster, is not installed."""
+
+
+def spark_home() -> Path:
+    """Return ``SPARK_HOME`` of the installed pyspark (its package directory).
+
+    Raises:
+        SparkMissingError: pyspark is not installed or has no ``bin/spark-class``.
+    """
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise SparkMissingError(E_NO_PYSPARK.format(python=sys.executable))
+    home = Path(spec.origin).resolve().parent
+    if not (home / "bin" / "spark-class").is_file():
+        msg = f"{home} has no bin/spark-class: reinstall pyspark (pip install pyspark)"
+        raise SparkMissingError(msg)
+    return home
+
+
+def _check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return
+    if shutil.which("java") is None:
+        raise SparkMissingError(E_NO_JAVA)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _cmdline(pid: int) -> list[str]:
+    """Return the argv of a live, non-zombie ``pid``, else []."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    if stat.rpartition(")")[2].split()[0] in ("Z", "X"):
+        return []
+    return raw.decode("utf-8", errors="replace").split("\0")
+
+
+def _has_pair(argv: list[str], flag: str, value: str) -> bool:
+    return any(a == flag and b == value for a, b in zip(argv, argv[1:], strict=False))
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What ``standalone.json`` records: enough to find and stop the cluster.
+
+    Attributes:
+        master: The master URL, ``spark://127.0.0.1:PORT``.
+        master_port: The master's RPC port.
+        master_webui_port: The master's web UI port (``/json/`` lists workers).
+        worker_port: The worker's RPC port (executors name it in --worker-url).
+        worker_webui_port: The worker's web UI port.
+        work_dir: The worker's work dir.
+        master_pid: The master JVM's pid (None once stopped).
+        worker_pid: The worker JVM's pid (None once stopped).
+    """
+
+    master: str
+    master_port: int
+    master_webui_port: int
+    worker_port: int
+    worker_webui_port: int
+    work_dir: str
+    master_pid: int | None = None
+    worker_pid: int | None = None
+
+    @property
+    def master_webui(self) -> str:
+        """The master's web UI, ``http://127.0.0.1:PORT``."""
+        return f"http://127.0.0.1:{self.master_webui_port}"
+
+    @property
+    def worker_url(self) -> str:
+        """How the worker's executors name it (``--worker-url``)."""
+        return f"spark://Worker@127.0.0.1:{self.worker_port}"
+
+
+class StandaloneCluster:
+    """A Spark standalone master and ONE worker on 127.0.0.1, as child JVMs.
+
+    Args:
+        root: Holds ``standalone.json``, the logs and the worker's ``work/``.
+            Created if missing.
+        cores: Cores the worker offers (default 2).
+        memory: Memory the worker offers, Spark syntax (default ``"2g"``).
+        detached: Start the JVMs in their own session so they outlive this
+            process (stop them later with ``attach(root).stop()``).
+        start_timeout_s: How long :meth:`start` waits for the master, then for
+            the worker to be ALIVE (each; default 60 s).
+        stop_timeout_s: Grace between SIGTERM and SIGKILL (default 10 s).
+        env: Extra environment of the daemons, inherited by the executors the
+            worker launches and their Python workers (e.g. ``PYTHONPATH``: in
+            standalone mode the driver's ``PYTHONPATH`` does not reach them).
+    """
+
+    def __init__(  # noqa: PLR0913 (keyword-only options)
+        self,
+        root: Path,
+        *,
+        cores: int = 2,
+        memory: str = "2g",
+        detached: bool = False,
+        start_timeout_s: float = 60.0,
+        stop_timeout_s: float = 10.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.root = Path(root).resolve()
+        self.cores = cores
+        self.memory = memory
+        self.detached = detached
+        self.start_timeout_s = start_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.env = dict(env or {})
+        self._info: ClusterInfo | None = None
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def __repr__(self) -> str:
+        url = self._info.master if self._info else "not started"
+        return f"StandaloneCluster({str(self.root)!r}, {url})"
+
+    # --- what it is ------------------------------------------------------------
+
+    @property
+    def info(self) -> ClusterInfo:
+        """Ports, pids and work dir of the started cluster.
+
+        Raises:
+            StandaloneClusterError: not started.
+        """
+        if self._info is None:
+            msg = f"{self!r} is not started; call start() first"
+            raise StandaloneClusterError(msg)
+        return self._info
+
+    @property
+    def url(self) -> str:
+        """The master URL for ``--master``: ``spark://127.0.0.1:PORT``."""
+        return self.info.master
+
+    @property
+    def master_pid(self) -> int | None:
+        """The master JVM's pid while it runs, else None."""
+        pid = self._info.master_pid if self._info else None
+        return pid if pid is not None and self._is_master(pid) else None
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The worker JVM's pid while it runs, else None."""
+        pid = self._info.worker_pid if self._info else None
+        return pid if pid is not None and self._is_worker(pid) else None
+
+    @property
+    def work_dir(self) -> Path:
+        """The worker's work dir (executors' logs in ``<app-id>/<exec-id>/``)."""
+        return self.root / "work"
+
+    def log_path(self, daemon: str) -> Path:
+        """Return the log of ``"master"`` or ``"worker"``."""
+        return self.root / f"{daemon}.log"
+
+    def log_tail(self, daemon: str, lines: int = _LOG_TAIL_LINES) -> str:
+        """Return the last ``lines`` lines of a daemon's log ("" if none)."""
+        try:
+            text = self.log_path(daemon).read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def status(self) -> dict[str, Any]:
+        """Return a JSON-able summary: url, web UI, pids (None if dead), executors."""
+        info = self.info
+        return {
+            "master": info.master,
+            "master_webui": info.master_webui,
+            "master_pid": self.master_pid,
+            "worker_pid": self.worker_pid,
+            "executor_pids": self.executor_pids(),
+            "work_dir": info.work_dir,
+            "root": str(self.root),
+        }
+
+    def executor_pids(self) -> list[int]:
+        """Return the pids of the executor JVMs this cluster's worker launched.
+
+        An executor is a ``CoarseGrainedExecutorBackend`` whose ``--worker-url``
+        is this worker's, found by scanning ``/proc/*/cmdline``.
+        """
+        if self._info is None:
+            return []
+        worker_url = self._info.worker_url
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            argv = _cmdline(int(entry.name))
+            if _EXECUTOR in argv and _has_pair(argv, "--worker-url", worker_url):
+                found.append(int(entry.name))
+        return sorted(found)
+
+    def _is_master(self, pid: int) -> bool:
+        argv = _cmdline(pid)
+        port = str(self._info.master_port) if self._info else ""
+        return _MASTER in argv and _has_pair(argv, "--port", port)
+
+    def _is_worker(self, pid: int) -> bool:
+        argv = _cmdline(pid)
+        work_dir = self._info.work_dir if self._info else ""
+        return _WORKER in argv and _has_pair(argv, "--work-dir", work_dir)
+
+    # --- lifecycle -------------------------------------------------------------
+
+    @classmethod
+    def attach(cls, root: Path) -> StandaloneCluster:
+        """Return the cluster described by ``root/standalone.json``.
+
+        Its pids are trusted only while their command lines match, so a stale
+        file (cluster gone, pids recycled) is harmless: ``stop()`` does nothing.
+
+        Raises:
+            StandaloneClusterError: there is no readable ``standalone.json``.
+        """
+        path = Path(root) / _STATE
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            info = ClusterInfo(**raw)
+        except (OSError, ValueError, TypeError) as exc:
+            msg = f"no standalone cluster recorded in {path}: {exc}"
+            raise StandaloneClusterError(msg) from exc
+        cluster = cls(Path(root), detached=True)
+        cluster._info = info
+        return cluster
+
+    def start(self) -> StandaloneCluster:
+        """Start the master, then the worker; return once the worker is ALIVE.
+
+        Calling it on a running cluster does nothing.
+
+        Raises:
+            SparkMissingError: java or pyspark is not installed.
+            StandaloneClusterError: a daemon exited or was not ALIVE in time;
+                the message quotes its log tail.
+        """
+        if self.master_pid is not None and self.worker_pid is not None:
+            return self
+        self.stop()  # a half-started earlier attempt
+        _check_java()
+        spark_class = str(spark_home() / "bin" / "spark-class")
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        master_port = _free_port()
+        info = ClusterInfo(
+            master=f"spark://127.0.0.1:{master_port}",
+            master_port=master_port,
+            master_webui_port=_free_port(),
+            worker_port=_free_port(),
+            worker_webui_port=_free_port(),
+            work_dir=str(self.work_dir),
+        )
+        self._info = info
+        try:
+            master_pid = self._spawn(
+                "master",
+                [spark_class, _MASTER, "--host", "127.0.0.1",
+                 "--port", str(info.master_port),
+                 "--webui-port", str(info.master_webui_port)],
+            )  # fmt: skip
+            self._info = info = _replace_pids(info, master_pid=master_pid)
+            self._wait_alive("master", master_pid, lambda s: s.get("status") == "ALIVE")
+            worker_pid = self._spawn(
+                "worker",
+                [spark_class, _WORKER, info.master, "--host", "127.0.0.1",
+                 "--port", str(info.worker_port), "--cores", str(self.cores),
+                 "--memory", self.memory,
+                 "--webui-port", str(info.worker_webui_port),
+                 "--work-dir", info.work_dir],
+            )  # fmt: skip
+            self._info = info = _replace_pids(info, worker_pid=worker_pid)
+            self._wait_alive("worker", worker_pid, self._worker_registered)
+        except BaseException:
+            self.stop()
+            raise
+        self._save()
+        logger.info("Spark standalone cluster up at %s (%s)", info.master, self.root)
+        return self
+
+    def _spawn(self, daemon: str, argv: list[str]) -> int:
+        env = {**os.environ, **self.env}
+        env["SPARK_HOME"] = argv[0].rsplit("/bin/", 1)[0]
+        env["SPARK_LOCAL_IP"] = "127.0.0.1"
+        with self.log_path(daemon).open("ab") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=self.root,
+                start_new_session=self.detached,
+            )
+        self._procs[proc.pid] = proc
+        logger.info("Spark %s pid %s starting", daemon, proc.pid)
+        return proc.pid
+
+    def _worker_registered(self, state: dict[str, Any]) -> bool:
+        port = self.info.worker_port
+        workers = state.get("workers", [])
+        return any(w.get("port") == port and w.get("state") == "ALIVE" for w in workers)
+
+    def _wait_alive(
+        self, daemon: str, pid: int, ready: Callable[[dict[str, Any]], bool]
+    ) -> None:
+        url = f"{self.info.master_webui}/json/"
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            proc = self._procs[pid]
+            if proc.poll() is not None:
+                msg = (
+                    f"Spark {daemon} (pid {pid}) exited with code {proc.returncode} "
+                    f"while starting; {self.log_path(daemon)} ends with:\n"
+                    f"{self.log_tail(daemon)}"
+                )
+                raise StandaloneClusterError(msg)
+            try:
+                with urllib.request.urlopen(url, timeout=_PROBE_TIMEOUT_S) as reply:  # noqa: S310 (loopback http)
+                    state = json.loads(reply.read())
+            except (OSError, ValueError):
+                state = {}
+            if ready(state):
+                return
+            if time.monotonic() > deadline:
+                msg = (
+                    f"Spark {daemon} (pid {pid}) was not ALIVE at {url} within "
+                    f"{self.start_timeout_s} s; {self.log_path(daemon)} ends with:\n"
+                    f"{self.log_tail(daemon)}"
+                )
+                raise StandaloneClusterError(msg)
+            time.sleep(_POLL_S)
+
+    def _save(self) -> None:
+        tmp = self.root / (_STATE + ".tmp")
+        tmp.write_text(json.dumps(asdict(self.info), indent=2), encoding="utf-8")
+        tmp.replace(self.root / _STATE)
+
+    def stop(self) -> None:
+        """Stop worker, then master (SIGTERM, then SIGKILL), then stray executors.
+
+        Idempotent; does nothing on a cluster never started.
+        """
+        if self._info is None:
+            return
+        executors = self.executor_pids()
+        for pid in (self._info.worker_pid, self._info.master_pid):
+            if pid is not None:
+                self._terminate(pid)
+        # The worker kills its executors on SIGTERM; a SIGKILLed one cannot.
+        for pid in self.executor_pids() or executors:
+            self._terminate(pid)
+        self._info = _replace_pids(self._info, master_pid=None, worker_pid=None)
+        if (self.root / _STATE).exists():
+            self._save()
+
+    def _running(self, pid: int) -> bool:
+        proc = self._procs.get(pid)
+        if proc is not None:  # our child: maybe still the spark-class shell
+            return proc.poll() is None
+        info = self._info
+        if info is not None and pid in (info.master_pid, info.worker_pid):
+            return self._is_master(pid) or self._is_worker(pid)
+        return bool(_cmdline(pid))  # an executor, found by its command line
+
+    def _terminate(self, pid: int) -> None:
+        if self._running(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.stop_timeout_s
+            while self._running(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self._running(pid):
+                logger.warning("Spark pid %s ignored SIGTERM; killing", pid)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            while self._running(pid) and time.monotonic() < deadline + 5.0:
+                time.sleep(0.05)  # not our child: its parent reaps it
+        proc = self._procs.pop(pid, None)
+        if proc is not None:
+            proc.wait()
+
+    def __enter__(self) -> StandaloneCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _replace_pids(info: ClusterInfo, **pids: int | None) -> ClusterInfo:
+    return ClusterInfo(**{**asdict(info), **pids})
