@@ -7,7 +7,7 @@ export PYTHONWARNINGS ?= ignore::DeprecationWarning
 export PYSPARK_PYTHON := $(abspath $(PY))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test ci lint format typecheck imports test-unit test-integration bench-ring bench-recovery bench-storm clean
+.PHONY: help setup demo test ci lint format typecheck imports test-unit test-integration bench-ring bench-recovery bench-storm bench-spark clean
 
 help:  ## List the targets (not in CI)
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -52,6 +52,9 @@ bench-recovery: setup  ## Star/line/tree recovery vs raw, Redis, Spark; netns wh
 bench-storm: setup  ## Checkpoint overhead (JSON, msgpack) and killed-task recovery per mechanism (not in CI)
 	$(PY) bench/storm_checkpoint.py
 	$(PY) bench/storm_recovery.py
+
+bench-spark: setup  ## Spark engine vs Storm local cluster records/s, batch latency, SR3 share (not in CI)
+	$(PY) bench/spark_engine.py
 
 clean:  ## Remove the venv and caches (not in CI)
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
