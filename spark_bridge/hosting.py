@@ -21,6 +21,8 @@ from pyspark import TaskContext
 from pystorm.component import Tuple as StormTuple
 
 from spark_bridge.errors import ComponentError, UnsupportedTopologyError
+from sr3.state import KeyState
+from storm_bridge.components import StatefulBolt
 from storm_bridge.topology import LoadedTopology, load_topology
 
 __all__ = [
@@ -293,5 +295,33 @@ class BoltHost(_Host):
         self.emits = []
         self._pending = tup
         self.instance._run()  # noqa: SLF001 (one step of pystorm's run loop)
+        emitted, self.emits = self.emits, []
+        return emitted
+
+    @property
+    def keyed_by_grouping(self) -> bool:
+        """Whether a stateful bolt keys its state by its fields grouping's values.
+
+        True unless the class overrides ``state_key``; then the key Spark grouped
+        by is the state key and need not be recomputed per tuple.
+        """
+        return type(self.instance).state_key is StatefulBolt.state_key
+
+    def process_keyed(self, tup: StormTuple, scoped: KeyState) -> list[Emit]:
+        """Run a stateful bolt's ``process`` on ``tup``, ``self.state`` = ``scoped``.
+
+        The Spark form of one step of the bolt's run loop for a data tuple, with
+        the key's state already looked up once for all of the key's tuples (a
+        Spark task never sees barriers, heartbeats or ticks; acks go nowhere).
+        """
+        instance = self.instance
+        self.emits = []
+        instance._current_tups = [tup]  # noqa: SLF001 (pystorm's anchoring list)
+        instance._sr3_current = scoped  # noqa: SLF001 (StatefulBolt's key scope)
+        try:
+            instance.process(tup)
+        finally:
+            instance._sr3_current = None  # noqa: SLF001
+            instance._current_tups = []  # noqa: SLF001
         emitted, self.emits = self.emits, []
         return emitted

@@ -30,6 +30,7 @@ from spark_bridge.hosting import BoltHost, loaded_topology, spark_task, storm_co
 from spark_bridge.rows import COLUMNS, DEAD, EMIT, RESTORE, ComponentRef
 from sr3.codec import decode_value, encode_key, encode_value
 from sr3.errors import ConfigError
+from sr3.state import KeyState
 from storm_bridge.topology import LoadedTopology
 
 __all__ = [
@@ -142,12 +143,20 @@ class BoltStageBase:
         return host
 
     def process(
-        self, hosts: Sequence[BoltHost], row: Row, *, key: bytes | None, where: str
+        self,
+        hosts: Sequence[BoltHost],
+        row: Row,
+        *,
+        key: bytes | None,
+        where: str,
+        scoped: KeyState | None = None,
     ) -> tuple[list[Row], bool]:
         """Run the emit ``row`` through ``hosts``; return output rows and failure.
 
         The output is the bolt's kept emits (seq ``f"{seq}.{j:06d}"``) or, when
-        ``process`` raised under the dead-letter policy, one dead row.
+        ``process`` raised under the dead-letter policy, one dead row. With
+        ``scoped`` (a stateful bolt's key state) ``process`` runs directly with
+        ``self.state`` bound to it.
 
         Raises:
             ComponentError: ``process`` raised under the fail policy.
@@ -158,7 +167,12 @@ class BoltStageBase:
         emitted: list[Row] = []
         try:
             for host in hosts:
-                for emit in host.process(host.make_tuple(source, stream, values)):
+                tup = host.make_tuple(source, stream, values)
+                if scoped is None:
+                    emits = host.process(tup)
+                else:
+                    emits = host.process_keyed(tup, scoped)
+                for emit in emits:
                     j = len(emitted)
                     emitted.append(
                         (name, emit.stream, EMIT, encode_value(emit.values))
