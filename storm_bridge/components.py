@@ -9,11 +9,16 @@ exactly-once effect on state.
 
 Barriers travel on the stream :data:`BARRIER_STREAM`, which both classes declare
 in their spec, so Storm's context and Thrift definition stay valid.
+
+With ``sr3.checkpoint.mode=native`` (a real Storm cluster), there are no barriers:
+both classes run the ZooKeeper protocol of :mod:`storm_bridge.native` themselves.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -22,8 +27,10 @@ from typing import Any, ClassVar, Final
 from pystorm.component import Tuple as StormTuple
 from streamparse import Bolt, Spout, Stream
 
+from sr3.errors import SR3Error
 from sr3.state import KeyedState, KeyState
 from storm_bridge.errors import StormBridgeError
+from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode
 
 __all__ = [
     "BARRIER_COMMAND",
@@ -50,6 +57,10 @@ RESTORED_METRIC: Final = "sr3.restored"
 SNAPSHOT_METRIC: Final = "sr3.snapshot"
 _DEFAULT_KEY_GROUPS: Final = 256
 _DEFAULT_CHAIN: Final = 8
+_INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
+_TIMEOUT_KEY: Final = "sr3.checkpoint.timeout.s"
+_TICK_KEY: Final = "topology.tick.tuple.freq.secs"
+_COORDINATOR_POLL_S: Final = 0.02
 
 
 class StateKeyError(StormBridgeError, KeyError):
@@ -75,6 +86,17 @@ def _task_index(context: Mapping[str, Any]) -> tuple[int, int]:
         int(t) for t, c in context["task->component"].items() if c == component
     )
     return tasks.index(task_id), len(tasks)
+
+
+def _collect_manifests(ring: Any, epoch: int, owners: list[str]) -> None:
+    """Drop the manifests of ``owners`` before committed ``epoch`` (native mode)."""
+    for owner in owners:
+        try:
+            old = [e for e in ring.manifests.epochs(owner) if e < epoch]
+            if old:
+                ring.manifests.drop(owner, old, [])
+        except SR3Error as exc:
+            logger.warning("manifests of %s before %s kept: %s", owner, epoch, exc)
 
 
 class ReplayableSpout(Spout):
@@ -128,7 +150,14 @@ class ReplayableSpout(Spout):
         direct_task: Any = None,
         need_task_ids: bool = False,
     ) -> Any:
-        """Emit ``tup``; ``offset`` (msgpack-able, increasing) marks its position."""
+        """Emit ``tup``; ``offset`` (msgpack-able, increasing) marks its position.
+
+        In native checkpoint mode the emit gets a message id, so Storm tracks its
+        tree (``tup_id``, if given, is what ``ack``/``fail`` receive).
+        """
+        agent = getattr(self, "_sr3_agent", None)
+        if agent is not None and stream != BARRIER_STREAM:
+            tup_id = agent.track(self._sr3_offset, tup_id, offset)
         if offset is not None:
             self._sr3_offset = offset
         return super().emit(
@@ -149,15 +178,105 @@ class ReplayableSpout(Spout):
         self._sr3_start_epoch: int | None = None
         from storm_bridge.wiring import RingAccess  # noqa: PLC0415
 
+        self._sr3_agent: Any = None
         ring = RingAccess.from_conf(storm_conf)
+        native = ring is not None and checkpoint_mode(storm_conf) == NATIVE
         if ring is not None:
             try:
                 record = ring.committed(str(storm_conf["topology.name"]))
             finally:
-                ring.close()
+                if not native:
+                    ring.close()
             if record is not None:
                 self._sr3_start_epoch = record.epoch
                 self._sr3_start_offset = record.offsets.get(self._sr3_name)
+        if native and ring is not None:
+            self._sr3_native_setup(ring, storm_conf, index)
+
+    def _sr3_native_setup(self, ring: Any, storm_conf: Any, index: int) -> None:
+        from storm_bridge.native import (  # noqa: PLC0415
+            SPOUT,
+            CoordinatorThread,
+            NativeCoordinator,
+            SpoutAgent,
+            seconds,
+        )
+        from zk.epochs import ZkEpochStore  # noqa: PLC0415
+
+        topology = str(storm_conf["topology.name"])
+        store = ZkEpochStore(ring.session, topology)
+        restarted = store.register(SPOUT, self._sr3_name)
+        bumped = restarted and store.control() is not None
+        agent = SpoutAgent(name=self._sr3_name, bumped=bumped)
+        if bumped:
+            agent.min_generation = store.bump_generation()
+            logger.info("spout %s restarted: rollback requested", self._sr3_name)
+        self._sr3_ring = ring
+        self._sr3_store = store
+        self._sr3_topology = topology
+        store.watch_control(agent.on_control)
+        self._sr3_agent = agent
+        if index == 0:
+            coordinator = NativeCoordinator(
+                store=store,
+                log=ring.checkpoints,
+                topology=topology,
+                interval_s=seconds(storm_conf, _INTERVAL_KEY, 1.0),
+                timeout_s=seconds(storm_conf, _TIMEOUT_KEY, 60.0),
+                clock=time.monotonic,
+                collect=functools.partial(_collect_manifests, ring),
+            )
+            CoordinatorThread(
+                store=store,
+                coordinator=coordinator,
+                name=self._sr3_name,
+                poll_s=_COORDINATOR_POLL_S,
+            ).start()
+
+    def _sr3_native_next(self) -> None:
+        """``next`` in native mode: emit, or hold still and report (module doc)."""
+        from zk.epochs import Phase  # noqa: PLC0415
+
+        agent = self._sr3_agent
+        control = agent.control
+        if control is None or control.generation < agent.min_generation:
+            if control is None and not agent.bumped:
+                self.next_tuple()
+            return
+        if (
+            agent.generation is None
+            and not agent.bumped
+            and not agent.rewinding(control)
+        ):
+            agent.generation = control.generation
+        if agent.rewinds(control):
+            self._sr3_rewind()
+            agent.generation = control.generation
+        if control.phase is Phase.RUNNING:
+            replay, offset = agent.take_replay()
+            if replay:
+                self.seek(offset)
+                self._sr3_offset = offset
+            self.next_tuple()
+            return
+        if agent.pending:
+            return
+        step = control.step()
+        ready = control.phase is Phase.ROLLBACK or (
+            control.phase is Phase.PAUSE and agent.generation == control.generation
+        )
+        if ready and agent.report_once(step):
+            offset = agent.resume_offset(self._sr3_offset)
+            self._sr3_store.report(step, self._sr3_name, {"offset": offset})
+
+    def _sr3_rewind(self) -> None:
+        """Seek to the committed epoch's offset (a rollback ended)."""
+        record = self._sr3_ring.committed(self._sr3_topology)
+        offset = None if record is None else record.offsets.get(self._sr3_name)
+        self.seek(offset)
+        self._sr3_offset = offset
+        self._sr3_agent.reset()
+        logger.info("spout %s rewound to offset %r", self._sr3_name, offset)
 
     def _run(self) -> None:
         if not self._sr3_sought:
@@ -166,15 +285,29 @@ class ReplayableSpout(Spout):
             self._sr3_offset = self._sr3_start_offset
         cmd = self.read_command()
         command = cmd["command"]
+        agent = self._sr3_agent
         if command == BARRIER_COMMAND:
             info = {"offset": self._sr3_offset, "spout": self._sr3_name}
             Spout.emit(self, [cmd["id"], info], stream=BARRIER_STREAM)
         elif command == "next":
-            self.next_tuple()
+            if agent is None:
+                self.next_tuple()
+            else:
+                self._sr3_native_next()
         elif command == "ack":
-            self.ack(cmd["id"])
+            if agent is None:
+                self.ack(cmd["id"])
+            else:
+                user_id = agent.acked(cmd["id"])
+                if user_id is not None:
+                    self.ack(user_id)
         elif command == "fail":
-            self.fail(cmd["id"])
+            if agent is None:
+                self.fail(cmd["id"])
+            else:
+                user_id = agent.failed(cmd["id"])
+                if user_id is not None:
+                    self.fail(user_id)
         elif command == "activate":
             self.activate()
         elif command == "deactivate":
@@ -219,6 +352,9 @@ class StatefulBolt(Bolt):
         """
         from streamparse.dsl.bolt import ShellBoltSpec  # noqa: PLC0415
 
+        if config and checkpoint_mode(config) == NATIVE and _TICK_KEY not in config:
+            # native mode: a tick each second also wakes an idle task up
+            config = {**config, _TICK_KEY: 1}
         return ShellBoltSpec(
             cls,
             command="streamparse_run",
@@ -291,6 +427,10 @@ class StatefulBolt(Bolt):
         self._sr3_pending: Future[None] | None = None
         self._sr3_writer = ThreadPoolExecutor(1, thread_name_prefix="sr3-snapshot")
         mechanism = str(storm_conf.get("sr3.recovery.mechanism") or "auto")
+        self._sr3_mechanism = mechanism
+        self._sr3_agent: BoltAgent | None = None
+        self._sr3_lock = threading.Lock()
+        self._sr3_dropped = 0
         from storm_bridge.wiring import RingAccess  # noqa: PLC0415
 
         self._sr3_ring = RingAccess.from_conf(storm_conf)
@@ -310,6 +450,94 @@ class StatefulBolt(Bolt):
         self.send_message(
             {"command": "metrics", "name": RESTORED_METRIC, "params": params}
         )
+        if self._sr3_ring is not None and checkpoint_mode(storm_conf) == NATIVE:
+            self._sr3_native_setup()
+
+    def _sr3_native_setup(self) -> None:
+        from storm_bridge.native import OWNER  # noqa: PLC0415
+        from zk.epochs import ZkEpochStore  # noqa: PLC0415
+
+        ring = self._sr3_ring
+        if ring is None:
+            return
+        store = ZkEpochStore(ring.session, self._sr3_topology)
+        restarted = store.register(OWNER, self._sr3_owner)
+        bumped = restarted and store.control() is not None
+        agent = BoltAgent(bumped=bumped)
+        if bumped:
+            agent.min_generation = store.bump_generation()
+            logger.info("owner %s restarted: rollback requested", self._sr3_owner)
+        self._sr3_store = store
+        self._sr3_agent = agent
+        executor = ThreadPoolExecutor(1, thread_name_prefix="sr3-native")
+
+        def changed(control: Any) -> None:
+            # watch callbacks run on kazoo's thread: hand the work over
+            executor.submit(self._sr3_on_control, control)
+
+        store.watch_control(changed)
+
+    def _sr3_on_control(self, control: Any) -> None:
+        """Act on a control record (native mode, on the ``sr3-native`` thread)."""
+        agent = self._sr3_agent
+        if agent is None:
+            return
+        with self._sr3_lock:
+            action = agent.action(control)
+            if action is None:
+                return
+            try:
+                if action == BoltAgent.SNAPSHOT:
+                    report = self._sr3_native_snapshot(control)
+                else:
+                    report = self._sr3_native_restore()
+                self._sr3_store.report(control.step(), self._sr3_owner, report)
+            except Exception as exc:
+                # the task dies at its next tuple (a heartbeat at the latest),
+                # and its restart rolls the topology back
+                logger.exception("owner %s: %s failed", self._sr3_owner, action)
+                self._sr3_failed = exc
+                return
+            agent.done(control, action)
+
+    def _sr3_native_snapshot(self, control: Any) -> dict[str, Any]:
+        ring = self._sr3_ring
+        if ring is None:
+            return {}
+        full = self._sr3_chain == 0 or self._sr3_chain >= self._sr3_max_chain
+        blobs = self._sr3_keyed.snapshot(incremental=not full)
+        kind = "full" if full else "delta"
+        written = ring.write(
+            owner=self._sr3_owner,
+            epoch=control.epoch,
+            key_group_count=self._sr3_groups,
+            key_groups=blobs.items(),
+            kind=kind,
+            offsets=dict(control.offsets),
+        )
+        self._sr3_keyed.mark_clean()
+        self._sr3_chain = 1 if full else self._sr3_chain + 1
+        return {
+            "epoch": control.epoch,
+            "kind": kind,
+            "key_groups": len(blobs),
+            "bytes": written.bytes_written,
+        }
+
+    def _sr3_native_restore(self) -> dict[str, Any]:
+        ring = self._sr3_ring
+        if ring is None:
+            return {}
+        record = ring.committed(self._sr3_topology)
+        self._sr3_keyed, report = ring.restore(
+            self._sr3_owner,
+            record,
+            key_group_count=self._sr3_groups,
+            mechanism=self._sr3_mechanism,
+        )
+        self._sr3_chain = 0
+        logger.info("owner %s restored epoch %s", self._sr3_owner, report.epoch)
+        return {**report.to_dict(), "dropped": self._sr3_dropped}
 
     @staticmethod
     def _grouping_fields(
@@ -334,6 +562,28 @@ class StatefulBolt(Bolt):
             self.exit_on_exception = True
             raise failed
         tup = self.read_tuple()
+        if self._sr3_agent is None:
+            self._sr3_dispatch(tup)
+            return
+        with self._sr3_lock:
+            if self._sr3_straggler(tup):
+                self._sr3_dropped += 1
+                if self.auto_ack:
+                    self.ack(tup)
+                return
+            self._sr3_dispatch(tup)
+
+    def _sr3_straggler(self, tup: StormTuple) -> bool:
+        """Whether ``tup`` is a data tuple of a rolled-back generation (native)."""
+        agent = self._sr3_agent
+        if agent is None or agent.awaiting is None:
+            return False
+        if self.is_heartbeat(tup) or self.is_tick(tup):
+            return False
+        # spouts are still paused until RUNNING: check the latest record
+        return not agent.resumed(self._sr3_store.control(fresh=True))
+
+    def _sr3_dispatch(self, tup: StormTuple) -> None:
         self._current_tups = [tup]
         if self.is_heartbeat(tup):
             self.send_message({"command": "sync"})

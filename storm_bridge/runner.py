@@ -24,8 +24,10 @@ from sr3.errors import RecoveryError, SR3Error
 from storm_bridge.cluster import EventKind, LocalCluster
 from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator, Recovery
 from storm_bridge.errors import CheckpointError, StormBridgeError
+from storm_bridge.native import NATIVE, checkpoint_mode
 from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import CommitRecord, RingAccess
+from zk.epochs import Phase, ZkEpochStore
 
 __all__ = ["NodeKill", "RunOptions", "RunReport", "TaskKill", "run_topology"]
 
@@ -36,6 +38,7 @@ TIMEOUT_KEY: Final = "sr3.checkpoint.timeout.s"
 _DEFAULT_TIMEOUT_S: Final = 60.0
 _DEFAULT_INTERVAL_S: Final = 1.0
 _MAX_ERRORS: Final = 20
+_NATIVE_POLL_S: Final = 0.05
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,11 @@ class RunOptions:
         serializer: ``json`` or ``msgpack``.
         timeout_s: Upper bound of an ``until_idle`` run.
         checkpoints: Whether to checkpoint at all (off: plain Storm semantics).
+            ``sr3.checkpoint.mode`` in ``conf`` (or the topology's
+            config): ``local`` (default) runs the local cluster's coordinator
+            (aligned barriers, global rollback); ``native`` runs the cluster
+            without it, so the tasks checkpoint through ZooKeeper on their own
+            (:mod:`storm_bridge.native`), as on a real Storm cluster.
         resume: Continue from the topology's last committed epoch instead of
             starting from empty state.
     """
@@ -373,6 +381,61 @@ class _Run:
         return False
 
 
+def _native_final(
+    run: _Run, store: ZkEpochStore, topology: str, deadline: float
+) -> bool:
+    """Run until idle with two commits in a row at the same offsets (native mode).
+
+    Two consecutive commits of one generation with equal offsets, the cluster
+    idle at both, mean the spouts emitted nothing for a whole interval after
+    the first: the second one holds the final state.
+    """
+    cluster = run.cluster
+    if not cluster.wait_for(
+        functools.partial(_deaths_seen, tuple(run.killed_tasks)),
+        max(0.0, deadline - run.clock()),
+    ):
+        return False
+    seen: tuple[int, Any] | None = None
+    while run.clock() < deadline:
+        if cluster.run_until_idle(0.0):
+            record = run.ring.committed(topology)
+            control = store.control()
+            if record is not None and control is not None:
+                mark = (dict(record.offsets), record.extra.get("generation"))
+                steady = (
+                    control.phase is Phase.RUNNING
+                    and control.generation == store.generation() == mark[1]
+                )
+                if steady and seen is not None and record.epoch > seen[0]:
+                    if seen[1] == mark:
+                        return True
+                if seen is None or record.epoch > seen[0]:
+                    seen = (record.epoch, mark)
+        threading.Event().wait(_NATIVE_POLL_S)
+    return False
+
+
+def _native_checkpoints(
+    ring: RingAccess, store: ZkEpochStore, topology: str, interval_s: float
+) -> dict[str, Any]:
+    control = store.control()
+    stats = dict(control.stats) if control is not None else {}
+    record = ring.committed(topology)
+    commits = int(stats.get("commits", 0))
+    total = float(stats.get("pause_total_s", 0.0))
+    return {
+        "mode": NATIVE,
+        "interval_s": interval_s,
+        "count": commits,
+        "last_committed_epoch": None if record is None else record.epoch,
+        "mean_duration_s": round(total / commits, 4) if commits else None,
+        "max_duration_s": stats.get("pause_max_s") if commits else None,
+        "rollbacks": int(stats.get("rollbacks", 0)),
+        "abandoned": 0,
+    }
+
+
 def _deaths_seen(killed: tuple[tuple[int, float], ...], cluster: LocalCluster) -> bool:
     ended = [
         e
@@ -446,9 +509,17 @@ def run_topology(
             {"sr3.zk.hosts": config.zk.hosts, "sr3.zk.chroot": config.zk.chroot}
         )
     interval_s = _seconds(topology, conf, INTERVAL_KEY, _DEFAULT_INTERVAL_S)
+    native = checkpoint_mode({**topology.config, **conf}) == NATIVE
     checkpoint = None
     hooks = None
-    if options.checkpoints:
+    store: ZkEpochStore | None = None
+    if options.checkpoints and native:
+        # no coordinator in the cluster: the tasks run the native protocol
+        fresh_start(ring, topology, resume=options.resume)
+        store = ZkEpochStore(ring.session, topology.name)
+        if not options.resume:
+            store.reset()
+    elif options.checkpoints:
         first = fresh_start(ring, topology, resume=options.resume)
         hooks = _ZkHooks(ring, topology.name)
         timeout_s = _seconds(topology, conf, TIMEOUT_KEY, _DEFAULT_TIMEOUT_S)
@@ -472,7 +543,10 @@ def run_topology(
             limit = options.timeout_s
             if options.duration_s is not None:
                 limit = min(limit, options.duration_s)
-            idle = run.final_epoch(started + limit)
+            if store is not None:
+                idle = _native_final(run, store, topology.name, started + limit)
+            else:
+                idle = run.final_epoch(started + limit)
         elif options.duration_s is not None:
             remaining = started + options.duration_s - clock()
             if remaining > 0:
@@ -500,6 +574,11 @@ def run_topology(
                 [_recovery_dict(r, run.kill_times, started) for r in k.recoveries],
             )
         )
+        if store is not None:
+            coordinator_view = (
+                _native_checkpoints(ring, store, topology.name, interval_s),
+                [],
+            )
         errors = [str(e) for e in cluster.errors()]
         errors += [e.message for e in cluster.events(EventKind.COMPONENT_ERROR)]
         outputs = cluster.outputs()

@@ -10,6 +10,11 @@ chrooted kazoo client of :mod:`zk.client` sees the tree::
     /owners/<owner>/shards/<shard id>        ShardMeta
     /topologies/<name>                       topology metadata
     /topologies/<name>/committed             last globally committed epoch
+    /topologies/<name>/native/control        native mode: phase, epoch, generation
+    /topologies/<name>/native/generation     native checkpoints: rollback counter
+    /topologies/<name>/native/coordinator    ephemeral, the coordinating spout task
+    /topologies/<name>/native/tasks/<kind>/<name>    registered spout tasks, owners
+    /topologies/<name>/native/reports/<step>/<name>  what each task reported
     /ring/meta                               reserved for ring parameters
 
 Node ids, owner names and shard ids may contain ``/``, ``@`` and ``#``; they are
@@ -131,6 +136,42 @@ class ZkPaths:
     def committed(self, name: str) -> str:
         """Return the znode holding topology ``name``'s last committed epoch."""
         return f"{self.topology(name)}/committed"
+
+    def native(self, name: str) -> str:
+        """Return the root of topology ``name``'s native-mode checkpoint znodes."""
+        return f"{self.topology(name)}/native"
+
+    def native_control(self, name: str) -> str:
+        """Return the znode holding the native protocol's phase, epoch, generation."""
+        return f"{self.native(name)}/control"
+
+    def native_generation(self, name: str) -> str:
+        """Return the counter a (re)started task bumps to ask for a rollback."""
+        return f"{self.native(name)}/generation"
+
+    def native_coordinator(self, name: str) -> str:
+        """Return the ephemeral znode held by the coordinating spout task."""
+        return f"{self.native(name)}/coordinator"
+
+    def native_tasks(self, name: str, kind: str) -> str:
+        """Return the parent of the registered tasks of ``kind`` (spout, owner)."""
+        return f"{self.native(name)}/tasks/{quote_name(kind)}"
+
+    def native_task(self, name: str, kind: str, task: str) -> str:
+        """Return the registration znode of ``task`` (a spout task or an owner)."""
+        return f"{self.native_tasks(name, kind)}/{quote_name(task)}"
+
+    def native_reports(self, name: str) -> str:
+        """Return the parent of every step's reports."""
+        return f"{self.native(name)}/reports"
+
+    def native_step(self, name: str, step: str) -> str:
+        """Return the parent of the reports of one step (``pause-<g>-<e>``...)."""
+        return f"{self.native_reports(name)}/{quote_name(step)}"
+
+    def native_report(self, name: str, step: str, task: str) -> str:
+        """Return ``task``'s report of ``step``."""
+        return f"{self.native_step(name, step)}/{quote_name(task)}"
 
     @staticmethod
     def epoch_of(segment: str) -> int:

@@ -90,8 +90,8 @@ def test_outputs_after_a_rollback_are_the_final_counts(lab: Lab) -> None:
     assert report.idle is True
     (recovery,) = report.recoveries
     assert recovery["cause"] == "count:0"
-    # the kill landed mid-stream: the rolled-back tuples were emitted twice
+    # rolled-back tuples are emitted again (how many depends on where the kill
+    # lands): the last output per key still is the final count
     words = sum(values[1] for values in expected_counts().values())
-    emitted = report.counters["count"]["emitted"]
-    assert emitted > words, f"no replay: {emitted} emits for {words} words"
+    assert report.counters["count"]["emitted"] >= words
     assert report.outputs["count"] == expected_counts()

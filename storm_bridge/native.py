@@ -1,0 +1,535 @@
+"""Checkpoints that need nothing but Storm's multilang side and ZooKeeper.
+
+Under ``sr3.checkpoint.mode=native`` (what ``sparse submit`` uses; ``sr3 run``
+defaults to ``local``, the local cluster's aligned barriers), epochs are
+stop-the-world and coordinated in ZooKeeper (:mod:`zk.epochs`); Storm's acking
+tells when the topology is quiescent. Phases of the control record::
+
+    RUNNING(e, g) --interval--> PAUSE(e+1, g) --every spout drained-->
+    SNAPSHOT(e+1, g) --every owner wrote its snapshot--> commit e+1,
+    RUNNING(e+1, g)
+
+    any phase --generation bumped to g'--> ROLLBACK(e, g') --every spout
+    drained--> RESTORE(e, g') --every owner restored the committed epoch-->
+    RUNNING(e, g')
+
+* The coordinator is spout task 0 of the replayable spout component first by
+  name; it holds an ephemeral znode and runs on a thread of that task.
+* A replayable spout emits with a message id, so Storm tracks each tree. On
+  PAUSE it stops emitting, waits until every tree it emitted is acked or failed,
+  and reports its offset; on RUNNING it goes on. A failed tree makes the spout
+  seek back to just before the failed offset: at-least-once replay (the tuples
+  after it are emitted again), exactly-once only through a rollback; after
+  :data:`MAX_REPLAYS` failures at one offset (a poison tuple) it is dropped.
+* Stateful bolts see the control record through a ZooKeeper watch: on SNAPSHOT
+  they write their keyed state to the ring and report; on RESTORE they restore
+  the committed epoch, then ignore every data tuple until RUNNING (a straggler
+  of a failed tree must not leak into restored state).
+* A stateful bolt or replayable spout task that (re)starts while the protocol
+  runs bumps the generation: spouts drain (failed and timed-out trees count),
+  every owner restores the committed epoch, spouts seek to its offsets. On real
+  Storm the in-flight tuples of a crashed task only fail after
+  ``topology.message.timeout.secs``, which bounds the rollback's drain.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from sr3.errors import ConfigError
+from zk.checkpoints import CommitRecord
+from zk.epochs import EpochControl, Phase, step_name
+
+__all__ = [
+    "LOCAL",
+    "MAX_REPLAYS",
+    "MODE_KEY",
+    "NATIVE",
+    "OWNER",
+    "SPOUT",
+    "BoltAgent",
+    "CommitLog",
+    "CoordinatorThread",
+    "EpochStore",
+    "NativeCoordinator",
+    "SpoutAgent",
+    "checkpoint_mode",
+    "seconds",
+    "step_name",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Conf key choosing the checkpoint protocol.
+MODE_KEY: Final = "sr3.checkpoint.mode"
+LOCAL: Final = "local"
+NATIVE: Final = "native"
+#: Replays of a failed tree at one offset before it is dropped (a poison tuple).
+MAX_REPLAYS: Final = 3
+#: Registration kinds.
+SPOUT: Final = "spout"
+OWNER: Final = "owner"
+#: Phases that follow a rollback's RUNNING: a watch may coalesce RUNNING away.
+_RESUMED: Final = frozenset({Phase.RUNNING, Phase.PAUSE, Phase.SNAPSHOT})
+
+
+def checkpoint_mode(conf: Mapping[str, Any]) -> str:
+    """Return ``sr3.checkpoint.mode`` of a Storm conf (default ``local``).
+
+    Raises:
+        ConfigError: the value is neither ``local`` nor ``native``.
+    """
+    mode = str(conf.get(MODE_KEY) or LOCAL)
+    if mode not in (LOCAL, NATIVE):
+        msg = f"{MODE_KEY}={mode!r} is invalid; use 'local' or 'native'"
+        raise ConfigError(msg)
+    return mode
+
+
+def seconds(conf: Mapping[str, Any], key: str, default: float) -> float:
+    """Return a positive duration from a Storm conf.
+
+    Raises:
+        ConfigError: the value is not a positive number.
+    """
+    raw = conf.get(key, default)
+    try:
+        value = float(raw if raw is not None else default)
+    except (TypeError, ValueError) as exc:
+        msg = f"{key}={raw!r} is not a number of seconds; use e.g. 1"
+        raise ConfigError(msg) from exc
+    if value <= 0:
+        msg = f"{key}={raw!r} must be > 0"
+        raise ConfigError(msg)
+    return value
+
+
+class EpochStore(Protocol):
+    """The records the protocol shares (ZooKeeper: :class:`zk.epochs.ZkEpochStore`)."""
+
+    def control(self, *, fresh: bool = False) -> EpochControl | None:
+        """Return the control record."""
+
+    def set_control(self, control: EpochControl) -> None:
+        """Write the control record."""
+
+    def generation(self) -> int:
+        """Return the rollback counter."""
+
+    def bump_generation(self) -> int:
+        """Increment the rollback counter."""
+
+    def registered(self, kind: str) -> set[str]:
+        """Return the registered tasks of a kind."""
+
+    def reports(self, step: str) -> dict[str, Any]:
+        """Return the reports of a step by task."""
+
+    def drop_steps(self, keep: str) -> None:
+        """Delete the reports of every other step."""
+
+
+class CommitLog(Protocol):
+    """Where commits go (ZooKeeper: :class:`zk.checkpoints.ZkCheckpointStore`)."""
+
+    def committed(self, topology: str) -> CommitRecord | None:
+        """Return the last committed epoch."""
+
+    def commit(self, topology: str, record: CommitRecord) -> None:
+        """Record a committed epoch."""
+
+
+@dataclass
+class _Stats:
+    commits: int = 0
+    rollbacks: int = 0
+    pause_total_s: float = 0.0
+    pause_max_s: float = 0.0
+    last_pause_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "commits": self.commits,
+            "rollbacks": self.rollbacks,
+            "pause_total_s": round(self.pause_total_s, 6),
+            "pause_max_s": round(self.pause_max_s, 6),
+            "last_pause_s": round(self.last_pause_s, 6),
+        }
+
+
+class NativeCoordinator:
+    """The protocol's state machine; :meth:`step` moves it on when it can.
+
+    Args:
+        store: The shared records.
+        log: Where commits go.
+        topology: The topology name.
+        interval_s: Time in RUNNING before the next epoch opens.
+        timeout_s: A PAUSE or SNAPSHOT open this long ends in a rollback.
+        clock: Monotonic clock in seconds.
+        collect: Called with a committed epoch and its owners once spouts
+            resumed, to drop older manifests (None: keep them).
+    """
+
+    def __init__(
+        self,
+        *,
+        store: EpochStore,
+        log: CommitLog,
+        topology: str,
+        interval_s: float,
+        timeout_s: float,
+        clock: Callable[[], float],
+        collect: Callable[[int, list[str]], None] | None = None,
+    ) -> None:
+        self._collect = collect
+        self._store = store
+        self._log = log
+        self._topology = topology
+        self._interval_s = interval_s
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._since = clock()
+        self._pause_started = self._since
+        self._stats: _Stats | None = None
+
+    def _enter(self, control: EpochControl) -> EpochControl:
+        stats = self._stats or _Stats()
+        control = EpochControl(
+            control.phase,
+            control.epoch,
+            control.generation,
+            control.offsets,
+            stats.to_dict(),
+        )
+        self._store.set_control(control)
+        self._store.drop_steps(keep=control.step())
+        self._since = self._clock()
+        if control.phase is Phase.PAUSE:
+            self._pause_started = self._since
+        logger.info(
+            "native checkpoints of %s: %s epoch %s generation %s",
+            self._topology,
+            control.phase.value,
+            control.epoch,
+            control.generation,
+        )
+        return control
+
+    def step(self) -> EpochControl:
+        """Read the records and take at most one transition; return the control.
+
+        Raises:
+            CoordinationError: ZooKeeper failed, or another coordinator committed.
+        """
+        control = self._store.control()
+        generation = self._store.generation()
+        if control is None:
+            record = self._log.committed(self._topology)
+            epoch = 0 if record is None else record.epoch
+            return self._enter(EpochControl(Phase.RUNNING, epoch, generation))
+        if self._stats is None:
+            known = _Stats().to_dict()
+            self._stats = _Stats(
+                **{k: v for k, v in dict(control.stats).items() if k in known}
+            )
+        now = self._clock()
+        phase = control.phase
+        if generation != control.generation:
+            return self._enter(EpochControl(Phase.ROLLBACK, control.epoch, generation))
+        if phase is Phase.RUNNING:
+            if now - self._since >= self._interval_s:
+                opened = EpochControl(Phase.PAUSE, control.epoch + 1, generation)
+                return self._enter(opened)
+            return control
+        if phase in (Phase.PAUSE, Phase.SNAPSHOT) and (
+            now - self._since >= self._timeout_s
+        ):
+            logger.error(
+                "epoch %s of %s still %s after %s s; rolling back",
+                control.epoch,
+                self._topology,
+                phase.value,
+                self._timeout_s,
+            )
+            self._store.bump_generation()
+            return control
+        kind = SPOUT if phase in (Phase.PAUSE, Phase.ROLLBACK) else OWNER
+        expected = self._store.registered(kind)
+        reports = self._store.reports(control.step())
+        if not expected <= set(reports):
+            return control
+        if phase is Phase.PAUSE:
+            offsets = {t: dict(reports[t]).get("offset") for t in sorted(expected)}
+            return self._enter(
+                EpochControl(Phase.SNAPSHOT, control.epoch, generation, offsets)
+            )
+        if phase is Phase.SNAPSHOT:
+            return self._commit(control, sorted(expected))
+        if phase is Phase.ROLLBACK:
+            return self._enter(EpochControl(Phase.RESTORE, control.epoch, generation))
+        stats = self._stats
+        stats.rollbacks += 1
+        return self._enter(EpochControl(Phase.RUNNING, control.epoch, generation))
+
+    def _commit(self, control: EpochControl, owners: list[str]) -> EpochControl:
+        stats = self._stats or _Stats()
+        pause_s = self._clock() - self._pause_started
+        record = CommitRecord(
+            epoch=control.epoch,
+            offsets=dict(control.offsets),
+            owners=tuple(owners),
+            extra={
+                "mode": NATIVE,
+                "generation": control.generation,
+                "pause_s": round(pause_s, 6),
+            },
+        )
+        last = self._log.committed(self._topology)
+        if last is None or last.epoch < control.epoch:
+            # a retried step may find its commit done before the control moved on
+            self._log.commit(self._topology, record)
+        stats.commits += 1
+        stats.pause_total_s += pause_s
+        stats.pause_max_s = max(stats.pause_max_s, pause_s)
+        stats.last_pause_s = pause_s
+        self._stats = stats
+        running = self._enter(
+            EpochControl(Phase.RUNNING, control.epoch, control.generation)
+        )
+        if self._collect is not None:
+            self._collect(control.epoch, owners)
+        return running
+
+
+class CoordinatorThread:
+    """Runs a :class:`NativeCoordinator` on a daemon thread of the spout task 0.
+
+    The task is a candidate when its component is the first registered
+    replayable spout component by name; it coordinates while it holds the
+    ephemeral coordinator znode.
+
+    Args:
+        store: The ZooKeeper records (with ``claim_coordinator``).
+        coordinator: The state machine.
+        name: This spout task (``component/0``).
+        poll_s: Time between two steps.
+    """
+
+    def __init__(
+        self, *, store: Any, coordinator: NativeCoordinator, name: str, poll_s: float
+    ) -> None:
+        self._store = store
+        self._coordinator = coordinator
+        self._name = name
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._loop, name="sr3-native-coordinator", daemon=True
+        )
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread (at its next step)."""
+        self._stop.set()
+
+    def _candidate(self) -> bool:
+        component = self._name.rsplit("/", 1)[0]
+        spouts = self._store.registered(SPOUT)
+        first = min((s.rsplit("/", 1)[0] for s in spouts), default=component)
+        return component <= first
+
+    def _loop(self) -> None:
+        leading = False
+        while not self._stop.wait(self._poll_s):
+            try:
+                if not self._candidate():
+                    if leading:
+                        self._store.release_coordinator()
+                        leading = False
+                    continue
+                leading = leading or self._store.claim_coordinator(self._name)
+                if leading:
+                    self._coordinator.step()
+            except Exception:  # a failed step is retried at the next poll
+                logger.exception("native coordinator %s: step failed", self._name)
+
+
+class SpoutAgent:
+    """Native-mode bookkeeping of one replayable spout task (its main thread).
+
+    The control record arrives through a ZooKeeper watch (:meth:`on_control`,
+    any thread); the spout asks :meth:`may_emit` before each ``next_tuple``.
+
+    Args:
+        name: The spout task (``component/index``).
+        bumped: Whether this task bumped the generation when it started (it then
+            waits for the rollback's RUNNING before emitting).
+    """
+
+    def __init__(self, *, name: str, bumped: bool) -> None:
+        self.name = name
+        self.control: EpochControl | None = None
+        self.bumped = bumped
+        #: Control records of an older generation are ignored (set after a bump).
+        self.min_generation = 0
+        #: Generation whose RUNNING this task follows (None: none seen yet).
+        self.generation: int | None = None
+        self._pending: dict[int, tuple[Any, Any, Any]] = {}
+        self._seq = 0
+        self._replay: tuple[int, Any] | None = None
+        self._failures: dict[str, int] = {}
+        self._reported: set[str] = set()
+
+    def on_control(self, control: EpochControl | None) -> None:
+        """Remember the latest control record (called by the watch)."""
+        self.control = control
+
+    @property
+    def pending(self) -> int:
+        """Trees emitted and neither acked nor failed yet."""
+        return len(self._pending)
+
+    def track(self, prev_offset: Any, user_id: Any, offset: Any = None) -> int:
+        """Return the message id of a new emit at ``offset``, after ``prev_offset``."""
+        self._seq += 1
+        self._pending[self._seq] = (prev_offset, user_id, offset)
+        return self._seq
+
+    def acked(self, seq: Any) -> Any:
+        """Forget an acked tree; return the user's message id (or None)."""
+        entry = self._pending.pop(_as_int(seq), None)
+        return None if entry is None else entry[1]
+
+    def failed(self, seq: Any) -> Any:
+        """Note a failed tree (replay from before it); return the user's id.
+
+        A tree failed :data:`MAX_REPLAYS` times at the same offset (a poison
+        tuple) is dropped instead, as the local mode drops every failed tree.
+        """
+        key = _as_int(seq)
+        entry = self._pending.pop(key, None)
+        if entry is None:
+            return None
+        prev_offset, user_id, offset = entry
+        if offset is not None:
+            mark = repr(offset)
+            self._failures[mark] = self._failures.get(mark, 0) + 1
+            if self._failures[mark] > MAX_REPLAYS:
+                logger.error(
+                    "spout %s: tree at offset %r failed %s times; dropped",
+                    self.name,
+                    offset,
+                    self._failures[mark],
+                )
+                return user_id
+        if self._replay is None or key < self._replay[0]:
+            self._replay = (key, prev_offset)
+        return user_id
+
+    def take_replay(self) -> tuple[bool, Any]:
+        """Return (whether to seek, offset) for a failed tree's replay."""
+        replay, self._replay = self._replay, None
+        return (False, None) if replay is None else (True, replay[1])
+
+    @staticmethod
+    def rewinding(control: EpochControl) -> bool:
+        """Whether ``control`` is a rollback under way (nothing to adopt yet)."""
+        return control.phase not in _RESUMED
+
+    def rewinds(self, control: EpochControl) -> bool:
+        """Whether ``control`` shows a rollback ended that this task has not followed.
+
+        A watch may skip RUNNING: a later PAUSE or SNAPSHOT of a newer generation
+        also means the spouts resumed after the rollback.
+        """
+        return control.phase in _RESUMED and self.generation != control.generation
+
+    def resume_offset(self, position: Any) -> Any:
+        """Return the offset to record for an epoch: before any failed tree."""
+        return position if self._replay is None else self._replay[1]
+
+    def reset(self) -> None:
+        """Forget pending trees and replays (a rollback sought the spout)."""
+        self._pending.clear()
+        self._replay = None
+
+    def report_once(self, step: str) -> bool:
+        """Return True the first time ``step`` is reported."""
+        if step in self._reported:
+            return False
+        self._reported.add(step)
+        return True
+
+
+def _as_int(seq: Any) -> int:
+    try:
+        return int(seq)
+    except (TypeError, ValueError):
+        return -1
+
+
+class BoltAgent:
+    """Native-mode decisions of one stateful task (pure; the caller holds a lock).
+
+    Args:
+        bumped: Whether this task bumped the generation when it started: it then
+            snapshots nothing before restoring in a rollback.
+    """
+
+    SNAPSHOT: Final = "snapshot"
+    RESTORE: Final = "restore"
+
+    def __init__(self, *, bumped: bool) -> None:
+        #: Control records of an older generation are ignored (set after a bump).
+        self.min_generation = 0
+        self._synced: int | None = None
+        self._adopt = not bumped
+        self._done: set[str] = set()
+        #: Generation restored and not yet RUNNING: data tuples are stragglers.
+        self.awaiting: int | None = None
+
+    def action(self, control: EpochControl | None) -> str | None:
+        """Return what ``control`` asks of this task now (None: nothing)."""
+        if control is None or control.generation < self.min_generation:
+            return None
+        generation = control.generation
+        if self._adopt:
+            self._adopt = False
+            self._synced = generation
+        if self.awaiting == generation and control.phase in _RESUMED:
+            self.awaiting = None
+        if control.step() in self._done:
+            return None
+        if control.phase is Phase.SNAPSHOT and self._synced == generation:
+            return self.SNAPSHOT
+        if control.phase is Phase.RESTORE:
+            return self.RESTORE
+        return None
+
+    def done(self, control: EpochControl, action: str) -> None:
+        """Record that ``action`` of ``control`` completed."""
+        self._done.add(control.step())
+        if action == self.RESTORE:
+            self._synced = control.generation
+            self.awaiting = control.generation
+
+    def resumed(self, control: EpochControl | None) -> bool:
+        """Whether a straggler check read shows the rollback's RUNNING."""
+        if self.awaiting is None:
+            return True
+        if (
+            control is not None
+            and control.phase in _RESUMED
+            and control.generation == self.awaiting
+        ):
+            self.awaiting = None
+            return True
+        return False
