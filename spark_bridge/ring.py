@@ -57,7 +57,7 @@ from sr3.codec import (
     encode_key_group_raw,
     encode_value,
 )
-from sr3.errors import ConfigError, SR3Error
+from sr3.errors import ConfigError
 from sr3.keygroups import key_group_of_encoded
 from sr3.manifest import Manifest
 from sr3.state import KeyedState
@@ -312,7 +312,7 @@ class BatchCommitter:
         self._offsets = offsets
         self._next_epoch = epoch + 1
         self._last_batch = batch
-        self._collector.submit(self._collect, epoch, report.compacted)
+        self._collector.submit(self._collect, epoch)
         report.seconds = time.perf_counter() - started
         self.commits.append(report)
         return report
@@ -384,20 +384,8 @@ class BatchCommitter:
         )
         return state.snapshot(incremental=False)
 
-    def _collect(self, epoch: int, compacted: Sequence[str]) -> None:
-        access = self._access
-        for name in self._owners:
-            try:
-                if name in compacted:
-                    access.collect_garbage(name, epoch)
-                else:
-                    # the latest manifest lists its whole chain: older records
-                    # are not needed (their shards stay referenced by it)
-                    old = [e for e in access.manifests.epochs(name) if e < epoch]
-                    if old:
-                        access.manifests.drop(name, old, [])
-            except SR3Error as exc:
-                logger.warning("old epochs of %s kept: %s", name, exc)
+    def _collect(self, epoch: int) -> None:
+        self._access.collect_committed(self._owners, epoch)
 
     def close(self) -> None:
         """Wait for background collection to finish."""

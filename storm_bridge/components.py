@@ -27,7 +27,6 @@ from typing import Any, ClassVar, Final
 from pystorm.component import Tuple as StormTuple
 from streamparse import Bolt, Spout, Stream
 
-from sr3.errors import SR3Error
 from sr3.state import KeyedState, KeyState
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode
@@ -89,14 +88,8 @@ def _task_index(context: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def _collect_manifests(ring: Any, epoch: int, owners: list[str]) -> None:
-    """Drop the manifests of ``owners`` before committed ``epoch`` (native mode)."""
-    for owner in owners:
-        try:
-            old = [e for e in ring.manifests.epochs(owner) if e < epoch]
-            if old:
-                ring.manifests.drop(owner, old, [])
-        except SR3Error as exc:
-            logger.warning("manifests of %s before %s kept: %s", owner, epoch, exc)
+    """Forget what committed ``epoch`` made unreachable (native mode)."""
+    ring.collect_committed(owners, epoch)
 
 
 class ReplayableSpout(Spout):

@@ -142,7 +142,9 @@ class _ZkHooks:
 
     After epoch ``e`` commits, the manifests of epochs before ``e`` (committed
     ones and the never-committed ones a rollback left behind) are deleted from
-    ZooKeeper in the background. Shards stay on the ring nodes.
+    ZooKeeper in the background (``e``'s manifest lists its whole chain). When
+    ``e`` starts a new chain (a full snapshot), the shards no remaining
+    manifest references are deleted too, records and replicas.
     """
 
     def __init__(self, ring: RingAccess, topology: str) -> None:
@@ -160,13 +162,7 @@ class _ZkHooks:
         self._collector.submit(self._collect, epoch, owners)
 
     def _collect(self, epoch: int, owners: list[str]) -> None:
-        for owner in owners:
-            try:
-                old = [e for e in self._ring.manifests.epochs(owner) if e < epoch]
-                if old:
-                    self._ring.manifests.drop(owner, old, [])
-            except SR3Error as exc:
-                logger.warning("manifests of %s before %s kept: %s", owner, epoch, exc)
+        self._ring.collect_committed(owners, epoch)
 
     def close(self) -> None:
         self._collector.shutdown(wait=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from sr3.client import ClientPool
 from sr3.config import Sr3Config
-from sr3.errors import RecoveryError
+from sr3.errors import RecoveryError, SR3Error
 from sr3.manifest import Manifest
 from sr3.recovery import Recoverer, RecoveryContext
 from sr3.replication import LiveMembers, ReplicatedStore
@@ -301,6 +301,25 @@ class RingAccess:
             offsets=offsets,
             base=base,
         )
+
+    def collect_committed(self, owners: Iterable[str], epoch: int) -> None:
+        """Forget what committed ``epoch`` made unreachable for ``owners``.
+
+        The manifests before ``epoch`` go (committed ones and those a rollback
+        left behind; ``epoch``'s manifest lists its whole chain). When ``epoch``
+        starts a new chain (a full snapshot), shards no remaining manifest
+        references are deleted too, records and replicas. Failures are logged:
+        what is kept is only garbage.
+        """
+        for owner in owners:
+            try:
+                old = [e for e in self.manifests.epochs(owner) if e < epoch]
+                if old:
+                    self.manifests.drop(owner, old, [])
+                if self.manifests.manifest(owner, epoch).base_epoch == epoch:
+                    self.collect_garbage(owner, epoch)
+            except SR3Error as exc:
+                logger.warning("old epochs of %s before %s kept: %s", owner, epoch, exc)
 
     def collect_garbage(self, owner: str, committed_epoch: int) -> GcReport:
         """Drop ``owner``'s epochs before the base of ``committed_epoch``'s chain.

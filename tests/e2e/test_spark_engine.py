@@ -206,3 +206,24 @@ def test_a_spark_checkpoint_behind_the_ring_is_refused(
 
     with pytest.raises(SparkBridgeError, match="Delete the checkpoint directory"):
         spark_run(spark, ring, WORDCOUNT, checkpoint, conf, resume=True)
+
+
+@pytest.mark.parametrize("engine", ["storm", "spark"])
+def test_compaction_leaves_no_shard_behind(
+    spark: SparkSession, ring: RingAccess, tmp_path: Path, engine: str
+) -> None:
+    conf = {"wordcount.lines": 1200, "sr3.checkpoint.max.chain.length": 1}
+    if engine == "storm":
+        report = storm(ring, WORDCOUNT, conf)
+    else:
+        report = spark_run(spark, ring, WORDCOUNT, tmp_path / "ck", conf, rows=100)
+    assert report["checkpoints"]["count"] >= 4, report["checkpoints"]
+    record = ring.committed("wordcount")
+    assert record is not None
+    for owner in record.owners:
+        latest = ring.manifests.manifest(owner, record.epoch)
+        assert ring.manifests.epochs(owner) == [record.epoch]
+        # every recorded shard is one the committed chain reads: older chains
+        # were deleted once a full snapshot started a new one
+        assert set(ring.manifests.shards(owner)) == set(latest.shard_ids)
+    assert dump(ring, "wordcount", "count") == expected_counts(1200)
