@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--duration", type=float, default=None, help="stop after this many seconds"
     )
+    parser.add_argument(
+        "--max-batches",
+        type=int,
+        default=None,
+        help="stop once this many micro-batches committed (a partial run)",
+    )
     return parser
 
 
@@ -139,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             max_rows_per_batch=args.max_rows_per_batch,
             ring=ring,
             resume=args.resume,
+            stop_after_batches=args.max_batches,
         )
         if args.state:
             report["final_state"] = {

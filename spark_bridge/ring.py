@@ -223,6 +223,8 @@ class BatchCommitter:
         self._offsets: dict[str, Any] = {}
         self._next_epoch = 0
         self._last_batch: int | None = None
+        #: rescaled components: (committed epoch, owners it was committed with)
+        self._reshard: dict[str, tuple[int, list[str]]] = {}
         self._collector = ThreadPoolExecutor(1, thread_name_prefix="sr3-spark-gc")
         self.commits: list[BatchCommit] = []
 
@@ -246,9 +248,20 @@ class BatchCommitter:
                     floor = max(floor, epochs[-1])
         self._next_epoch = floor + 1
         committed = set() if record is None else set(record.owners)
-        for name in self._owners:
+        self._reshard = {}
+        for component, owners in self._by_component.items():
+            prefix = f"{self._topology}/{component}/"
+            before = sorted(o for o in committed if o.startswith(prefix))
+            if record is not None and len(before) not in (0, len(owners)):
+                # rescaled: the first batch rewrites every task's state in full
+                self._reshard[component] = (record.epoch, before)
+        for name, task in self._owners.items():
             base = None
-            if record is not None and name in committed:
+            if (
+                record is not None
+                and name in committed
+                and task.component not in self._reshard
+            ):
                 base = access.manifests.manifest(name, record.epoch)
             self._bases[name] = base
             self._chain[name] = 0
@@ -293,9 +306,12 @@ class BatchCommitter:
         offsets = {**self._offsets, **offsets}
         report = BatchCommit(batch, epoch, keys=sum(len(c) for c in per_owner.values()))
         written: dict[str, Manifest] = {}
+        full: dict[str, dict[bytes, Any]] = {}
+        for component in list(self._reshard):
+            full.update(self._reshard_state(component))
         for name, owner_changes in per_owner.items():
             manifest, size, compacted = self._write(
-                self._owners[name], epoch, owner_changes, offsets
+                self._owners[name], epoch, owner_changes, offsets, full.get(name)
             )
             written[name] = manifest
             report.bytes_written += size
@@ -312,6 +328,7 @@ class BatchCommitter:
         self._offsets = offsets
         self._next_epoch = epoch + 1
         self._last_batch = batch
+        self._reshard.clear()
         self._collector.submit(self._collect, epoch)
         report.seconds = time.perf_counter() - started
         self.commits.append(report)
@@ -323,7 +340,13 @@ class BatchCommitter:
         epoch: int,
         changes: Mapping[bytes, bytes | None],
         offsets: Mapping[str, Any],
+        entries: dict[bytes, Any] | None = None,
     ) -> tuple[Manifest, int, bool]:
+        """Write one owner's epoch: a delta, or FULL (first, compaction, rescale).
+
+        ``entries``, when given, is the owner's whole state before ``changes``
+        (a rescaled component's first batch): the epoch is FULL.
+        """
         base = self._bases.get(owner.name)
         groups: dict[int, tuple[dict[bytes, Any], list[bytes]]] = {}
         for key, blob in changes.items():
@@ -335,7 +358,20 @@ class BatchCommitter:
             else:
                 upserts[key] = decode_value(blob)
         access = self._access
-        if base is None:
+        if entries is not None:
+            for key, blob in changes.items():
+                if blob is None:
+                    entries.pop(key, None)
+                else:
+                    entries[key] = decode_value(blob)
+            regrouped: dict[int, dict[bytes, Any]] = {}
+            for key, fields in entries.items():
+                kg = key_group_of_encoded(key, owner.key_groups)
+                regrouped.setdefault(kg, {})[key] = fields
+            blobs = {kg: encode_key_group_raw(g) for kg, g in sorted(regrouped.items())}
+            kind, compacted = "full", False
+            base = None
+        elif base is None:
             blobs = {
                 kg: encode_key_group_raw(upserts)
                 for kg, (upserts, _deletes) in sorted(groups.items())
@@ -365,6 +401,27 @@ class BatchCommitter:
         elif groups:
             self._chain[owner.name] += 1
         return written.manifest, written.bytes_written, compacted
+
+    def _reshard_state(self, component: str) -> dict[str, dict[bytes, Any]]:
+        """Every owner's whole state of a rescaled component, keys re-routed."""
+        epoch, before = self._reshard[component]
+        owners = self._by_component[component]
+        out: dict[str, dict[bytes, Any]] = {o.name: {} for o in owners}
+        record = CommitRecord(epoch=epoch, owners=tuple(before))
+        for old in before:
+            state, _report = self._access.restore(
+                old, record, key_group_count=owners[0].key_groups, mechanism="star"
+            )
+            for key, fields in state.items():
+                index = fields_task_index(list(key), len(owners))
+                out[owners[index].name][encode_key(key)] = fields
+        logger.info(
+            "%s rescaled from %d to %d tasks: every task rewritten in full",
+            component,
+            len(before),
+            len(owners),
+        )
+        return out
 
     def _compact(
         self,
@@ -404,25 +461,30 @@ def restore_options(
 ) -> dict[str, str]:
     """Return the ``sr3_restore`` options restoring ``owners`` at ``record``'s epoch.
 
-    Only owners the record names are restored. The ring secret never goes into
-    the options (they are visible in Spark's plans): ``secret_file`` names a
-    file holding it, readable by the executors.
+    Every owner the record names for a stateful component of ``owners`` is
+    restored, also when the component now runs with another task count. The
+    ring secret never goes into the options (they are visible in Spark's
+    plans): ``secret_file`` names a file holding it, readable by the executors.
     """
-    listed = set(record.owners)
+    components = {o.component: o for o in owners}
+    restored = []
+    for name in sorted(record.owners):
+        topology, _sep, rest = name.partition("/")
+        component = rest.rpartition("/")[0]
+        owner = components.get(component)
+        if owner is not None and name.startswith(f"{topology}/{component}/"):
+            # every committed owner: a rescaled component's keys come from all
+            restored.append(
+                {
+                    "name": name,
+                    "component": component,
+                    "key_groups": owner.key_groups,
+                    "mechanism": owner.mechanism,
+                }
+            )
     return {
         "epoch": str(record.epoch),
-        "owners": json.dumps(
-            [
-                {
-                    "name": o.name,
-                    "component": o.component,
-                    "key_groups": o.key_groups,
-                    "mechanism": o.mechanism,
-                }
-                for o in owners
-                if o.name in listed
-            ]
-        ),
+        "owners": json.dumps(restored),
         "ring": json.dumps(dict(ring_conf)),
         "secretFile": "" if secret_file is None else str(secret_file),
     }

@@ -120,8 +120,8 @@ def _run_spark(args: argparse.Namespace) -> int:
         if getattr(args, attr):
             msg = f"{flag} is a Storm-engine option; drop it with --engine spark"
             raise ConfigError(msg)
-    if not args.until_idle and args.duration is None:
-        msg = "sr3 run needs --until-idle or --duration S (or both)"
+    if not args.until_idle and args.duration is None and args.max_batches is None:
+        msg = "sr3 run needs --until-idle, --duration S or --max-batches N"
         raise ConfigError(msg)
     node_kills = [parse_node_kill(k) for k in args.kill_node]
     checkpoint = args.checkpoint_dir
@@ -155,6 +155,7 @@ def _run_spark(args: argparse.Namespace) -> int:
                     max_rows_per_batch=args.max_rows_per_batch,
                     ring=ring,
                     resume=args.resume,
+                    stop_after_batches=args.max_batches,
                 )
             finally:
                 for timer in timers:
@@ -167,7 +168,7 @@ def _run_spark(args: argparse.Namespace) -> int:
         emit_json(report)
     else:
         _print_report(report)
-    if args.until_idle and not report["idle"]:
+    if args.until_idle and not report["idle"] and args.max_batches is None:
         return 1
     return 0
 
@@ -310,6 +311,12 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         "--checkpoint-dir",
         default=None,
         help="Spark checkpoint and sink dir (--engine spark; default: a fresh one)",
+    )
+    p.add_argument(
+        "--max-batches",
+        type=int,
+        default=None,
+        help="stop once this many micro-batches committed (--engine spark)",
     )
     p.add_argument(
         "--max-rows-per-batch",

@@ -87,6 +87,13 @@ def _task_index(context: Mapping[str, Any]) -> tuple[int, int]:
     return tasks.index(task_id), len(tasks)
 
 
+def _route(key: tuple[Any, ...], *, tasks: int) -> int:
+    """Return the task Storm's fields grouping sends ``key`` to among ``tasks``."""
+    from storm_bridge.groupings import fields_task_index  # noqa: PLC0415
+
+    return fields_task_index(list(key), tasks)
+
+
 def _collect_manifests(ring: Any, epoch: int, owners: list[str]) -> None:
     """Forget what committed ``epoch`` made unreachable (native mode)."""
     ring.collect_committed(owners, epoch)
@@ -403,7 +410,7 @@ class StatefulBolt(Bolt):
         self._sr3_component = str(context["componentid"])
         self._sr3_task = int(context["taskid"])
         self._sr3_topology = str(storm_conf.get("topology.name", ""))
-        index, _count = _task_index(context)
+        index, count = _task_index(context)
         self._sr3_owner = f"{self._sr3_topology}/{self._sr3_component}/{index}"
         self._sr3_key_fields = self._grouping_fields(context)
         groups = int(storm_conf.get("sr3.state.key.groups") or _DEFAULT_KEY_GROUPS)
@@ -430,11 +437,15 @@ class StatefulBolt(Bolt):
         params: dict[str, Any] = {"owner": self._sr3_owner, "epoch": None}
         if self._sr3_ring is not None:
             record = self._sr3_ring.committed(self._sr3_topology)
-            self._sr3_keyed, report = self._sr3_ring.restore(
-                self._sr3_owner,
-                record,
+            self._sr3_keyed, report = self._sr3_ring.restore_task(
+                topology=self._sr3_topology,
+                component=self._sr3_component,
+                index=index,
+                tasks=count,
+                record=record,
                 key_group_count=groups,
                 mechanism=mechanism,
+                route=functools.partial(_route, tasks=count),
             )
             params.update(report.to_dict())
         else:

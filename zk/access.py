@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -237,6 +237,66 @@ class RingAccess:
             record.epoch, mechanism, PLAIN_FETCH, shards, size, seconds
         )
         return state, report
+
+    def restore_task(  # noqa: PLR0913 (what identifies a task and its restore)
+        self,
+        *,
+        topology: str,
+        component: str,
+        index: int,
+        tasks: int,
+        record: CommitRecord | None,
+        key_group_count: int,
+        mechanism: str,
+        route: Callable[[tuple[Any, ...]], int],
+    ) -> tuple[KeyedState, RestoreReport]:
+        """Restore task ``index`` of ``tasks`` of a stateful component.
+
+        When the committed epoch holds as many owners of the component as it
+        has tasks now (or none), this is :meth:`restore` of the task's owner.
+        When the component was rescaled, every committed owner is restored and
+        the task keeps the keys ``route`` sends to ``index`` (Storm's fields
+        grouping: ``route(key)`` is the task index among ``tasks``); the
+        report's ``used`` says so. The task's next snapshot must be full.
+
+        Raises:
+            RecoveryError, ShardNotFoundError: a snapshot cannot be read.
+            CoordinationError: ZooKeeper failed.
+        """
+        owner = f"{topology}/{component}/{index}"
+        prefix = f"{topology}/{component}/"
+        committed = sorted(
+            o for o in (record.owners if record else ()) if o.startswith(prefix)
+        )
+        if record is None or len(committed) in (0, tasks):
+            return self.restore(
+                owner, record, key_group_count=key_group_count, mechanism=mechanism
+            )
+        started = time.perf_counter()
+        state = KeyedState(key_group_count)
+        shards = size = 0
+        used: set[str] = set()
+        for old in committed:
+            part, report = self.restore(
+                old, record, key_group_count=key_group_count, mechanism=mechanism
+            )
+            shards += report.shards
+            size += report.bytes_read
+            used.add(report.used)
+            for key, fields in part.items():
+                if route(key) == index:
+                    state.for_key(key).update(fields)
+        how = f"rescale {len(committed)}->{tasks} tasks ({','.join(sorted(used))})"
+        logger.info("%s restored from %d owners: %s", owner, len(committed), how)
+        return state, RestoreReport(
+            record.epoch,
+            mechanism,
+            how,
+            shards,
+            size,
+            time.perf_counter() - started,
+            reason=f"{component} had {len(committed)} tasks at epoch {record.epoch}",
+        )
 
     def committed_state(
         self, topology: str, component: str

@@ -8,7 +8,10 @@ committed state from the ring, as ``sr3 state dump`` does.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -227,3 +230,42 @@ def test_compaction_leaves_no_shard_behind(
         # were deleted once a full snapshot started a new one
         assert set(ring.manifests.shards(owner)) == set(latest.shard_ids)
     assert dump(ring, "wordcount", "count") == expected_counts(1200)
+
+
+def test_rescaled_stateful_bolt_keeps_every_key_on_both_engines(
+    spark: SparkSession, ring: RingAccess, tmp_path: Path
+) -> None:
+    lines = 6000
+    conf = {"wordcount.lines": lines}
+    rescaled = Path(__file__).parent / "topologies" / "rescaled" / "wordcount.py"
+    storm(ring, WORDCOUNT, conf, duration_s=2.0)  # count on 3 tasks
+    first = ring.committed("wordcount")
+    assert first is not None
+    assert len([o for o in first.owners if "/count/" in o]) == 3
+
+    # Spark with the counter on 2 tasks (another process: the file shares
+    # its module name with topologies/wordcount.py): reads 3 owners, writes 2
+    secret = tmp_path / "secret"
+    secret.write_text(ring.config.node.secret, encoding="utf-8")
+    command = [sys.executable, "-m", "spark_bridge", str(rescaled)]
+    command += ["--zk", ring.config.zk.hosts, "--chroot", ring.config.zk.chroot]
+    command += ["--secret-file", str(secret), "--resume", "--max-batches", "2"]
+    command += ["--checkpoint-dir", str(tmp_path / "ck"), "--max-rows-per-batch"]
+    command += ["500", "--conf", f"wordcount.lines={lines}"]
+    env = dict(os.environ, PYTHONPATH=str(EXAMPLES.parent))
+    proc = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    second = ring.committed("wordcount")
+    assert second is not None
+    assert sorted(o for o in second.owners if "/count/" in o) == [
+        "wordcount/count/0",
+        "wordcount/count/1",
+    ]
+
+    # back on Storm with 3 tasks: each restores both owners, keeps its keys
+    back = storm(ring, WORDCOUNT, conf, resume=True)
+
+    assert back["idle"]
+    assert dump(ring, "wordcount", "count") == expected_counts(lines)
