@@ -36,7 +36,7 @@ def test_storm_only_options_are_refused_on_spark(
 def test_spark_run_needs_an_end(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["run", "topologies/wordcount.py", "--engine", "spark"])
     assert code == 2
-    assert "--until-idle or --duration" in capsys.readouterr().err
+    assert "--until-idle, --duration S or --max-batches N" in capsys.readouterr().err
 
 
 def test_run_needs_an_end(capsys: pytest.CaptureFixture[str]) -> None:
