@@ -9,6 +9,8 @@ get:      the bytes are stored as 4 MiB shards spread over ``--nodes`` standalon
           per node by default) read each node's shards with NodeClient.get
           (crc32 checked end to end).
 get_many: the same with NodeClient.get_many (4 requests pipelined).
+get_into: get_many(into=...): payloads land in one reused buffer, crc32 checked
+          as they arrive (what SnapshotReader.stream does).
 
 Raw and node runs alternate so that load from elsewhere on the machine hits
 both alike; the table shows the median and best of ``--repeat`` runs, and CPU
@@ -130,6 +132,17 @@ class Cluster:
                 client.ping()  # connect outside the timing of the first shard
                 if mode == "get_many":
                     return sum(len(d) for _, d in client.get_many(shard_ids))
+                if mode == "get_into":
+                    buffer = bytearray(SHARD)
+
+                    def into(size: int) -> memoryview:
+                        return memoryview(buffer)[:size]
+
+                    got = 0
+                    for _, view in client.get_many(shard_ids, into=into):
+                        got += view.nbytes
+                        view.release()
+                    return got
                 return sum(len(client.get(s)) for s in shard_ids)
 
         nodes0 = sum(_proc_cpu(p.pid) for p in self.procs)
@@ -168,6 +181,7 @@ def main() -> None:
         "raw": [],
         "get": [],
         "get_many": [],
+        "get_into": [],
     }
     with tempfile.TemporaryDirectory() as tmp:
         cluster = Cluster(Path(tmp), args.nodes, total)
@@ -176,6 +190,7 @@ def main() -> None:
                 "raw": lambda: raw_run(total),
                 "get": lambda: cluster.read("get", threads),
                 "get_many": lambda: cluster.read("get_many", threads),
+                "get_into": lambda: cluster.read("get_into", threads),
             }
             for _ in range(args.repeat):
                 for name, read in readers.items():

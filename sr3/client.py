@@ -24,10 +24,9 @@ import select
 import socket
 import struct
 import threading
-import zlib
 from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, overload
 
 from sr3 import wire
 from sr3.config import NodeConfig
@@ -39,14 +38,19 @@ from sr3.errors import (
     SR3Error,
 )
 from sr3.ports import NodeInfo
-from sr3.storage import ReplicaInfo
+from sr3.storage import ReplicaInfo, crc32
 
-__all__ = ["ClientPool", "NodeClient", "authenticate"]
+__all__ = ["ClientPool", "Into", "NodeClient", "authenticate"]
 
 logger = logging.getLogger(__name__)
 
 _KEEP_BUFFER_BYTES = 16 * 1024 * 1024  # larger receive buffers are not kept
 _FRAME_OVERHEAD = 4096  # room for the fields around a put's payload
+# get_many(into=...) checks a payload in pieces this large, each still cached
+_RECV_PIECE_BYTES = 1024 * 1024
+
+Into = Callable[[int], memoryview]
+"""Given a payload's size, return a writable memoryview of exactly that size."""
 
 
 def _field(reply: dict[str, Any], name: str, kind: type, where: str) -> Any:
@@ -293,7 +297,7 @@ class NodeClient:
     def _payload(reply: dict[str, Any], where: str) -> bytes:
         data: bytes = _field(reply, "data", bytes, where)
         crc: int = _field(reply, "crc", int, where)
-        if len(data) != _field(reply, "size", int, where) or zlib.crc32(data) != crc:
+        if len(data) != _field(reply, "size", int, where) or crc32(data) != crc:
             msg = (
                 f"{where}: received bytes fail crc32 {crc:#010x}; read another replica"
             )
@@ -320,7 +324,7 @@ class NodeClient:
             while True:
                 chunk: bytes = _field(reply, "chunk", bytes, where)
                 received += len(chunk)
-                running = zlib.crc32(chunk, running)
+                running = crc32(chunk, running)
                 yield chunk
                 if reply.get("last") is True:
                     break
@@ -338,15 +342,30 @@ class NodeClient:
         except (OSError, ProtocolError, NodeUnavailableError) as exc:
             raise self._broken(exc, where) from exc
 
+    @overload
     def get_many(
-        self, shard_ids: Iterable[str], *, window: int = 4
-    ) -> Generator[tuple[str, bytes], None, None]:
+        self, shard_ids: Iterable[str], *, window: int = ..., into: None = ...
+    ) -> Generator[tuple[str, bytes], None, None]: ...
+
+    @overload
+    def get_many(
+        self, shard_ids: Iterable[str], *, window: int = ..., into: Into
+    ) -> Generator[tuple[str, memoryview], None, None]: ...
+
+    def get_many(
+        self, shard_ids: Iterable[str], *, window: int = 4, into: Into | None = None
+    ) -> Generator[tuple[str, bytes | memoryview], None, None]:
         """Yield ``(shard_id, payload)`` in order, pipelining up to ``window`` gets.
 
         While the caller checks one payload the node already reads the next, so
         one connection moves about twice the bytes of sequential :meth:`get`
         calls. Payloads are checked as :meth:`get` does. Any failure, or leaving
         the iterator early, closes the connection (replies are still queued).
+
+        With ``into``, each payload of ``n`` bytes is received straight into
+        ``into(n)``, a writable memoryview of exactly ``n`` bytes, and that view is
+        yielded: no allocation per payload, and its crc32 is computed piece by
+        piece as it arrives, while the bytes are still in the CPU cache.
 
         Raises:
             ShardNotFoundError, ChecksumError, NodeUnavailableError: as :meth:`get`.
@@ -362,12 +381,14 @@ class NodeClient:
         except (OSError, ProtocolError, NodeUnavailableError) as exc:
             raise self._broken(exc, first) from exc
         sent = received = 0
+        ask: dict[str, Any] = {"v": wire.PROTOCOL_VERSION, "op": "get"}
+        if into is not None:
+            ask["raw"] = True
         try:
             for shard_id in pending:
                 where = self._where("get", shard_id)
                 try:
                     while sent < len(pending) and sent - received < window:
-                        ask = {"v": wire.PROTOCOL_VERSION, "op": "get"}
                         wire.send_frame(sock, {**ask, "shard": pending[sent]})
                         sent += 1
                         self._in_flight = True
@@ -376,11 +397,76 @@ class NodeClient:
                 except (OSError, ProtocolError, NodeUnavailableError) as exc:
                     raise self._broken(exc, where) from exc
                 reply = self._check(reply, where)
+                if into is None:
+                    self._in_flight = received < sent
+                    yield shard_id, self._payload(reply, where)
+                    continue
+                try:
+                    view = self._payload_into(sock, reply, into, where)
+                except ChecksumError:
+                    raise  # every byte was read: the connection stays in step
+                except BaseException:
+                    self.close()  # raw bytes may be left unread
+                    raise
                 self._in_flight = received < sent
-                yield shard_id, self._payload(reply, where)
+                yield shard_id, view
         finally:
             if received < sent:
                 self.close()
+
+    def _payload_into(
+        self, sock: socket.socket, reply: dict[str, Any], into: Into, where: str
+    ) -> memoryview:
+        """Receive the raw payload following ``reply`` into ``into(n)``; check it."""
+        size: int = _field(reply, "size", int, where)
+        crc: int = _field(reply, "crc", int, where)
+        data = reply.get("data")
+        if isinstance(data, bytes):  # the node framed it (it ignored "raw")
+            target = into(len(data))
+            target[:] = data
+            actual = crc32(target)
+        else:
+            raw: int = _field(reply, "raw", int, where)
+            if raw != size or not 0 <= raw <= self.config.max_frame_bytes:
+                self.close()
+                msg = (
+                    f"{where}: reply announces {raw} raw bytes for a {size}-byte "
+                    f"payload (bound {self.config.max_frame_bytes})"
+                )
+                raise ProtocolError(msg)
+            target = into(raw)
+            if target.nbytes != raw or target.readonly:
+                self.close()
+                msg = f"{where}: into({raw}) gave no writable {raw}-byte buffer"
+                raise ValueError(msg)
+            try:
+                actual = self._recv_checked(sock, target)
+            except (OSError, NodeUnavailableError) as exc:
+                raise self._broken(exc, where) from exc
+        if target.nbytes != size or actual != crc:
+            msg = (
+                f"{where}: received bytes fail crc32 {crc:#010x}; read another replica"
+            )
+            raise ChecksumError(msg)
+        return target
+
+    @staticmethod
+    def _recv_checked(sock: socket.socket, target: memoryview) -> int:
+        """Fill ``target`` from ``sock``; return the crc32 of what arrived."""
+        running, got, size = 0, 0, target.nbytes
+        while got < size:
+            with target[got : got + _RECV_PIECE_BYTES] as piece:
+                filled = 0
+                while filled < piece.nbytes:
+                    with piece[filled:] as rest:
+                        n = sock.recv_into(rest, 0, socket.MSG_WAITALL)
+                    if n == 0:
+                        msg = f"connection closed {size - got - filled} bytes early"
+                        raise NodeUnavailableError(msg)
+                    filled += n
+                running = crc32(piece, running)
+            got += filled
+        return running
 
     def has(self, shard_id: str) -> ReplicaInfo | None:
         """Return the node's replica of the shard, or None (no checksum check)."""

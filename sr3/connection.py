@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import select
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ from sr3.errors import (
     ProtocolError,
     StorageError,
 )
-from sr3.storage import validate_shard_id
+from sr3.storage import ReplicaReader, validate_shard_id
 
 __all__ = ["Connection", "Handler", "require", "require_shard", "require_crc"]
 
@@ -87,6 +88,67 @@ def _build_and_send(
             wire.write_parts(sock_fd, parts, timeout_s)
         except OSError as exc:
             raise _SendError(str(exc)) from exc
+    finally:
+        os.close(sock_fd)
+
+
+def _sendfile_all(
+    out_fd: int, in_fd: int, offset: int, count: int, timeout_s: float
+) -> None:
+    """Send ``count`` bytes of ``in_fd`` from ``offset`` on a non-blocking socket.
+
+    The kernel moves page-cache pages to the socket: no copy through this
+    process, no buffer to allocate.
+
+    Raises:
+        TimeoutError: the peer accepted no bytes for ``timeout_s``.
+        OSError: the connection failed or the file ended early.
+    """
+    poller = select.poll()
+    poller.register(out_fd, select.POLLOUT)
+    while count > 0:
+        try:
+            sent = os.sendfile(out_fd, in_fd, offset, count)
+        except BlockingIOError:
+            if not poller.poll(timeout_s * 1000):
+                msg = f"peer accepted no bytes for {timeout_s}s"
+                raise TimeoutError(msg) from None
+            continue
+        if sent == 0:
+            msg = f"file ended {count} bytes before the promised payload end"
+            raise OSError(msg)
+        offset += sent
+        count -= sent
+
+
+def _send_file_reply(
+    produce: Callable[[], tuple[Mapping[str, Any], ReplicaReader]],
+    blob_key: str | None,
+    sock_fd: int,
+    timeout_s: float,
+) -> None:
+    """Open a payload, then send its reply and the payload by ``os.sendfile``.
+
+    Runs in a worker thread and owns ``sock_fd`` as :func:`_build_and_send`
+    does. The payload is the frame's ``blob_key`` bin value, or with ``blob_key``
+    None, follows the frame. Errors of ``produce`` propagate as they are
+    (nothing was sent); write errors become :class:`_SendError`.
+    """
+    try:
+        fields, reader = produce()
+        with reader:
+            frame = {"v": wire.PROTOCOL_VERSION, "ok": True, **fields}
+            if blob_key is None:
+                (head,) = wire.pack_frame(frame)
+            else:
+                head = wire.pack_frame_head(frame, blob_key, reader.remaining)
+            try:
+                wire.write_parts(sock_fd, [head], timeout_s)
+                _sendfile_all(
+                    sock_fd, reader.fileno(), reader.offset, reader.remaining, timeout_s
+                )
+            except OSError as exc:
+                raise _SendError(str(exc)) from exc
     finally:
         os.close(sock_fd)
 
@@ -172,13 +234,38 @@ class Connection:
 
         await self._send_in_thread(build)
 
+    async def ok_file_from_thread(
+        self,
+        produce: Callable[[], tuple[Mapping[str, Any], ReplicaReader]],
+        *,
+        blob_key: str | None = "data",
+    ) -> None:
+        """Send a success reply whose blob is the unread payload of a replica file.
+
+        Like :meth:`ok_from_thread`, but ``produce`` returns ``(fields, reader)``
+        and the payload goes from the page cache to the socket by
+        ``os.sendfile``, never through this process. The node checks no crc32
+        on the way (see :meth:`ReplicaReader.fileno`): the client does. With
+        ``blob_key`` None the payload's bytes follow the reply frame instead of
+        ending it (``fields`` must tell the client their count).
+
+        Raises:
+            Exception: whatever ``produce`` raised (nothing was sent).
+            ConnectionError: the client went away; the connection is closed.
+        """
+        await self._in_thread(_send_file_reply, produce, blob_key)
+
     async def _send_in_thread(self, build: Callable[[], list[wire.Buffer]]) -> None:
+        await self._in_thread(_build_and_send, build)
+
+    async def _in_thread(self, worker: Callable[..., None], *args: Any) -> None:
+        """Run ``worker(*args, sock_fd, timeout_s)`` writing on a dup of the socket."""
         await self._writer.drain()  # write limits are 0: the buffer is now empty
         sock = self._writer.get_extra_info("socket")
         sock_fd = os.dup(sock.fileno())  # stays valid if the transport closes
         timeout_s = self.config.io_timeout_s
         try:
-            await asyncio.to_thread(_build_and_send, build, sock_fd, timeout_s)
+            await asyncio.to_thread(worker, *args, sock_fd, timeout_s)
         except _SendError as exc:
             self._writer.close()
             msg = f"sending a reply to {self.peer} failed: {exc.__cause__}"

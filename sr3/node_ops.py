@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
 from typing import Any
 
 from sr3 import wire
@@ -17,7 +16,7 @@ from sr3.errors import (
     ShardNotFoundError,
     StorageError,
 )
-from sr3.storage import ReplicaStore
+from sr3.storage import ReplicaReader, ReplicaStore, crc32
 
 __all__ = ["BuiltinOps"]
 
@@ -62,16 +61,26 @@ class BuiltinOps:
         await conn.ok({"stored": stored})
 
     async def get(self, conn: Connection, request: dict[str, Any]) -> None:
-        """Send a replica in one frame (the client verifies the crc32)."""
+        """Send a replica (the client verifies the crc32).
+
+        The payload is the reply's ``data`` bin, or with ``"raw": True`` in the
+        request, ``raw`` (= ``size``) bytes right after the reply frame, which a
+        client can receive into a buffer of its own.
+        """
         shard = require_shard(request)
+        raw = require(request, "raw", bool) if "raw" in request else False
 
-        def produce() -> tuple[dict[str, Any], bytes]:
+        def produce() -> tuple[dict[str, Any], ReplicaReader]:
             # The node does not checksum what it serves: the client checks the
-            # payload end to end against the header's crc32 (one pass, not two).
-            info, data = self.store.read(shard, verify=False)
-            return {"size": info.size, "crc": info.crc32}, data
+            # payload end to end against the header's crc32 (one pass, not two),
+            # so the file's pages go to the socket by sendfile, uncopied.
+            reader = self.store.open_reader(shard, verify=False)
+            fields = {"size": reader.info.size, "crc": reader.info.crc32}
+            if raw:
+                fields["raw"] = reader.info.size
+            return fields, reader
 
-        await conn.ok_from_thread(produce)
+        await conn.ok_file_from_thread(produce, blob_key=None if raw else "data")
 
     async def stream(self, conn: Connection, request: dict[str, Any]) -> None:
         """Send a replica in chunks, checking its crc32 as it is read."""
@@ -142,7 +151,7 @@ class BuiltinOps:
                 await conn.ok({"stored": False})
                 return
         data = await asyncio.to_thread(self._fetch, shard, host, port)
-        if zlib.crc32(data) != crc:
+        if crc32(data) != crc:
             msg = (
                 f"pull of shard {shard!r}: source {host}:{port} holds a version with "
                 f"another crc32 than {crc:#010x}; pull from a holder of that version"

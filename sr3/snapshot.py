@@ -29,7 +29,13 @@ from itertools import islice
 from typing import Any
 
 from sr3.codec import decode_shard, encode_shard
-from sr3.errors import ConfigError, CoordinationError, RecoveryError, StorageError
+from sr3.errors import (
+    ChecksumError,
+    ConfigError,
+    CoordinationError,
+    RecoveryError,
+    StorageError,
+)
 from sr3.manifest import Manifest, ShardMeta, shard_id_for
 from sr3.ports import ManifestStore
 from sr3.replication import ReplicatedStore
@@ -77,6 +83,60 @@ class FetchedShard:
     meta: ShardMeta
     served_by: str
     key_groups: dict[int, bytes | memoryview] = field(default_factory=dict)
+
+
+class _StreamClosedError(Exception):
+    """The consumer of :meth:`SnapshotReader.stream` left; its pumps stop."""
+
+
+class _Buffers:
+    """One holder's receive buffers for :meth:`SnapshotReader.stream`.
+
+    The pump thread takes a buffer per payload (at most ``count`` lent at once,
+    then it waits); the consumer gives each back once it moved on. A buffer
+    the consumer still holds views of is never reused: a fresh one replaces it.
+    """
+
+    def __init__(self, count: int, size: int) -> None:
+        self._size = max(size, 1)
+        self._free: queue.SimpleQueue[bytearray | None] = queue.SimpleQueue()
+        for _ in range(count):
+            self._free.put(bytearray())  # allocated when first taken
+
+    def take(self, size: int) -> memoryview:
+        """Return a writable view of exactly ``size`` bytes (pump thread).
+
+        Raises:
+            _StreamClosedError: the consumer left.
+        """
+        buf = self._free.get()
+        if buf is None:
+            self._free.put(None)
+            raise _StreamClosedError
+        if len(buf) < size or not buf:
+            buf = bytearray(max(size, self._size))
+        with memoryview(buf) as whole:
+            return whole[:size]
+
+    def give_back(self, view: memoryview) -> None:
+        """Release a view the consumer is done with; reuse its buffer if free."""
+        buf = view.obj
+        try:
+            view.release()
+            if not isinstance(buf, bytearray):
+                buf = bytearray()
+            else:  # resizing fails while any view or export of the buffer is alive
+                buf.append(buf.pop())
+        except BufferError:
+            buf = bytearray()
+        self._free.put(buf)
+
+    def close(self) -> None:
+        """Make waiting and later :meth:`take` calls raise _StreamClosedError."""
+        self._free.put(None)
+
+
+_Streamed = tuple[ShardMeta, bytes | memoryview, _Buffers | None]
 
 
 class SnapshotWriter:
@@ -431,17 +491,25 @@ class SnapshotReader:
 
     def stream(
         self, manifest: Manifest, *, window: int = 4
-    ) -> Iterator[tuple[ShardMeta, bytes]]:
+    ) -> Iterator[tuple[ShardMeta, bytes | memoryview]]:
         """Yield every shard's checked payload as it arrives, in no fixed order.
 
         Each shard is assigned to one live holder, spreading bytes evenly; one
         pipelined connection per holder moves its shards (``window`` requests in
-        flight). Shards a holder fails to serve are read through the replicated
-        store, which tries the other holders. For bulk reads that do not need
-        manifest order (copies, scans, benchmarks); :meth:`fetch` keeps order.
+        flight) straight into a few receive buffers of that holder, reused from
+        shard to shard. Shards a holder fails to serve are read through the
+        replicated store, which tries the other holders. For bulk reads that do
+        not need manifest order (copies, scans, benchmarks); :meth:`fetch` keeps
+        order and hands out payloads to keep.
+
+        A payload is a ``memoryview`` (or ``bytes``, when read through the store)
+        valid until the next shard is asked for: the view is then released (using
+        it raises ``ValueError``) and its buffer reused, unless the caller still
+        holds views or exports of it. Copy it (``bytes(data)``) to keep it.
 
         Raises:
             ShardNotFoundError: a shard has no live valid replica.
+            ChecksumError: a shard has no replica passing its crc32.
         """
         metas = self._manifests.shards(manifest.owner)
         _, live = self._store.ring()
@@ -457,30 +525,35 @@ class SnapshotReader:
             node = min(holders, key=lambda h: load.get(h, 0))
             load[node] = load.get(node, 0) + meta.size
             plan.setdefault(node, []).append(meta)
-        out: queue.Queue[tuple[ShardMeta, bytes] | StorageError | None] = queue.Queue(
+        out: queue.Queue[_Streamed | Exception | None] = queue.Queue(
             maxsize=2 * window * max(len(plan), 1)
         )
+        pools = {
+            node: _Buffers(window + 1, max(m.size for m in shards))
+            for node, shards in plan.items()
+        }
 
         def pump(node_id: str, shards: list[ShardMeta]) -> None:
             done = 0
+            buffers = pools[node_id]
             try:
-                with self._store.pool.client(live[node_id]) as client:
-                    ids = [m.shard_id for m in shards]
-                    for (_, data), meta in zip(
-                        client.get_many(ids, window=window), shards, strict=False
-                    ):
-                        out.put((meta, data))
-                        done += 1
-            except StorageError as exc:
-                logger.info("stream from %s stopped: %s", node_id, exc)
-            try:
+                try:
+                    with self._store.pool.client(live[node_id]) as client:
+                        ids = [m.shard_id for m in shards]
+                        got = client.get_many(ids, window=window, into=buffers.take)
+                        for (_, view), meta in zip(got, shards, strict=False):
+                            out.put((meta, view, buffers))
+                            done += 1
+                except (StorageError, ChecksumError) as exc:
+                    logger.info("stream from %s stopped: %s", node_id, exc)
                 for meta in shards[done:]:
                     data, _ = self._store.get(meta)
-                    out.put((meta, data))
-            except StorageError as exc:
+                    out.put((meta, data, None))
+            except _StreamClosedError:
+                return  # the consumer left: nobody reads the queue
+            except Exception as exc:  # a bug or an odd failure: the consumer raises it
                 out.put(exc)
-            finally:
-                out.put(None)
+            out.put(None)
 
         threads = [
             threading.Thread(target=pump, args=item, daemon=True)
@@ -488,21 +561,29 @@ class SnapshotReader:
         ]
         for t in threads:
             t.start()
-        for meta in orphans:
-            data, _ = self._store.get(meta)
-            yield meta, data
-        running = len(threads)
-        failure: StorageError | None = None
-        while running:
-            item = out.get()
-            if item is None:
-                running -= 1
-            elif isinstance(item, StorageError):
-                failure = failure or item
-            elif failure is None:
-                yield item
-        for t in threads:
-            t.join()
+        failure: Exception | None = None
+        try:
+            for meta in orphans:
+                data, _ = self._store.get(meta)
+                yield meta, data
+            running = len(threads)
+            while running:
+                item = out.get()
+                if item is None:
+                    running -= 1
+                elif isinstance(item, Exception):
+                    failure = failure or item
+                else:
+                    meta, payload, buffers = item
+                    if failure is None:
+                        yield meta, payload
+                    if buffers is not None and isinstance(payload, memoryview):
+                        buffers.give_back(payload)
+            for t in threads:
+                t.join()
+        finally:
+            for buffers in pools.values():
+                buffers.close()  # a pump waiting for a buffer stops
         if failure is not None:
             raise failure
 

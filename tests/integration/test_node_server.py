@@ -164,6 +164,33 @@ def test_get_many_pipelines_and_fails_cleanly(node: Node) -> None:
         assert client.get(SHARD) == DATA  # reconnects
 
 
+def test_get_many_into_receives_in_place_and_checks(node: Node) -> None:
+    payloads = {f"into@1#{i}": os.urandom(300_000 * i + i) for i in range(5)}
+    buffer = bytearray(max(len(p) for p in payloads.values()))
+    asked: list[int] = []
+
+    def into(size: int) -> memoryview:
+        asked.append(size)
+        return memoryview(buffer)[:size]
+
+    with node.client() as client:
+        for shard_id, data in payloads.items():
+            client.put(shard_id, data, zlib.crc32(data))
+        for shard_id, view in client.get_many(payloads, window=2, into=into):
+            assert view.obj is buffer
+            assert view == payloads[shard_id]
+            view.release()
+        assert asked == [len(p) for p in payloads.values()]
+        assert reusable(client)
+        corrupt_file(node, "into@1#4")
+        wanted = ["into@1#1", "missing@1#0"]
+        with pytest.raises(ShardNotFoundError, match="missing@1#0"):
+            list(client.get_many(wanted, into=into))
+        with pytest.raises(ChecksumError, match="into@1#4"):
+            list(client.get_many(["into@1#4"], into=into))
+        assert client.ping() == "n1"
+
+
 def test_pool_reuses_connections_and_survives_a_restart(
     launcher: Launcher, node: Node
 ) -> None:
