@@ -58,6 +58,7 @@ from spark_bridge.stages import (
     GROUP_COLUMN,
     KEYED_SCHEMA,
     BoltStage,
+    FusedStages,
     KeyStage,
     Routing,
     error_policy,
@@ -239,15 +240,20 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
     ]
     frame = functools.reduce(DataFrame.union, [*frames, *extra])
     several = len(plan.stateful) > 1
+    # consecutive stateless stages (and the keying of a stateful bolt after
+    # them) run fused in one mapInPandas: no JVM round trip between them
+    pending: list[Any] = []
     for position, name in enumerate(plan.bolts):
         ref = ComponentRef(path, name, overrides)
         routing = plan.routing(position)
         if name not in plan.stateful:
-            frame = frame.mapInPandas(BoltStage(ref, routing), ROW_SCHEMA)
+            pending.append(BoltStage(ref, routing))
             continue
-        grouped = frame.mapInPandas(KeyStage(ref, routing), KEYED_SCHEMA).groupBy(
+        pending.append(KeyStage(ref, routing))
+        grouped = frame.mapInPandas(FusedStages(pending), KEYED_SCHEMA).groupBy(
             GROUP_COLUMN
         )
+        pending = []
         stage = StatefulStage(ref, routing)
         if several:
             frame = grouped.transformWithStateInPandas(
@@ -257,4 +263,6 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
             frame = grouped.applyInPandasWithState(
                 stage, ROW_SCHEMA, STATE_SCHEMA, "Update", GroupStateTimeout.NoTimeout
             )
+    if pending:
+        frame = frame.mapInPandas(FusedStages(pending), ROW_SCHEMA)
     return frame

@@ -40,6 +40,7 @@ __all__ = [
     "ON_ERROR_POLICIES",
     "BoltStage",
     "BoltStageBase",
+    "FusedStages",
     "KeyStage",
     "Routing",
     "error_policy",
@@ -228,6 +229,24 @@ class BoltStage(BoltStageBase):
                 emitted, _failed = self.process(hosts, row, key=None, where="")
                 out.extend(emitted)
             yield frame_of(out)
+
+
+class FusedStages:
+    """One ``mapInPandas`` function running several stages one after another.
+
+    Consecutive stateless bolts, and the keying of the stateful bolt after them,
+    run in one Python pass per partition: rows go from stage to stage as pandas
+    frames without a round trip through the JVM and Arrow in between.
+    """
+
+    def __init__(self, stages: Sequence[Any]) -> None:
+        self.stages = list(stages)
+
+    def __call__(self, frames: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        """Run every stage over the partition's frames, in order."""
+        for stage in self.stages:
+            frames = stage(frames)
+        yield from frames
 
 
 class KeyStage:
