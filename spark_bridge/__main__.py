@@ -167,11 +167,8 @@ def _state(
 ) -> dict[str, Any]:
     if ring is None:
         return dict(from_sink(checkpoint, component))
-    _epoch, state = ring.committed_state(topology, component)
-    return {
-        json.dumps(list(key)): fields
-        for key, fields in sorted(state.items(), key=lambda kv: json.dumps(kv[0]))
-    }
+    _epoch, rows = ring.committed_dump(topology, component)
+    return dict(rows)
 
 
 if __name__ == "__main__":

@@ -278,13 +278,9 @@ def state_dump(args: argparse.Namespace) -> int:
     """
     ring = RingAccess(cluster_config(args))
     try:
-        epoch, state = ring.committed_state(args.topology, args.component)
+        epoch, rows = ring.committed_dump(args.topology, args.component)
     finally:
         ring.close()
-    rows = {
-        json.dumps(list(key)): fields
-        for key, fields in sorted(state.items(), key=lambda kv: json.dumps(kv[0]))
-    }
     if args.json:
         emit_json(rows)
         return 0

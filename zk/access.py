@@ -9,6 +9,7 @@ owner's key groups through star, line or tree recovery, and write snapshots.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -332,6 +333,21 @@ class RingAccess:
                 state.install(shard.key_groups)
             found.update(state.items())
         return record.epoch, found
+
+    def committed_dump(
+        self, topology: str, component: str
+    ) -> tuple[int, dict[str, dict[str, Any]]]:
+        """Return the committed epoch and state as ``sr3 state dump`` prints it.
+
+        Keys are JSON lists of the key's values, sorted.
+
+        Raises:
+            RecoveryError: nothing committed, or the component has no state.
+            CoordinationError: ZooKeeper failed.
+        """
+        epoch, state = self.committed_state(topology, component)
+        rows = {json.dumps(list(key)): fields for key, fields in state.items()}
+        return epoch, dict(sorted(rows.items()))
 
     def write(
         self,
