@@ -4,7 +4,9 @@ Runs a streamparse topology file on Spark Structured Streaming until its spouts
 are idle (or forever with ``--forever``) and writes a JSON report (the report of
 ``sr3 run --engine spark --json``). With ``--zk HOST:PORT`` the SR3 ring is the
 recovery core: state is written to the ring every micro-batch and, when the
-checkpoint directory is empty, restored from it (``--resume``). With
+checkpoint directory is missing or empty, restored from the ring's committed
+epoch, whichever engine committed it (``--fresh`` starts from empty state
+instead, committing an empty epoch). With
 ``--state`` the report carries each stateful bolt's final state under
 ``"final_state"`` (from the ring with ``--zk``, else from the sink). Any master
 works (``local[*]``, ``spark://``, YARN, Kubernetes) as long as the topology
@@ -81,10 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--secret-file", default=None, help="ring secret (default: $SR3_NODE_SECRET)"
     )
-    parser.add_argument(
+    start = parser.add_mutually_exclusive_group()
+    start.add_argument(
         "--resume",
         action="store_true",
-        help="on an empty checkpoint, restore the ring's committed epoch",
+        help="on an empty checkpoint, restore the ring's committed epoch (default)",
+    )
+    start.add_argument(
+        "--fresh",
+        action="store_true",
+        help="on an empty checkpoint, start from empty state instead",
     )
     parser.add_argument(
         "--duration", type=float, default=None, help="stop after this many seconds"
@@ -144,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             conf=dict(args.conf),
             max_rows_per_batch=args.max_rows_per_batch,
             ring=ring,
-            resume=args.resume,
+            resume=not args.fresh,
             stop_after_batches=args.max_batches,
         )
         if args.state:
