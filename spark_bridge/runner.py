@@ -375,6 +375,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         session = spark_session(master, app_name=f"sr3-{topology.name}")
         tasks = [topology.components[s].tasks for s in plan.stateful] or [2]
         session.conf.set("spark.sql.shuffle.partitions", str(max(tasks)))
+    session_s = time.monotonic() - started
     for key, value in plan.session_conf.items():
         session.conf.set(key, value)
     session.conf.set("spark.sql.streaming.numRecentProgressUpdates", _PROGRESS_KEPT)
@@ -428,6 +429,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         overrides=overrides,
         root=root,
         seconds=seconds,
+        session_s=session_s,
         idle=idle,
     )
 
@@ -484,6 +486,7 @@ def _report(  # noqa: PLR0913 (everything the report shows)
     overrides: Mapping[str, Any],
     root: Path,
     seconds: float,
+    session_s: float,
     idle: bool,
 ) -> dict[str, Any]:
     batches = _batches(root / _SINK_DIR)
@@ -556,16 +559,21 @@ def _report(  # noqa: PLR0913 (everything the report shows)
             }
         )
     spout_rows = input_rows - sum(1 + int(i.get("keys", 0)) for i in sink.infos)
+    running = seconds - session_s
     return {
         "topology": topology.name,
         "engine": ENGINE,
         "master": session.sparkContext.master,
         "seconds": round(seconds, 3),
+        # a Spark application starts its session once: rates leave it out
+        "session_start_s": round(session_s, 3),
         "idle": idle,
         "started_from": start.how,
         "throughput": {
-            "tuples_per_s": round(spout_rows / seconds, 1) if seconds else 0.0,
-            "spout_tuples_per_s": round(spout_rows / seconds, 1) if seconds else 0.0,
+            "tuples_per_s": round(spout_rows / running, 1) if running > 0 else 0.0,
+            "spout_tuples_per_s": round(spout_rows / running, 1)
+            if running > 0
+            else 0.0,
             "spout_tuples": spout_rows,
             "bolt_tuples": None,
         },

@@ -219,7 +219,9 @@ def _print_report(data: dict[str, Any]) -> None:
         print(
             f"topology {data['topology']} on Spark ({data['master']}): "
             f"{data['seconds']} s, {tp['spout_tuples_per_s']} spout tuples/s "
-            f"({tp['spout_tuples']} tuples), started from {data['started_from']}"
+            f"({tp['spout_tuples']} tuples; Spark session start "
+            f"{data['session_start_s']} s not counted), started from "
+            f"{data['started_from']}"
         )
         print(
             f"micro-batches: {batches['count']}, latency p50 {lat['p50']} ms, "
