@@ -55,7 +55,6 @@ from spark_bridge.ring import (
 )
 from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
 from sr3.codec import decode_key, decode_value
-from sr3.errors import RecoveryError
 from storm_bridge.outputs import LastOutputs, sink_components
 from storm_bridge.topology import LoadedTopology, load_topology
 from zk.access import RingAccess
@@ -535,7 +534,7 @@ def _report(  # noqa: PLR0913 (everything the report shows)
     durations = [c.seconds for c in written]
     state: dict[str, Any] = {}
     if ring is not None:
-        state = _ring_state(ring, topology, plan)
+        state = ring.state_summary(topology.name, plan.stateful)
     else:
         for name in plan.stateful:
             state[name] = {"epoch": None, "keys": len(final_state(root, name))}
@@ -610,18 +609,3 @@ def _report(  # noqa: PLR0913 (everything the report shows)
         "error_count": 0,
         "checkpoint_dir": str(root),
     }
-
-
-def _ring_state(
-    ring: RingAccess, topology: LoadedTopology, plan: Plan
-) -> dict[str, Any]:
-    summary: dict[str, Any] = {}
-    for name in plan.stateful:
-        try:
-            epoch, state = ring.committed_state(topology.name, name)
-        except RecoveryError:
-            record = ring.committed(topology.name)
-            summary[name] = {"epoch": record and record.epoch, "keys": 0}
-            continue
-        summary[name] = {"epoch": epoch, "keys": len(state)}
-    return summary

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from sr3.errors import RecoveryError, SR3Error
+from sr3.errors import SR3Error
 from storm_bridge.cluster import EventKind, LocalCluster
 from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator, Recovery
 from storm_bridge.errors import CheckpointError, StormBridgeError
@@ -451,18 +451,12 @@ def _reached(epoch: int, cluster: LocalCluster) -> bool:
 
 
 def _state_summary(ring: RingAccess, topology: LoadedTopology) -> dict[str, Any]:
-    summary: dict[str, Any] = {}
-    for name in topology.stateful_components:
-        if topology.components[name].kind != "bolt":
-            continue
-        try:
-            epoch, state = ring.committed_state(topology.name, name)
-        except RecoveryError:  # nothing committed with state (a short run)
-            record = ring.committed(topology.name)
-            summary[name] = {"epoch": record and record.epoch, "keys": 0}
-            continue
-        summary[name] = {"epoch": epoch, "keys": len(state)}
-    return summary
+    bolts = [
+        name
+        for name in topology.stateful_components
+        if topology.components[name].kind == "bolt"
+    ]
+    return ring.state_summary(topology.name, bolts)
 
 
 def run_topology(

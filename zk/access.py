@@ -334,6 +334,28 @@ class RingAccess:
             found.update(state.items())
         return record.epoch, found
 
+    def state_summary(
+        self, topology: str, components: Iterable[str]
+    ) -> dict[str, dict[str, Any]]:
+        """Return ``{component: {"epoch", "keys"}}`` of the committed state.
+
+        A component without state in the committed epoch (a short run) has 0
+        keys at the committed epoch (None when nothing was committed).
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        summary: dict[str, dict[str, Any]] = {}
+        for name in components:
+            try:
+                epoch, state = self.committed_state(topology, name)
+            except RecoveryError:
+                record = self.committed(topology)
+                summary[name] = {"epoch": record and record.epoch, "keys": 0}
+                continue
+            summary[name] = {"epoch": epoch, "keys": len(state)}
+        return summary
+
     def committed_dump(
         self, topology: str, component: str
     ) -> tuple[int, dict[str, dict[str, Any]]]:
