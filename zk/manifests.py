@@ -9,11 +9,18 @@ Layout (see :mod:`zk.paths`)::
 ``publish`` is one ZooKeeper multi-op: the owner record moves to the new epoch
 (compare-and-set on its version) in the same transaction that creates the new
 shard records and the manifest, so readers see all of it or none of it.
+
+Shard records are cached per store. The ``shards`` directory's stat is their
+stamp: creating or deleting a record moves its ``cversion``, and every holder
+update sets the directory's data in the same transaction as the record, which
+moves its ``version``. A read costs one round trip while the stamp is unchanged
+(reading 250 records one by one took 30 to 300 ms per snapshot read).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -78,6 +85,9 @@ class ZkManifestStore:
     def __init__(self, session: ZkSession) -> None:
         self._session = session
         self._paths: ZkPaths = session.paths
+        # owner -> ((version, cversion) of its shards directory, records then)
+        self._shard_cache: dict[str, tuple[tuple[int, int], dict[str, ShardMeta]]] = {}
+        self._cache_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"ZkManifestStore({self._session!r})"
@@ -283,16 +293,32 @@ class ZkManifestStore:
     def shards(self, owner: str) -> dict[str, ShardMeta]:
         """Return every shard the owner's manifests reference, with holders.
 
+        Served from this store's cache while the shards directory's stamp is
+        unchanged (see the module docs); otherwise every record is read again.
+
         Raises:
             CoordinationError: ZooKeeper failed.
             CodecError: a stored shard record is malformed.
         """
         directory = self._paths.shards(owner)
+        client = self._session.client
         with self._session.translate(f"list shards of {owner!r}", directory):
+            stat = self._call(partial(client.exists_async, directory))
+            if stat is None:
+                return {}
+            stamp = (stat.version, stat.cversion)
+            with self._cache_lock:
+                cached = self._shard_cache.get(owner)
+            if cached is not None and cached[0] == stamp:
+                return dict(cached[1])
+            # the stamp was read first: a change made while reading moves it again
             names = self._session.children(directory)
             found = self._session.get_many(f"{directory}/{name}" for name in names)
         metas = [ShardMeta.from_dict(unpack_meta(data)) for data, _ in found.values()]
-        return {meta.shard_id: meta for meta in metas}
+        records = {meta.shard_id: meta for meta in metas}
+        with self._cache_lock:
+            self._shard_cache[owner] = (stamp, records)
+        return dict(records)
 
     def update_holders(
         self,
@@ -324,14 +350,34 @@ class ZkManifestStore:
                 if updated.holders == meta.holders:
                     return meta
                 new = pack_meta(updated.to_dict())
-                try:
-                    self._call(partial(client.set_async, path, new, stat.version))
-                except BadVersionError:
+                # the directory's data changes with the record: readers' caches
+                # see a new stamp (module docs)
+                failure = first_failure(
+                    self._call(partial(self._set_holders, path, new, stat.version))
+                )
+                if failure is None:
+                    return updated
+                if isinstance(failure[1], BadVersionError):
                     logger.debug("holders of %s changed; retrying", shard_id)
                     continue
-                return updated
+                if isinstance(failure[1], NoNodeError):
+                    where = self._paths.absolute(path)
+                    msg = f"{what}: owner {owner!r} has no such shard ({where})"
+                    raise _error(msg, retriable=False) from failure[1]
+                raise failure[1]
         msg = f"{what}: lost the compare-and-set race {_CAS_ATTEMPTS} times in a row"
         raise _error(msg, retriable=True)
+
+    def _set_holders(self, path: str, data: bytes, version: int) -> Any:
+        """Start the transaction of one holder update (a new one per retry).
+
+        A retry after a connection loss that had committed fails its version
+        check, and the compare-and-set loop then finds the update done.
+        """
+        txn = self._session.client.transaction()
+        txn.set_data(path, data, version=version)
+        txn.set_data(path.rpartition("/")[0], b"")
+        return txn.commit_async()
 
     def drop(self, owner: str, epochs: Sequence[int], shard_ids: Sequence[str]) -> None:
         """Delete old manifests and the shards no remaining manifest references.

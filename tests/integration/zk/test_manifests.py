@@ -243,6 +243,33 @@ def test_update_holders_compare_and_set_under_concurrency(
     }
 
 
+def test_cached_shard_records_follow_every_writer(
+    zk_connect: Callable[..., ZkSession],
+) -> None:
+    reader, writer = ZkManifestStore(zk_connect()), ZkManifestStore(zk_connect())
+    s1, s2 = shard(1), shard(2)
+    writer.publish(manifest(1, [s1]), [s1])
+    assert reader.shards(OWNER) == {s1.shard_id: s1}
+    assert reader.shards(OWNER) == {s1.shard_id: s1}  # served from the cache
+
+    # another process's repair moves holders: the reader sees it at once
+    moved = writer.update_holders(OWNER, s1.shard_id, lambda h: ["n3", *h[1:]])
+    assert reader.shards(OWNER)[s1.shard_id].holders == ("n3", "n2")
+    assert reader.shards(OWNER) == {s1.shard_id: moved}
+
+    writer.publish(manifest(2, [s1, s2], base=1), [s2])
+    assert set(reader.shards(OWNER)) == {s1.shard_id, s2.shard_id}
+    writer.publish(manifest(3, [s2]), [])
+    writer.drop(OWNER, [1, 2], [s1.shard_id])
+    assert set(reader.shards(OWNER)) == {s2.shard_id}
+
+    # a caller mutating what it got does not poison the cache
+    got = reader.shards(OWNER)
+    got.clear()
+    assert set(reader.shards(OWNER)) == {s2.shard_id}
+    assert reader.shards("nobody") == {}
+
+
 def test_drop_old_epochs_and_unreferenced_shards(store: ZkManifestStore) -> None:
     s1, s2, s3 = shard(1), shard(2, kind="delta"), shard(3)
     store.publish(manifest(1, [s1]), [s1])
