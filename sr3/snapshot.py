@@ -20,7 +20,6 @@ import logging
 import queue
 import threading
 import time
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -39,6 +38,7 @@ from sr3.errors import (
 from sr3.manifest import Manifest, ShardMeta, shard_id_for
 from sr3.ports import ManifestStore
 from sr3.replication import ReplicatedStore
+from sr3.storage import crc32
 
 __all__ = [
     "FetchedShard",
@@ -399,7 +399,7 @@ class SnapshotWriter:
                     owner=owner,
                     epoch=epoch,
                     size=len(data),
-                    crc32=zlib.crc32(data),
+                    crc32=crc32(data),
                     key_groups=tuple(batch),
                     kind=kind,
                 )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +36,7 @@ from sr3.recovery.frames import (
 )
 from sr3.recovery.transport import RelayStream, Upstream
 from sr3.server import Connection, require
-from sr3.storage import ReplicaStore
+from sr3.storage import ReplicaStore, crc32
 
 __all__ = ["LineRecovery", "serve_line"]
 
@@ -121,7 +120,7 @@ class LineRecovery(RecoveryStrategy):
             logger.warning("line: chunk of %s at %s out of order; dropped", sid, off)
             return
         part.buffer += data
-        part.crc = zlib.crc32(data, part.crc)
+        part.crc = crc32(data, part.crc)
         if not frame.get("end"):
             return
         del partial[meta.shard_id]

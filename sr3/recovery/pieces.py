@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from sr3.codec import decode_shard, merge_key_group_blobs
 from sr3.errors import ChecksumError, CodecError, RecoveryError
 from sr3.manifest import Manifest, ShardMeta
+from sr3.storage import crc32
 
 __all__ = [
     "Assembly",
@@ -265,7 +265,7 @@ class Assembly:
             CodecError: the payload is malformed or another shard's.
         """
         meta = self.metas[shard_id]
-        if not crc_checked and zlib.crc32(data) != meta.crc32:
+        if not crc_checked and crc32(data) != meta.crc32:
             msg = (
                 f"{shard_id}: received bytes fail the manifest's crc32 "
                 f"{meta.crc32:#010x}; read another replica"

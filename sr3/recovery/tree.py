@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import zlib
 from typing import Any
 
 from sr3.errors import CodecError, NodeUnavailableError, ProtocolError, StorageError
@@ -38,7 +37,7 @@ from sr3.recovery.frames import FrameSender, RelayFaults, RelayNode, parse_nodes
 from sr3.recovery.pieces import ChainIndex, Piece, merge_pieces, pieces_of_shard
 from sr3.recovery.transport import RelayStream, Upstream
 from sr3.server import Connection, require
-from sr3.storage import ReplicaStore
+from sr3.storage import ReplicaStore, crc32
 
 __all__ = ["TreeRecovery", "children_of", "serve_tree"]
 
@@ -67,7 +66,7 @@ def _piece_of(frame: dict[str, Any], where: str) -> Piece:
     ):
         msg = f"{where}: malformed piece frame"
         raise ProtocolError(msg)
-    if zlib.crc32(data) != crc:
+    if crc32(data) != crc:
         msg = f"{where}: piece of key group {kg} epochs {lo}..{hi} fails its crc32"
         raise ProtocolError(msg)
     return Piece(kg, lo, hi, data)
@@ -340,7 +339,7 @@ class _TreeNode:
                 "kg": piece.kg,
                 "lo": piece.lo,
                 "hi": piece.hi,
-                "crc": zlib.crc32(piece.blob),
+                "crc": crc32(piece.blob),
                 "from": self.conn.node_id,
             }
             await self.sender.send(fields, blob=piece.blob)
