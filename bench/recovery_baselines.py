@@ -31,17 +31,28 @@ CHUNK = 4 * 1024 * 1024
 
 
 def _raw_sender(port: int, total: int) -> None:
-    block = memoryview(os.urandom(CHUNK))
+    # ``total`` bytes at distinct addresses, as a holder's shards are: sending one
+    # small buffer over and over would stay in the CPU cache and flatter the link
+    block = os.urandom(1024 * 1024)
+    payload = memoryview((block * (total // len(block) + 1))[:total])
     with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.recv(1)  # the receiver's clock starts before it says go
         sent = 0
         while sent < total:
             n = min(CHUNK, total - sent)
-            sock.sendall(block[:n])
+            sock.sendall(payload[sent : sent + n])
             sent += n
 
 
-def raw_loopback(total: int) -> float:
-    """Seconds to receive ``total`` bytes from another process on one socket."""
+def raw_loopback(total: int, *, keep: bool = True) -> float:
+    """Seconds to receive ``total`` bytes from another process on one socket.
+
+    With ``keep`` (the baseline R is compared with) the receiver allocates a fresh
+    4 MiB buffer per 4 MiB received and keeps them all, as a recovering process
+    must keep every shard it receives; allocating and first touching 1 GB costs
+    0.4 to 1 s on these machines. Without it, everything lands in one buffer
+    touched before the clock starts: the bound of the loopback link alone.
+    """
     with socket.create_server(("127.0.0.1", 0)) as srv:
         port = srv.getsockname()[1]
         proc = multiprocessing.get_context("fork").Process(
@@ -49,17 +60,29 @@ def raw_loopback(total: int) -> float:
         )
         proc.start()
         conn, _ = srv.accept()
-        buf = bytearray(total)  # R keeps the bytes, as recovery does
-        view = memoryview(buf)
+        kept: list[bytearray] = []
+        whole = None if keep else memoryview(bytearray(total))
         got = 0
-        started = time.perf_counter()
         with conn:
+            started = time.perf_counter()
+            conn.sendall(b"g")
             while got < total:
-                n = conn.recv_into(view[got:], min(CHUNK, total - got))
-                if not n:
-                    break
-                got += n
-        seconds = time.perf_counter() - started
+                size = min(CHUNK, total - got)
+                if whole is None:
+                    buf = bytearray(size)
+                    kept.append(buf)
+                    view = memoryview(buf)
+                else:
+                    view = whole[got : got + size]
+                filled = 0
+                while filled < size:
+                    n = conn.recv_into(view[filled:])
+                    if not n:
+                        msg = f"raw sender stopped after {got + filled} bytes"
+                        raise RuntimeError(msg)
+                    filled += n
+                got += size
+            seconds = time.perf_counter() - started
         proc.join()
     return seconds
 
