@@ -167,9 +167,11 @@ class Serializer(abc.ABC):
 
     Attributes:
         name: The name ``streamparse_run -s`` knows the serializer by.
+        frame_reader: The :class:`FrameReader` of its framing.
     """
 
     name: str
+    frame_reader: type[FrameReader]
 
     @abc.abstractmethod
     def encode(self, message: object) -> bytes:
@@ -179,7 +181,6 @@ class Serializer(abc.ABC):
             TypeError: the message holds values the format cannot encode.
         """
 
-    @abc.abstractmethod
     def reader(
         self,
         stream: IO[bytes],
@@ -189,6 +190,12 @@ class Serializer(abc.ABC):
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
     ) -> FrameReader:
         """Return a reader of this serializer's frames from ``stream``."""
+        return self.frame_reader(
+            stream,
+            component=component,
+            task_id=task_id,
+            max_frame_bytes=max_frame_bytes,
+        )
 
     def iter_messages(
         self, stream: IO[bytes], *, component: str, task_id: int
@@ -210,49 +217,21 @@ class JsonSerializer(Serializer):
     """Storm's default ``org.apache.storm.multilang.JsonSerializer`` framing."""
 
     name = "json"
+    frame_reader = _JsonFrameReader
 
     def encode(self, message: object) -> bytes:  # noqa: D102 (documented on the ABC)
         text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
         return text.encode("utf-8") + b"\nend\n"
-
-    def reader(  # noqa: D102
-        self,
-        stream: IO[bytes],
-        *,
-        component: str,
-        task_id: int,
-        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-    ) -> FrameReader:
-        return _JsonFrameReader(
-            stream,
-            component=component,
-            task_id=task_id,
-            max_frame_bytes=max_frame_bytes,
-        )
 
 
 class MsgpackSerializer(Serializer):
     """pystorm's msgpack framing: bare concatenated msgpack values."""
 
     name = "msgpack"
+    frame_reader = _MsgpackFrameReader
 
     def encode(self, message: object) -> bytes:  # noqa: D102
         return msgpack.packb(message, use_bin_type=True)
-
-    def reader(  # noqa: D102
-        self,
-        stream: IO[bytes],
-        *,
-        component: str,
-        task_id: int,
-        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-    ) -> FrameReader:
-        return _MsgpackFrameReader(
-            stream,
-            component=component,
-            task_id=task_id,
-            max_frame_bytes=max_frame_bytes,
-        )
 
 
 SERIALIZERS: Final[Mapping[str, Serializer]] = {
