@@ -216,6 +216,15 @@ def print_table(rows: list[dict[str, float]], args: argparse.Namespace) -> None:
             f"{r['raw_keep_mb_s']:.0f} | {keep_ratio:.2f} | "
             f"{r['raw_hot_buffer_mb_s']:.0f} | {hot_ratio:.2f} |"
         )
+    big = max(rows, key=lambda r: r["size_bytes"])
+    streamed = big["plain_fetch_mb_s"] / big["raw_loopback_mb_s"]
+    kept = big["ring_read_mb_s"] / big["raw_keep_mb_s"]
+    verdict = "MET" if min(streamed, kept) >= 0.5 else "NOT MET"
+    print(
+        f"\nread >= 0.5x raw loopback at {big['size_bytes'] / 1e6:.0f} MB: streamed "
+        f"read {streamed:.2f}x raw (both drop the bytes), star read into R "
+        f"{kept:.2f}x raw keeping the bytes (both keep them): {verdict}"
+    )
 
 
 def save(rows: list[dict[str, float]]) -> None:
