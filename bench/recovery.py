@@ -22,6 +22,9 @@ RocksDB providers.
 ``--netns`` adds a bandwidth-limited run (bench/recovery_netns.py): R in a network
 namespace behind a veth limited to 100 Mbit/s with 20 ms round trips.
 
+``--baselines-only`` measures the baselines alone (Spark at 1 GB takes minutes);
+a later run merges those rows with ``--append FILE``.
+
 Writes bench/results/recovery.{csv,json,md} and one PNG per scenario. Not a test.
 """
 
@@ -57,6 +60,7 @@ from sr3_cli.lab import Lab  # noqa: E402
 from sr3_cli.snapshot_cmd import put_synthetic  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
+BASELINES_ONLY = RESULTS / "recovery_baselines_only.json"
 MECHANISMS = ("star", "line", "tree")
 DELTA_EPOCHS, DELTA_FRACTION = 6, 0.5
 
@@ -156,6 +160,9 @@ def context_of(cluster: Cluster) -> RecoveryContext:
 def run_loopback(
     args: argparse.Namespace, rows: list[dict[str, Any]], tmp: Path
 ) -> None:
+    if args.baselines_only:
+        run_baselines_only(args, rows, tmp)
+        return
     ring = LoopbackRing(tmp / "lab")
     redis = RedisServer() if "redis" in args.baselines else None
     try:
@@ -221,6 +228,33 @@ def run_loopback(
         if redis is not None:
             redis.close()
         ring.close()
+
+
+def run_baselines_only(
+    args: argparse.Namespace, rows: list[dict[str, Any]], tmp: Path
+) -> None:
+    """Measure the baselines alone (no ring), e.g. Spark at 1 GB in its own run."""
+    redis = RedisServer() if "redis" in args.baselines else None
+    try:
+        for shape in args.shapes:
+            for label in args.sizes:
+                size = parse_size(label)
+                spec = spec_for(size, shape)
+                base = {
+                    "network": "loopback",
+                    "shape": shape,
+                    "size": label,
+                    "size_bytes": size,
+                    "keys": spec.keys,
+                    "epochs": 1,
+                    "run": "baselines-only",
+                }
+                owner = f"bench/{shape}/{label}/1"
+                _baselines(args, rows, base, spec, size, redis, owner, tmp)
+                BASELINES_ONLY.write_text(json.dumps(rows, indent=1, default=str))
+    finally:
+        if redis is not None:
+            redis.close()
 
 
 def _baselines(
@@ -318,6 +352,11 @@ def main() -> None:
         "--report-only", action="store_true", help="redraw from recovery.json"
     )
     parser.add_argument("--append", help="keep the rows of this earlier recovery.json")
+    parser.add_argument(
+        "--baselines-only",
+        action="store_true",
+        help="run only --baselines (no ring); merge later with --append",
+    )
     args = parser.parse_args()
     args.sizes = args.sizes.split(",")
     args.shapes = args.shapes.split(",")
@@ -347,6 +386,9 @@ def main() -> None:
                 spec_for=spec_for,
                 show=_show,
             )
+    if args.baselines_only:
+        print(f"wrote {BASELINES_ONLY}; merge it with --append")
+        return
     _save(rows)
     write_report(rows, RESULTS)
 
