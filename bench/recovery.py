@@ -9,7 +9,8 @@ nodes (r=3), a base only and, for small keys, a delta chain (6 epochs, half the
 keys updated per epoch), then recovers it into this process with each structure,
 killing 0, 1 or 2 holders (SIGKILL) as the first bytes reach R. Time to resume is
 measured from recovery start until R served a read of a key (lazy install;
-``star-eager`` decodes everything at install, for comparison).
+``star-eager`` decodes everything at install, for comparison). Failure-free cells
+and the raw baseline report the median of ``--repeat`` runs (default 3).
 
 Baselines on the same keys and values: (a) a raw loopback copy of as many bytes,
 sent from distinct memory and received into fresh 4 MiB buffers kept to the end,
@@ -38,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -205,12 +207,18 @@ def run_loopback(
                         _show(rows[-1])
                         for failures in args.failures:
                             for mech in MECHANISMS:
-                                try:
-                                    row = recover_once(
-                                        recoverer, owner, mech, failures, ring.kill
-                                    )
-                                finally:
-                                    ring.heal()
+                                row = _median_of(
+                                    args.repeat if failures == 0 else 1,
+                                    partial(
+                                        recover_once,
+                                        recoverer,
+                                        owner,
+                                        mech,
+                                        failures,
+                                        ring.kill,
+                                    ),
+                                    after=ring.heal,
+                                )
                                 rows.append({**base, **row})
                                 _show(rows[-1])
                         eager = recover_once(
@@ -228,6 +236,25 @@ def run_loopback(
         if redis is not None:
             redis.close()
         ring.close()
+
+
+def _median_of(
+    times: int,
+    run: Callable[[], dict[str, Any]],
+    *,
+    after: Callable[[], None] = lambda: None,
+) -> dict[str, Any]:
+    """Run ``times`` times; return the median run's row with every sample."""
+    got = []
+    for _ in range(times):
+        try:
+            got.append(run())
+        finally:
+            after()
+    got.sort(key=lambda r: float(r["time_to_resume_s"]))
+    row = dict(got[(len(got) - 1) // 2])
+    row["samples_s"] = [round(float(r["time_to_resume_s"]), 4) for r in got]
+    return row
 
 
 def run_baselines_only(
@@ -269,13 +296,18 @@ def _baselines(
 ) -> None:
     if "raw" in args.baselines:
         for mechanism, keep in (("raw-loopback", True), ("raw-pretouched", False)):
-            seconds = min(raw_loopback(state_bytes, keep=keep) for _ in range(3))
+            row = _median_of(
+                args.repeat,
+                lambda keep=keep: {
+                    "time_to_resume_s": raw_loopback(state_bytes, keep=keep)
+                },
+            )
             rows.append(
                 {
                     **base,
+                    **row,
                     "mechanism": mechanism,
                     "failures": 0,
-                    "time_to_resume_s": seconds,
                     "bytes_received": state_bytes,
                 }
             )
@@ -338,6 +370,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="10MB,100MB,1GB")
     parser.add_argument("--shapes", default="small,large")
     parser.add_argument("--failures", default="0,1,2")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="runs of each failure-free cell and raw baseline; the median is reported",
+    )
     parser.add_argument("--baselines", default="raw,redis,spark")
     parser.add_argument(
         "--delta-max", default="100MB", help="largest size given a delta chain"

@@ -26,6 +26,7 @@ FIELDS = [
     "killed",
     "failed_holders",
     "hgetall_s",
+    "samples_s",
     "jvm_start_s",
     "reason",
 ]
