@@ -34,6 +34,18 @@ BASELINES = ("raw-loopback", "raw-pretouched", "redis", "spark-hdfs", "spark-roc
 RING = ("star", "line", "tree")
 
 
+def _scenario(
+    rows: list[dict[str, Any]], net: str, shape: str, epochs: int, size: str
+) -> list[dict[str, Any]]:
+    """The rows of one scenario: network, value shape, epochs and size label."""
+    return [
+        r
+        for r in rows
+        if (r["network"], r["shape"], r["epochs"], r["size"])
+        == (net, shape, epochs, size)
+    ]
+
+
 def _t(rows: list[dict[str, Any]], **match: Any) -> float | None:
     for row in rows:
         if all(row.get(k) == v for k, v in match.items()):
@@ -77,12 +89,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "|" + "---|" * 20,
     ]
     for net, shape, epochs, _, size in scen:
-        sel = [
-            r
-            for r in rows
-            if (r["network"], r["shape"], r["epochs"], r["size"])
-            == (net, shape, epochs, size)
-        ]
+        sel = _scenario(rows, net, shape, epochs, size)
         star = _t(sel, mechanism="star", failures=0)
         auto = next((r for r in sel if r["mechanism"] == "auto"), None)
         raw = _t(sel, mechanism="raw-loopback")
@@ -125,12 +132,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "|" + "---|" * 10,
     ]
     for net, shape, epochs, _, size in scen:
-        sel = [
-            r
-            for r in rows
-            if (r["network"], r["shape"], r["epochs"], r["size"])
-            == (net, shape, epochs, size)
-        ]
+        sel = _scenario(rows, net, shape, epochs, size)
         for mech in RING:
             t = [_t(sel, mechanism=mech, failures=f) for f in (0, 1, 2)]
             if all(x is None for x in t):
@@ -192,12 +194,7 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
     ]
     found = False
     for shape in ("small", "large"):
-        sel = [
-            r
-            for r in rows
-            if (r["network"], r["shape"], r["epochs"], r["size"])
-            == ("loopback", shape, 1, "1GB")
-        ]
+        sel = _scenario(rows, "loopback", shape, 1, "1GB")
         if not sel:
             continue
         found = True
@@ -229,12 +226,7 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
     for net, shape, epochs, size in limited:
         if net == "loopback":
             continue
-        sel = [
-            r
-            for r in rows
-            if (r["network"], r["shape"], r["epochs"], r["size"])
-            == (net, shape, epochs, size)
-        ]
+        sel = _scenario(rows, net, shape, epochs, size)
         star = _t(sel, mechanism="star", failures=0)
         best = _fastest_ring(sel, "line", "tree")
         if star is None or best is None:
