@@ -77,7 +77,8 @@ def victims(mechanism: str, structure: dict[str, Any], count: int) -> list[str]:
     if mechanism == "star":
         return sorted(nodes, key=lambda n: -len(structure["assignment"][n]))[:count]
     if mechanism == "line":
-        return [nodes[len(nodes) // 2], nodes[-1]][:count]
+        # the middle of the chain, then its end (distinct even on a 2-node chain)
+        return list(dict.fromkeys([nodes[(len(nodes) - 1) // 2], nodes[-1]]))[:count]
     return [nodes[1], nodes[0]][:count] if len(nodes) > 1 else nodes[:count]
 
 

@@ -153,6 +153,24 @@ def _send_file_reply(
         os.close(sock_fd)
 
 
+def _send_file_range(
+    head: bytes, in_fd: int, offset: int, count: int, sock_fd: int, timeout_s: float
+) -> None:
+    """Send ``head`` then ``count`` bytes of ``in_fd`` from ``offset`` (worker thread).
+
+    Owns ``sock_fd`` as :func:`_build_and_send` does; write errors become
+    :class:`_SendError`.
+    """
+    try:
+        try:
+            wire.write_parts(sock_fd, [head], timeout_s)
+            _sendfile_all(sock_fd, in_fd, offset, count, timeout_s)
+        except OSError as exc:
+            raise _SendError(str(exc)) from exc
+    finally:
+        os.close(sock_fd)
+
+
 class Connection:
     """An authenticated client connection as op handlers see it.
 
@@ -254,6 +272,48 @@ class Connection:
             ConnectionError: the client went away; the connection is closed.
         """
         await self._in_thread(_send_file_reply, produce, blob_key)
+
+    async def send_encoded(self, parts: list[wire.Buffer]) -> None:
+        """Send bytes that already form whole frames (a relay forwarding frames).
+
+        Nothing is checked or re-encoded: the caller guarantees the parts are
+        complete frames of this protocol. Large parts are written from a worker
+        thread straight from their buffers, as :meth:`send` does.
+
+        Raises:
+            ConnectionError: the client went away; the connection is closed.
+        """
+        if sum(memoryview(p).nbytes for p in parts) < _THREAD_SEND_BYTES:
+            for part in parts:
+                self._writer.write(memoryview(part))
+            await self._writer.drain()
+            return
+        await self._send_in_thread(lambda: parts)
+
+    async def ok_file_range(
+        self,
+        fields: Mapping[str, Any],
+        fd: int,
+        offset: int,
+        count: int,
+        *,
+        blob_key: str = "data",
+    ) -> None:
+        """Send ``{"ok": True, **fields}`` with ``count`` bytes of a file as its blob.
+
+        The bytes go from file descriptor ``fd`` at ``offset`` to the socket by
+        ``os.sendfile`` in a worker thread, never through this process. As with
+        :meth:`ok_file_from_thread`, nothing checks them on the way: only a
+        caller whose receiver checks them end to end may use it. The caller
+        keeps ``fd`` open until this returns.
+
+        Raises:
+            ProtocolError: the fields are not msgpack-able.
+            ConnectionError: the client went away; the connection is closed.
+        """
+        frame = {"v": wire.PROTOCOL_VERSION, "ok": True, **fields}
+        head = wire.pack_frame_head(frame, blob_key, count)
+        await self._in_thread(_send_file_range, head, fd, offset, count)
 
     async def _send_in_thread(self, build: Callable[[], list[wire.Buffer]]) -> None:
         await self._in_thread(_build_and_send, build)

@@ -34,7 +34,9 @@ __all__ = [
     "RecoveryStrategy",
     "Span",
     "TransferJob",
+    "assign_covering",
     "assign_least_loaded",
+    "covering_holders",
     "ring_order",
 ]
 
@@ -290,6 +292,50 @@ def assign_least_loaded(
         node_shards.sort(key=lambda s: order[s.shard_id])
     orphans.sort(key=lambda s: order[s.shard_id])
     return assigned, orphans
+
+
+def covering_holders(
+    shards: Sequence[ShardMeta], usable: Mapping[str, object]
+) -> list[str]:
+    """Return few usable holders that together hold every shard that has one.
+
+    Greedy set cover by bytes: each step takes the holder of the most bytes not
+    covered yet, ties going to the earlier node in ring order. Relay structures
+    use only these holders, so a byte crosses fewer hops (with r=3 over 5 nodes,
+    2 or 3 holders usually cover everything). Deterministic for fixed inputs.
+
+    Returns:
+        The chosen node ids, in ring order.
+    """
+    rank = {n: i for i, n in enumerate(ring_order(list(usable)))}
+    uncovered = [s for s in shards if any(h in usable for h in s.holders)]
+    chosen: list[str] = []
+    while uncovered:
+        gain: dict[str, int] = {}
+        for shard in uncovered:
+            for holder in set(shard.holders):
+                if holder in usable:
+                    gain[holder] = gain.get(holder, 0) + max(shard.size, 1)
+        best = min(gain, key=lambda n: (-gain[n], rank[n]))
+        chosen.append(best)
+        uncovered = [s for s in uncovered if best not in s.holders]
+    return ring_order(chosen)
+
+
+def assign_covering(
+    shards: Sequence[ShardMeta], usable: Mapping[str, NodeInfo]
+) -> tuple[dict[str, list[ShardMeta]], list[ShardMeta]]:
+    """Assign shards as :func:`assign_least_loaded` does, among covering holders only.
+
+    The holders are :func:`covering_holders`; each shard goes to the least-loaded
+    of them that holds it. Line and tree recovery use this: every holder they
+    include adds a hop to the bytes passing through it.
+
+    Returns:
+        ``(node id -> its shards in chain order, shards without a usable holder)``.
+    """
+    chosen = covering_holders(shards, usable)
+    return assign_least_loaded(shards, {n: usable[n] for n in chosen})
 
 
 class RecoveryStrategy(ABC):

@@ -7,7 +7,7 @@ See :mod:`sr3.recovery.transport` for the frame types of ``relay_line`` and
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,19 +139,49 @@ class FrameSender:
             ConnectionError: the downstream peer went away, or the injected abort
                 fired (the stream breaks as if this node crashed).
         """
-        if self._faults.delay_s:
-            await asyncio.sleep(self._faults.delay_s)
-        async with self._lock:
-            limit = self._faults.abort_after_frames
-            if limit is not None and self.frames >= limit:
-                msg = f"fault injection: relay aborted after {limit} frames"
-                raise ConnectionAbortedError(msg)
-            if self._conn.closing:
-                msg = f"downstream {self._conn.peer} closed the relay"
-                raise ConnectionResetError(msg)
-            await self._conn.ok(fields, blob=blob)
-            self.frames += 1
-            self.bytes += 0 if blob is None else memoryview(blob).nbytes
+        size = 0 if blob is None else memoryview(blob).nbytes
+        await self._send(self._conn.ok(fields, blob=blob), size)
+
+    async def send_encoded(self, frame: wire.Buffer, *, blob_bytes: int = 0) -> None:
+        """Forward one frame exactly as it arrived (length prefix included).
+
+        ``blob_bytes`` is only counted in :attr:`bytes`.
+
+        Raises:
+            ConnectionError: as :meth:`send`.
+        """
+        await self._send(self._conn.send_encoded([frame]), blob_bytes)
+
+    async def send_file(
+        self, fields: Mapping[str, Any], fd: int, offset: int, count: int
+    ) -> None:
+        """Send one ``ok`` frame whose blob is ``count`` bytes of file ``fd``.
+
+        The bytes go by ``os.sendfile`` unchecked: the receiver verifies them.
+
+        Raises:
+            ConnectionError: as :meth:`send`.
+        """
+        await self._send(self._conn.ok_file_range(fields, fd, offset, count), count)
+
+    async def _send(self, sending: Coroutine[Any, Any, None], size: int) -> None:
+        """Await ``sending`` under the lock, after the injected faults."""
+        try:
+            if self._faults.delay_s:
+                await asyncio.sleep(self._faults.delay_s)
+            async with self._lock:
+                limit = self._faults.abort_after_frames
+                if limit is not None and self.frames >= limit:
+                    msg = f"fault injection: relay aborted after {limit} frames"
+                    raise ConnectionAbortedError(msg)
+                if self._conn.closing:
+                    msg = f"downstream {self._conn.peer} closed the relay"
+                    raise ConnectionResetError(msg)
+                await sending
+                self.frames += 1
+                self.bytes += size
+        finally:
+            sending.close()  # never started when a check above raised
 
 
 def shard_list(values: Sequence[object], what: str) -> list[str]:

@@ -1,11 +1,19 @@
 """Line-structured recovery: holders chained in ring order, one stream into R.
 
-R assigns each shard to its least-loaded live holder, orders those holders by
-ring position ``h1 .. hn`` and sends ``relay_line`` with the chain to ``hn``, the
-chain's end. Each node ``hi`` asks ``hi-1`` for the rest of the chain, then sends
-its own shards in chunks while forwarding every frame arriving from upstream as it
-arrives: the chain is pipelined, each hop holds at most a frame, and a slow link
-pushes back through ``drain``. R receives one stream.
+R picks few live holders that together hold every shard (a greedy set cover,
+:func:`~sr3.recovery.base.assign_covering`: each holder in the chain adds a hop
+to every byte passing through it), gives each shard to the least-loaded of them,
+orders them by ring position ``h1 .. hn`` and sends ``relay_line`` with the chain
+to ``hn``, the chain's end. Each node ``hi`` asks ``hi-1`` for the rest of the
+chain, then sends its own shards in chunks while forwarding every frame arriving
+from upstream as it arrives: the chain is pipelined, each hop holds at most two
+frames, and a slow link pushes back through ``drain``. R receives one stream.
+
+No byte is re-encoded on the way. A node sends its own chunks from the replica
+file by ``os.sendfile`` and forwards upstream frames exactly as they arrived,
+decoding only their heads. Nothing checks a chunk in between: R receives each
+chunk straight into the shard's buffer and checks the whole shard against the
+manifest's size and crc32, reporting a holder whose copy fails it as corrupt.
 
 A node whose upstream fails tells R (a ``lost`` frame) and re-plans in place: it
 asks the node before the failed one for the rest of the chain, skipping shards it
@@ -20,11 +28,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from sr3.config import NodeConfig
 from sr3.errors import ChecksumError, CodecError, ProtocolError, StorageError
+from sr3.manifest import ShardMeta
 from sr3.recovery.base import (
     RecoveryStrategy,
     TransferJob,
-    assign_least_loaded,
+    assign_covering,
     ring_order,
 )
 from sr3.recovery.frames import (
@@ -34,21 +44,27 @@ from sr3.recovery.frames import (
     parse_nodes,
     shard_list,
 )
-from sr3.recovery.transport import RelayStream, Upstream
+from sr3.recovery.transport import RelayStream
+from sr3.recovery.upstream import Upstream
 from sr3.server import Connection, require
 from sr3.storage import ReplicaStore, crc32
 
-__all__ = ["LineRecovery", "serve_line"]
+__all__ = ["RELAY_CHUNK_BYTES", "LineRecovery", "relay_chunk_bytes", "serve_line"]
 
 logger = logging.getLogger(__name__)
 
 OP = "relay_line"
-_NOT_FORWARDED = ("v", "ok", "data")
+#: Smallest chunk R asks a chain for (``sr3.node.chunk.bytes`` when larger, and
+#: at most half the frame bound): every frame costs each hop a thread hop or two,
+#: and the chain's pipeline holds two frames per hop.
+RELAY_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 @dataclass
 class _Partial:
-    buffer: bytearray
+    meta: ShardMeta
+    buffer: bytearray  # the shard's size, filled in place chunk by chunk
+    filled: int
     crc: int
     source: str
 
@@ -61,7 +77,7 @@ class LineRecovery(RecoveryStrategy):
     def transfer(self, job: TransferJob) -> None:
         """Receive the job's shards through one chain of its holders."""
         usable = job.usable()
-        assigned, orphans = assign_least_loaded(job.shards, usable)
+        assigned, orphans = assign_covering(job.shards, usable)
         for shard in orphans:
             logger.warning("line: shard %s has no live holder left", shard.shard_id)
         if not assigned:
@@ -87,7 +103,7 @@ class LineRecovery(RecoveryStrategy):
             "op": OP,
             "owner": job.owner,
             "chain": [n.to_wire() for n in chain],
-            "chunk_bytes": self.context.node_config.chunk_bytes,
+            "chunk_bytes": relay_chunk_bytes(self.context.node_config),
         }
         end = chain[-1]
         partial: dict[str, _Partial] = {}
@@ -95,50 +111,89 @@ class LineRecovery(RecoveryStrategy):
             with RelayStream(
                 end.host, end.port, request, config=self.context.node_config
             ) as stream:
-                for frame in stream.frames():
-                    kind = frame.get("t")
+                while True:
+                    head, size = stream.next_head()
+                    kind = head.get("t")
                     if kind == "shard":
-                        self._on_chunk(job, frame, partial)
+                        whole = self._on_chunk(job, stream, head, size, partial)
+                        if whole is not None:
+                            self._finish(job, whole)
                     elif kind == "lost":
-                        job.lost_frame(frame)
+                        job.lost_frame(head)
+                    elif kind == "end":
+                        break
         except StorageError as exc:
             logger.warning("line: chain end %s failed: %s", end.node_id, exc)
             job.lost(end.node_id, str(exc))
 
     def _on_chunk(
-        self, job: TransferJob, frame: dict[str, Any], partial: dict[str, _Partial]
-    ) -> None:
-        sid, off, data = frame.get("shard"), frame.get("off"), frame.get("data")
+        self,
+        job: TransferJob,
+        stream: RelayStream,
+        head: dict[str, Any],
+        size: int,
+        partial: dict[str, _Partial],
+    ) -> _Partial | None:
+        """Receive a chunk's blob into its shard's buffer; return the shard if whole."""
+        sid, off = head.get("shard"), head.get("off")
         meta = job.assembly.metas.get(sid) if isinstance(sid, str) else None
-        if meta is None or not isinstance(off, int) or not isinstance(data, bytes):
+        inline = head.get("data")  # a frame not in the trailing-blob layout
+        if isinstance(inline, bytes):
+            size = len(inline)
+        malformed = inline is not None and not isinstance(inline, bytes)
+        if meta is None or not isinstance(off, int) or malformed:
             logger.warning("line: ignoring a malformed chunk frame of %r", sid)
-            return
+            return None
         if off == 0:
-            partial[meta.shard_id] = _Partial(bytearray(), 0, str(frame.get("from")))
+            source = str(head.get("from"))
+            buffer = bytearray(meta.size)
+            partial[meta.shard_id] = _Partial(meta, buffer, 0, 0, source)
         part = partial.get(meta.shard_id)
-        if part is None or off != len(part.buffer):
+        if part is None or off != part.filled or off + size > meta.size:
             logger.warning("line: chunk of %s at %s out of order; dropped", sid, off)
-            return
-        part.buffer += data
-        part.crc = crc32(data, part.crc)
-        if not frame.get("end"):
-            return
+            partial.pop(meta.shard_id, None)
+            return None
+        with memoryview(part.buffer) as whole, whole[off : off + size] as view:
+            if isinstance(inline, bytes):
+                view[:] = inline
+            else:
+                stream.recv_blob_into(view)
+            part.crc = crc32(view, part.crc)
+        part.filled += size
+        if not head.get("end"):
+            return None
         del partial[meta.shard_id]
-        if len(part.buffer) != meta.size or part.crc != meta.crc32:
+        return part
+
+    def _finish(self, job: TransferJob, part: _Partial) -> None:
+        """Add a received shard after checking it against the manifest."""
+        meta = part.meta
+        if part.filled != meta.size or part.crc != meta.crc32:
+            # holders send their replica files unchecked: R is the check
             logger.warning(
                 "line: %s from %s fails the manifest's size/crc32; re-fetched later",
-                sid,
+                meta.shard_id,
                 part.source,
             )
+            job.found_corrupt(part.source, meta.shard_id)
             return
         try:
-            data = memoryview(part.buffer)
-            job.assembly.add_shard(meta.shard_id, data, crc_checked=True)
+            job.assembly.add_shard(
+                meta.shard_id, memoryview(part.buffer), crc_checked=True
+            )
         except (ChecksumError, CodecError) as exc:
-            logger.warning("line: %s from %s is corrupt: %s", sid, part.source, exc)
+            logger.warning(
+                "line: %s from %s is corrupt: %s", meta.shard_id, part.source, exc
+            )
             job.found_corrupt(part.source, meta.shard_id)
             return
         job.delivered(part.source, meta.size)
+
+
+def relay_chunk_bytes(config: NodeConfig) -> int:
+    """Return the chunk size R asks a chain for (see :data:`RELAY_CHUNK_BYTES`)."""
+    largest = config.max_frame_bytes // 2
+    return max(min(RELAY_CHUNK_BYTES, largest), min(config.chunk_bytes, largest))
 
 
 def _chunk_bytes(request: dict[str, Any], conn: Connection) -> int:
@@ -194,34 +249,35 @@ async def _send_own(
     shards: list[str],
     chunk: int,
 ) -> None:
+    """Send own shards in chunks, each straight from its replica file."""
     for sid in shards:
         try:
             reader = await asyncio.to_thread(store.open_reader, sid)
-        except StorageError as exc:
+        except (StorageError, CodecError) as exc:  # ChecksumError is a CodecError
             await sender.send(
                 {"t": "lost", "shard": sid, "node": node_id, "error": str(exc)}
             )
             continue
         try:
+            # opening checked the header and the file's length; R checks the crc32
+            size, start, fd = reader.info.size, reader.offset, reader.fileno()
             off = 0
-            while not reader.done:
-                # the reader checks the crc32 on the last chunk: a corrupt replica
-                # never sends its end, so R drops the partial copy
-                data = await asyncio.to_thread(reader.read, chunk)
+            while True:
+                count = min(chunk, size - off)
                 fields = {
                     "t": "shard",
                     "shard": sid,
                     "off": off,
-                    "size": reader.info.size,
-                    "end": reader.done,
+                    "size": size,
+                    "end": off + count == size,
                     "from": node_id,
                 }
-                await sender.send(fields, blob=data)
-                off += len(data)
-        except (StorageError, CodecError) as exc:  # ChecksumError is a CodecError
-            await sender.send(
-                {"t": "lost", "shard": sid, "node": node_id, "error": str(exc)}
-            )
+                # a file failing under sendfile breaks the frame, hence the
+                # stream: R records this node lost and re-fetches the rest
+                await sender.send_file(fields, fd, start + off, count)
+                off += count
+                if off == size:
+                    break
         finally:
             reader.close()
 
@@ -234,7 +290,7 @@ async def _forward(
     skip: set[str],
     forwarded: set[str],
 ) -> None:
-    """Forward the upstream chain's frames; re-plan around a failed upstream."""
+    """Forward the upstream chain's frames unchanged; re-plan around a failure."""
     remaining = list(chain)
     while remaining:
         node = remaining[-1]
@@ -248,14 +304,8 @@ async def _forward(
         try:
             upstream = await Upstream.open(node, ask, conn.config)
             try:
-                while True:
-                    frame = await upstream.next()
-                    if frame.get("t") == "end":
-                        return
-                    fields = {k: v for k, v in frame.items() if k not in _NOT_FORWARDED}
-                    await sender.send(fields, blob=frame.get("data"))
-                    if frame.get("t") == "shard" and frame.get("end"):
-                        forwarded.add(str(frame.get("shard")))
+                await _relay(upstream, sender, forwarded)
+                return
             finally:
                 await upstream.close()
         except StorageError as exc:
@@ -264,3 +314,31 @@ async def _forward(
             )
             await sender.send({"t": "lost", "node": node.node_id, "error": str(exc)})
             remaining.pop()
+
+
+async def _relay(upstream: Upstream, sender: FrameSender, forwarded: set[str]) -> None:
+    """Forward frames up to the ``end`` frame exactly as they arrived.
+
+    The next frame is received while the current one is sent: a hop holds at
+    most two frames.
+
+    Raises:
+        NodeUnavailableError: the upstream failed.
+    """
+    reading = asyncio.ensure_future(upstream.next_raw())
+    try:
+        while True:
+            frame = await reading
+            fields = frame.fields
+            if fields.get("t") == "end":
+                return
+            reading = asyncio.ensure_future(upstream.next_raw())
+            blob = frame.blob
+            size = 0 if blob is None else blob.nbytes
+            await sender.send_encoded(frame.data, blob_bytes=size)
+            if fields.get("t") == "shard" and fields.get("end"):
+                forwarded.add(str(fields.get("shard")))
+    finally:
+        if not reading.done():
+            reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)

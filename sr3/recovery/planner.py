@@ -14,6 +14,10 @@ many, as SR3's own selection prefers line when latency allows). The model:
   the CPU of folding the delta chain (decoding at ``merge_bps``) when the chain
   has deltas.
 
+Line and tree include only the holders that cover every shard
+(``relay_holders``, :func:`~sr3.recovery.base.covering_holders`), so their hop
+counts and tree depth come from that count, not from every live holder.
+
 :class:`Prober` measures the inputs: a ping's round trip and a timed small read
 (``relay_probe``) from each holder alone and from all of them at once, cached per
 holder for ``ttl_s``.
@@ -49,9 +53,10 @@ __all__ = [
 #: Bytes/s a node folds key-group blobs at (msgpack in C: ~0.5 GB/s for 100-byte
 #: values, ~2 GB/s for 1 KiB values, measured on the 2-core bench machine).
 DEFAULT_MERGE_BPS = 400e6
-#: Bytes/s one node forwards a relay stream at (receive, decode frame, send; about
-#: what line recovery reached end to end on loopback).
-DEFAULT_RELAY_BPS = 300e6
+#: Bytes/s one node forwards a relay stream at (receive a frame, forward its
+#: bytes unchanged; about what line recovery reached end to end on loopback, 1 GB
+#: over a chain of 3 of 5 holders on the 2-core bench machine).
+DEFAULT_RELAY_BPS = 500e6
 #: Below this, round trips dominate and star is always chosen.
 SMALL_STATE_BYTES = 1024 * 1024
 _STRUCTURES = ("star", "line", "tree")
@@ -67,6 +72,9 @@ class PlannerInputs:
         merged_bytes: Estimated bytes once deltas are folded (what tree moves).
         shard_count: Shards in the chain.
         holder_count: Live holders the shards can come from.
+        relay_holders: Holders line and tree include: the few that cover every
+            shard (:func:`~sr3.recovery.base.covering_holders`); None means
+            ``holder_count``.
         chain_length: Epochs in the chain (1 = a base only).
         rtt_s: Round trip from R to a holder (median of the probes).
         holder_bps: Bytes/s of one holder streaming to R alone.
@@ -86,6 +94,7 @@ class PlannerInputs:
     shard_count: int
     holder_count: int
     chain_length: int
+    relay_holders: int | None = None
     rtt_s: float = 0.0002
     holder_bps: float = 1e9
     aggregate_bps: float | None = None
@@ -103,6 +112,9 @@ class PlannerInputs:
                 f"recovery mechanism {self.configured!r} is unknown; set "
                 "sr3.recovery.mechanism to star, line, tree or auto"
             )
+            raise ConfigError(msg)
+        if self.relay_holders is not None and self.relay_holders < 1:
+            msg = f"relay_holders must be at least 1, got {self.relay_holders}"
             raise ConfigError(msg)
         if self.holder_bps <= 0 or self.merge_bps <= 0 or self.relay_bps <= 0:
             msg = "planner rates must be positive bytes per second"
@@ -126,20 +138,21 @@ class PlanDecision:
 
 def _predict(p: PlannerInputs) -> dict[str, float]:
     n = max(1, p.holder_count)
+    relays = max(1, min(n, p.relay_holders or n))
     # all holders at once never deliver less than one alone: a lower aggregate
     # probe is the prober's own overhead (threads in R), not the network
     aggregate = max(p.aggregate_bps or p.holder_bps * n, p.holder_bps)
     one_stream = min(p.holder_bps, p.relay_bps)
     waves = math.ceil(max(1, p.shard_count) / max(1, min(p.parallel, p.shard_count)))
     depth = 1
-    while (p.tree_fanout ** (depth) - 1) // (p.tree_fanout - 1) < n:
+    while (p.tree_fanout ** (depth) - 1) // (p.tree_fanout - 1) < relays:
         depth += 1
     merge_s = 0.0
     if p.chain_length > 1:
         merge_s = (p.state_bytes + p.merged_bytes) / 2 / p.merge_bps
     return {
         "star": 2 * p.rtt_s + waves * p.rtt_s + p.state_bytes / aggregate,
-        "line": 3 * n * p.rtt_s + p.state_bytes / one_stream,
+        "line": 3 * relays * p.rtt_s + p.state_bytes / one_stream,
         "tree": 3 * depth * p.rtt_s + p.merged_bytes / one_stream + merge_s,
     }
 
@@ -167,6 +180,11 @@ def plan_mechanism(inputs: PlannerInputs) -> PlanDecision:
         f"{_fmt_bytes(p.state_bytes)} in {p.chain_length} epoch(s) "
         f"(~{_fmt_bytes(p.merged_bytes)} merged), {p.shard_count} shards over "
         f"{p.holder_count} holders"
+        + (
+            f" ({p.relay_holders} cover all)"
+            if p.relay_holders is not None and p.relay_holders < p.holder_count
+            else ""
+        )
     )
     if p.holder_count <= 1:
         return PlanDecision("star", f"auto: star, one holder only; {facts}")

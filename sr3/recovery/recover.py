@@ -26,6 +26,7 @@ from sr3.recovery.base import (
     RecoveryStrategy,
     Span,
     TransferJob,
+    covering_holders,
 )
 from sr3.recovery.line import LineRecovery
 from sr3.recovery.pieces import Assembly, Blob, shard_metas_in_order
@@ -147,6 +148,7 @@ def planner_inputs(
         merged_bytes=max(per_epoch.values(), default=0),
         shard_count=len(shards),
         holder_count=len(holders),
+        relay_holders=len(covering_holders(shards, live)) or None,
         chain_length=len(per_epoch),
         latency_target_s=context.recovery.latency_target_s,
         configured=configured,

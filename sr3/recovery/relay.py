@@ -17,7 +17,7 @@ from typing import Any
 from sr3.errors import ProtocolError
 from sr3.recovery.frames import RelayFaults
 from sr3.recovery.line import serve_line
-from sr3.recovery.tree import serve_tree
+from sr3.recovery.tree_node import serve_tree
 from sr3.server import Connection, NodeServer, require
 from sr3.storage import ReplicaStore
 

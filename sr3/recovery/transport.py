@@ -1,4 +1,4 @@
-"""Relay streams: R's blocking reader, a node's async upstream reader and frame sender.
+"""Relay streams, R's side: the star shard link and the blocking relay reader.
 
 Line and tree recovery are server ops (``relay_line``, ``relay_tree``) that answer
 one request with many frames, each ``{"ok": True, "t": <type>, ...}``:
@@ -14,11 +14,16 @@ one request with many frames, each ``{"ok": True, "t": <type>, ...}``:
 An error frame (``ok`` False) also ends a stream. Frames are forwarded as they
 arrive and each send waits for the peer to drain (the server's write buffer limit
 is zero), so a slow link pushes back up the whole structure instead of piling up.
+
+Blobs travel last in their frame, as a bin32 under ``data``
+(:func:`sr3.wire.pack_frame_head`), so a reader decodes only a frame's head: R
+receives a blob straight into its destination (:meth:`RelayStream.next_head`),
+and a relaying node forwards a frame's bytes exactly as they arrived
+(:meth:`sr3.recovery.upstream.Upstream.next_raw`).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 from collections.abc import Iterator, Mapping
@@ -32,14 +37,26 @@ from sr3.errors import (
     ChecksumError,
     NodeUnavailableError,
     ProtocolError,
-    SR3Error,
     StorageError,
 )
-from sr3.recovery.frames import RelayNode
 
-__all__ = ["RelayStream", "ShardLink", "Upstream"]
+__all__ = [
+    "RelayStream",
+    "ShardLink",
+    "open_socket",
+    "raise_error_frame",
+    "recv_all",
+    "split_head",
+]
 
 logger = logging.getLogger(__name__)
+
+# A frame's blob under "data" as pack_frame_head writes it: the key as a fixstr,
+# then a bin32 tag; its 4-byte size follows.
+BLOB_MARK = b"\xa4data\xc6"
+_NIL = b"\xc0"
+# Heads of relay frames are a few dozen bytes; 512 leaves room for long shard ids.
+HEAD_BYTES = 512
 
 
 def open_socket(host: str, port: int, config: NodeConfig) -> socket.socket:
@@ -70,6 +87,45 @@ def _recv_into(sock: socket.socket, view: memoryview, where: str) -> None:
             msg = f"{where}: connection closed after {got} of {len(view)} bytes"
             raise NodeUnavailableError(msg)
         got += n
+
+
+def recv_all(sock: socket.socket, view: memoryview, where: str) -> None:
+    """Fill ``view`` from a socket (MSG_WAITALL: usually one call per frame)."""
+    got = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:], 0, socket.MSG_WAITALL)
+        if n == 0:
+            msg = f"{where}: connection closed after {got} of {len(view)} bytes"
+            raise NodeUnavailableError(msg)
+        got += n
+
+
+def split_head(head: wire.Buffer, length: int) -> tuple[dict[str, Any], int] | None:
+    """Decode the fields of a frame whose blob comes last, without the blob.
+
+    ``head`` holds the first bytes of a frame body of ``length`` bytes. When the
+    body ends in a bin32 under ``data`` running to its end (what
+    :func:`sr3.wire.pack_frame_head` writes), returns the frame's fields with
+    ``data`` left out and the offset of the blob's first byte in the body;
+    otherwise None (decode the whole body instead).
+    """
+    data = bytes(head)
+    at = data.find(BLOB_MARK)
+    while at >= 0:
+        start = at + len(BLOB_MARK) + 4
+        if start <= len(data):
+            size = int.from_bytes(data[start - 4 : start], "big")
+            if start + size == length:
+                try:
+                    # the head with the blob's value replaced by nil decodes alone
+                    fields = wire.decode_body(data[: at + 5] + _NIL)
+                except ProtocolError:
+                    fields = None
+                if fields is not None and "data" in fields and fields["data"] is None:
+                    del fields["data"]
+                    return fields, start
+        at = data.find(BLOB_MARK, at + 1)
+    return None
 
 
 class ShardLink:
@@ -142,11 +198,16 @@ class ShardLink:
             self.close()
             msg = f"{where}: reply does not carry {size} bytes; the replica differs"
             raise ChecksumError(msg)
-        _raise_error_frame(frame, where)
+        raise_error_frame(frame, where)
         raise AssertionError  # noqa: S101 - _raise_error_frame always raises
 
 
-def _raise_error_frame(frame: Mapping[str, Any], where: str) -> None:
+def raise_error_frame(frame: Mapping[str, Any], where: str) -> None:
+    """Raise the project error an error frame (``ok`` False) stands for.
+
+    Raises:
+        StorageError: or the subclass the frame's ``code`` names.
+    """
     code, error = frame.get("code"), frame.get("error")
     cls = wire.error_type(code, StorageError)
     msg = f"{where} failed ({code}): {error}"
@@ -174,6 +235,8 @@ class RelayStream:
         self._config = config
         self._sock: socket.socket | None = None
         self._buffer = bytearray()
+        self._spill = b""  # blob bytes received with the head
+        self._blob_left = 0  # blob bytes of the current frame not received yet
 
     def __enter__(self) -> RelayStream:
         self.connect()
@@ -246,102 +309,104 @@ class RelayStream:
                 raise NodeUnavailableError(msg) from exc
             if frame.get("ok") is not True:
                 self.close()
-                _raise_error_frame(frame, where)
+                raise_error_frame(frame, where)
             yield frame
             if frame.get("t") == "end":
                 return
 
+    def next_head(self) -> tuple[dict[str, Any], int]:
+        """Receive the next frame up to its blob; return its fields and blob size.
 
-class Upstream:
-    """A node's async connection to the next node up a relay structure.
-
-    Open with :meth:`open`; read frames with :meth:`next`; always :meth:`close`.
-    """
-
-    def __init__(
-        self,
-        node: RelayNode,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        config: NodeConfig,
-    ) -> None:
-        self.node = node
-        self._reader = reader
-        self._writer = writer
-        self._config = config
-        self._where = f"relay from node {node.node_id} ({node.host}:{node.port})"
-
-    @classmethod
-    async def open(
-        cls, node: RelayNode, request: Mapping[str, Any], config: NodeConfig
-    ) -> Upstream:
-        """Connect, authenticate and send ``request``.
+        The caller then receives the blob with :meth:`recv_blob_into` or drops it
+        with :meth:`skip_blob` (the next call drops whatever is left). A frame
+        without a trailing blob comes back whole, with a blob size of 0.
 
         Raises:
-            NodeUnavailableError: the node cannot be reached or refused us.
+            NodeUnavailableError: the connection broke or timed out.
+            StorageError: the node answered with an error frame.
         """
-        where = f"relay to node {node.node_id} ({node.host}:{node.port})"
+        where = f"relay from node {self.address}"
+        if self._blob_left:
+            self.skip_blob()
+        if self._sock is None:
+            msg = f"{where}: connection closed"
+            raise NodeUnavailableError(msg)
         try:
-            async with asyncio.timeout(config.connect_timeout_s):
-                reader, writer = await asyncio.open_connection(
-                    node.host, node.port, limit=config.chunk_bytes
-                )
-        except (OSError, TimeoutError) as exc:
-            msg = f"{where}: cannot connect: {exc}"
-            raise NodeUnavailableError(msg) from exc
-        upstream = cls(node, reader, writer, config)
-        try:
-            async with asyncio.timeout(config.io_timeout_s):
-                hello = await wire.read_frame(reader, wire.HANDSHAKE_MAX_FRAME_BYTES)
-                nonce = None if hello is None else hello.get("nonce")
-                if not isinstance(nonce, bytes):
-                    msg = f"{where}: no valid hello from the node"
-                    raise NodeUnavailableError(msg)
-                mac = wire.auth_mac(config.secret, nonce)
-                auth = {"v": wire.PROTOCOL_VERSION, "op": "auth", "mac": mac}
-                await wire.write_frame(writer, auth)
-                reply = await wire.read_frame(reader, wire.HANDSHAKE_MAX_FRAME_BYTES)
-                if reply is None or reply.get("ok") is not True:
-                    msg = f"{where}: authentication refused; check sr3.node.secret"
-                    raise NodeUnavailableError(msg)
-                await wire.write_frame(writer, {"v": wire.PROTOCOL_VERSION, **request})
-        except (OSError, TimeoutError, ProtocolError) as exc:
-            await upstream.close()
-            msg = f"{where}: handshake failed: {exc!r}"
+            fields, size = self._recv_head(self._sock, where)
+        except (OSError, ProtocolError) as exc:
+            self.close()
+            msg = f"{where} broke: {exc}"
             raise NodeUnavailableError(msg) from exc
         except NodeUnavailableError:
-            await upstream.close()
+            self.close()
             raise
-        return upstream
+        if fields.get("ok") is not True:
+            self.close()
+            raise_error_frame(fields, where)
+        return fields, size
 
-    async def next(self) -> dict[str, Any]:
-        """Return the next frame (the ``end`` frame last).
+    def _recv_head(self, sock: socket.socket, where: str) -> tuple[dict[str, Any], int]:
+        prefix = bytearray(4)
+        recv_all(sock, memoryview(prefix), where)
+        length = int.from_bytes(prefix, "big")
+        if length > self._config.max_frame_bytes:
+            msg = f"{where}: frame of {length} bytes exceeds the frame bound"
+            raise ProtocolError(msg)
+        first = bytearray(min(length, HEAD_BYTES))
+        recv_all(sock, memoryview(first), where)
+        split = split_head(first, length) if length > len(BLOB_MARK) else None
+        if split is not None:
+            fields, start = split
+            self._spill = bytes(first[start:])
+            self._blob_left = length - start
+            return fields, self._blob_left
+        body = bytearray(length)
+        body[: len(first)] = first
+        recv_all(sock, memoryview(body)[len(first) :], where)
+        return wire.decode_body(body), 0
+
+    def recv_blob_into(self, view: memoryview) -> None:
+        """Receive the current frame's blob into ``view`` (exactly its size).
 
         Raises:
-            NodeUnavailableError: the node died, stalled, or sent an error frame.
+            NodeUnavailableError: the connection broke or timed out.
+            ValueError: ``view`` is not the blob's size.
         """
-        try:
-            async with asyncio.timeout(self._config.io_timeout_s):
-                frame = await wire.read_frame(
-                    self._reader, self._config.max_frame_bytes
-                )
-        except (OSError, TimeoutError, ProtocolError) as exc:
-            msg = f"{self._where} broke: {exc!r}"
-            raise NodeUnavailableError(msg) from exc
-        if frame is None:
-            msg = f"{self._where}: the node closed the stream before its end"
+        where = f"relay from node {self.address}"
+        if view.nbytes != self._blob_left:
+            msg = f"blob of {self._blob_left} bytes does not fit {view.nbytes}"
+            raise ValueError(msg)
+        if self._sock is None:
+            msg = f"{where}: connection closed"
             raise NodeUnavailableError(msg)
-        if frame.get("ok") is not True:
-            try:
-                _raise_error_frame(frame, self._where)
-            except SR3Error as exc:
-                raise NodeUnavailableError(str(exc)) from exc
-        return frame
-
-    async def close(self) -> None:
-        """Close the connection (no error if already closed)."""
-        self._writer.close()
+        spill, self._spill = self._spill, b""
+        view[: len(spill)] = spill
         try:
-            await self._writer.wait_closed()
-        except (OSError, ConnectionError):
-            pass
+            recv_all(self._sock, view[len(spill) :], where)
+        except OSError as exc:
+            self.close()
+            msg = f"{where} broke: {exc}"
+            raise NodeUnavailableError(msg) from exc
+        except NodeUnavailableError:
+            self.close()
+            raise
+        self._blob_left = 0
+
+    def skip_blob(self) -> None:
+        """Receive and drop the rest of the current frame's blob.
+
+        Raises:
+            NodeUnavailableError: the connection broke or timed out.
+        """
+        left, self._blob_left = self._blob_left - len(self._spill), 0
+        self._spill = b""
+        if left <= 0:
+            return
+        if len(self._buffer) < min(left, 1 << 20):
+            self._buffer = bytearray(min(left, 1 << 20))
+        with memoryview(self._buffer) as scratch:
+            while left:
+                n = min(left, len(scratch))
+                self._blob_left = n  # recv_blob_into's size check
+                self.recv_blob_into(scratch[:n])
+                left -= n

@@ -122,7 +122,9 @@ def victims(mechanism: str, structure: dict[str, Any], count: int) -> list[str]:
         busiest = sorted(nodes, key=lambda n: -len(structure["assignment"][n]))
         return busiest[:count]
     if mechanism == "line":  # a middle relay first, then the chain's end (R's peer)
-        return [nodes[len(nodes) // 2], nodes[-1]][:count]
+        # the chain holds only the covering holders, often just two
+        chain = [nodes[(len(nodes) - 1) // 2], nodes[-1]]
+        return list(dict.fromkeys(chain))[:count]
     return [nodes[1], nodes[0]][:count]  # tree: an interior node, then the root
 
 
@@ -169,6 +171,34 @@ def test_recovery_is_exact_with_holders_killed_mid_transfer(
     phases = [s.phase for s in result.timeline]
     assert phases[0] == "plan" and phases[-2:] == ["install", "resume"]
     assert result.time_to_resume_s >= result.transfer_s > 0
+
+
+@pytest.mark.parametrize("mechanism", ["line", "tree"])
+def test_relays_use_a_covering_subset_of_the_holders(
+    lab: Lab, cluster: Cluster, mechanism: str
+) -> None:
+    owner = f"cover/{mechanism}"
+    model = write_history(cluster, owner, seed=7, epochs=3)
+    plans: list[dict[str, Any]] = []
+
+    def on_event(kind: str, info: Any) -> None:
+        if kind == "plan":
+            plans.append(info["structure"])
+
+    result = recoverer(cluster).recover(owner, mechanism=mechanism, on_event=on_event)
+    assert contents(result) == model and result.replans == 0
+    manifest = cluster.manifests.latest(owner)
+    assert manifest is not None
+    metas = cluster.manifests.shards(owner)
+    (plan,) = plans
+    nodes, assignment = plan["nodes"], plan["assignment"]
+    # r=3 over 5 nodes: every shard is on any 3 of them, so 3 at most suffice
+    assert 1 <= len(nodes) <= 3 < len(lab.nodes)
+    assigned = sorted(s for shards in assignment.values() for s in shards)
+    assert assigned == sorted(manifest.shard_ids)
+    for node_id, shards in assignment.items():
+        assert node_id in nodes
+        assert all(node_id in metas[s].holders for s in shards)
 
 
 def test_twenty_epochs_compact_collect_and_recover_the_last_one(

@@ -1,4 +1,4 @@
-"""Recovery lifecycle guards, timeline spans, least-loaded assignment, fault knobs."""
+"""Recovery lifecycle guards, timeline spans, shard assignment, fault knobs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from sr3.ports import NodeInfo
 from sr3.recovery.base import (
     RecoveryLifecycle,
     RecoveryPhase,
+    assign_covering,
     assign_least_loaded,
+    covering_holders,
     ring_order,
 )
 from sr3.recovery.frames import RelayFaults
@@ -118,3 +120,66 @@ def test_relay_faults_parse() -> None:
         RelayFaults.parse("explode=1")
     with pytest.raises(ConfigError):
         RelayFaults.parse("delay_s=soon")
+
+
+def ring_of_shards(ids: list[str], count: int, r: int = 3) -> list[ShardMeta]:
+    """Shards placed as a ring does: r consecutive distinct nodes each."""
+    return [
+        shard(i, 100 + 7 * (i % 5), tuple(ids[(i + j) % len(ids)] for j in range(r)))
+        for i in range(count)
+    ]
+
+
+def test_covering_holders_hold_every_shard_with_few_nodes() -> None:
+    ids = ["a", "b", "c", "d", "e"]
+    shards = ring_of_shards(ids, 40)
+    live = {n: node(n) for n in ids}
+    chosen = covering_holders(shards, live)
+    # r=3 over 5 nodes: any 3 nodes cover every shard, greedy needs no more
+    assert 2 <= len(chosen) <= 3
+    assert chosen == ring_order(chosen)
+    assert all(set(s.holders) & set(chosen) for s in shards)
+    assert covering_holders(list(reversed(shards)), dict(reversed(live.items()))) == (
+        chosen
+    )
+
+
+def test_covering_holders_take_the_most_bytes_first_and_skip_dead_nodes() -> None:
+    shards = [
+        shard(0, 500, ("a", "b")),
+        shard(1, 10, ("c",)),
+        shard(2, 10, ("b", "c")),
+        shard(3, 10, ("d",)),
+    ]
+    live = {n: node(n) for n in "abc"}
+    # b holds 510 bytes, a 500: b first, then c for shard 1; "d" is not live,
+    # so shard 3 has no usable holder and needs none chosen
+    assert covering_holders(shards, live) == ring_order(["b", "c"])
+    assert covering_holders([], live) == []
+
+
+def test_assign_covering_uses_only_the_cover_and_balances_within_it() -> None:
+    ids = ["a", "b", "c", "d", "e"]
+    shards = ring_of_shards(ids, 60)
+    live = {n: node(n) for n in ids}
+    chosen = covering_holders(shards, live)
+    assigned, orphans = assign_covering(shards, live)
+    assert not orphans
+    assert set(assigned) <= set(chosen)
+    assert sorted(s.shard_id for v in assigned.values() for s in v) == sorted(
+        s.shard_id for s in shards
+    )
+    for n, mine in assigned.items():
+        assert all(n in s.holders for s in mine)
+    assert assign_covering(shards, live) == (assigned, orphans)
+
+
+def test_assign_covering_after_a_holder_failed_still_covers_the_rest() -> None:
+    ids = ["a", "b", "c", "d", "e"]
+    shards = ring_of_shards(ids, 30)
+    live = {n: node(n) for n in ids}
+    first = covering_holders(shards, live)
+    survivors = {n: v for n, v in live.items() if n != first[0]}
+    assigned, orphans = assign_covering(shards, survivors)
+    assert not orphans and first[0] not in assigned
+    assert sum(len(v) for v in assigned.values()) == len(shards)

@@ -8,8 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sr3.config import NodeConfig
 from sr3.errors import ConfigError
+from sr3.manifest import ShardMeta
+from sr3.ports import NodeInfo
+from sr3.recovery.base import RecoveryContext
 from sr3.recovery.planner import PlannerInputs, ProbeResult, plan_mechanism
+from sr3.recovery.recover import planner_inputs
 
 MB = 1_000_000
 
@@ -106,3 +111,54 @@ def test_probe_result_medians_and_defaults() -> None:
     assert probes.median_rtt_s() == 0.002 and probes.median_bps() == 2.0
     empty = ProbeResult({}, {}, None)
     assert empty.median_rtt_s() > 0 and empty.median_bps() > 0
+
+
+def test_relays_are_costed_over_the_covering_holders_only() -> None:
+    # 12 holders but 3 cover every shard: the chain has 3 hops, the tree 2 levels
+    far = replace(NARROW, holder_count=12, rtt_s=0.05)
+    every = plan_mechanism(replace(far, configured="auto"))
+    cover = plan_mechanism(replace(far, relay_holders=3))
+    rtt = far.rtt_s
+    assert every.predicted_s["line"] - cover.predicted_s["line"] == pytest.approx(
+        3 * 9 * rtt
+    )
+    # fanout 2: 12 nodes need 4 levels, 3 nodes 2
+    assert every.predicted_s["tree"] - cover.predicted_s["tree"] == pytest.approx(
+        3 * 2 * rtt
+    )
+    assert every.predicted_s["star"] == cover.predicted_s["star"]
+    assert "(3 cover all)" in cover.reason and "cover all" not in every.reason
+    # more covering holders than holders is meaningless: capped
+    assert plan_mechanism(replace(far, relay_holders=40)).predicted_s == (
+        every.predicted_s
+    )
+
+
+def test_relay_holders_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="relay_holders"):
+        replace(LOOPBACK, relay_holders=0)
+
+
+def test_inputs_count_the_holders_that_cover_every_shard() -> None:
+    # every shard on a and b, and on one of c, d, e
+    others = ["c", "d", "e"]
+    shards = [
+        ShardMeta(f"o@1#{i}", "o", 1, 1000, 0, (i,), "full", ("a", "b", others[i % 3]))
+        for i in range(9)
+    ]
+    live = {n: NodeInfo(n, "127.0.0.1", 1) for n in ["a", "b", *others]}
+    context = RecoveryContext(
+        manifests=None,  # type: ignore[arg-type]  # planner_inputs reads config only
+        members=lambda: live,
+        pool=None,  # type: ignore[arg-type]
+        node_config=NodeConfig(),
+    )
+    inputs = planner_inputs(shards, live, context, configured="auto")
+    assert inputs.holder_count == 5
+    assert inputs.relay_holders == 1  # a alone holds every shard
+    del live["a"]
+    inputs = planner_inputs(shards, live, context, configured="auto")
+    assert (inputs.holder_count, inputs.relay_holders) == (4, 1)
+    del live["b"]
+    inputs = planner_inputs(shards, live, context, configured="auto")
+    assert (inputs.holder_count, inputs.relay_holders) == (3, 3)
