@@ -3,9 +3,10 @@
 Each shard goes to its least-loaded live holder (by bytes assigned), so load is
 spread over holders; R opens connections to all of them at once and receives the
 shards with the nodes' ``get`` (sent with ``sendfile``), each straight into a
-buffer of its own (:class:`~sr3.recovery.transport.ShardLink`), then checks the
-shard's crc32 once. A holder that fails or serves a corrupt copy is skipped and
-the shard is asked from its next holder, least loaded first. The limit is R's
+buffer of its own (:class:`~sr3.recovery.transport.ShardLink`), checking the
+manifest's crc32 piece by piece as the bytes arrive. A holder that fails or
+serves a corrupt copy is skipped and the shard is asked from its next holder,
+least loaded first. The limit is R's
 inbound link: every holder sends into it at once (incast).
 """
 
@@ -76,12 +77,12 @@ class StarRecovery(RecoveryStrategy):
             tried.add(node_id)
             info = job.live[node_id]
             try:
+                # the link checks the payload against the manifest's crc32 as it
+                # arrives: end to end, in one pass
                 data = links.get(node_id, info.host, info.port).get(
-                    shard.shard_id, shard.size
+                    shard.shard_id, shard.size, shard.crc32
                 )
-                # the link checks nothing: the assembly checks the payload against
-                # the manifest's crc32, once, end to end
-                job.assembly.add_shard(shard.shard_id, data, crc_checked=False)
+                job.assembly.add_shard(shard.shard_id, data, crc_checked=True)
             except (ChecksumError, CodecError) as exc:
                 logger.warning(
                     "star: corrupt copy of %s on %s: %s", shard.shard_id, node_id, exc

@@ -39,6 +39,7 @@ from sr3.errors import (
     ProtocolError,
     StorageError,
 )
+from sr3.storage import crc32
 
 __all__ = [
     "RelayStream",
@@ -87,6 +88,24 @@ def _recv_into(sock: socket.socket, view: memoryview, where: str) -> None:
             msg = f"{where}: connection closed after {got} of {len(view)} bytes"
             raise NodeUnavailableError(msg)
         got += n
+
+
+def _recv_checked(sock: socket.socket, view: memoryview, where: str, start: int) -> int:
+    """Fill ``view``; return the crc32 of ``view[start:]``, computed as it arrives.
+
+    Each piece is checksummed right after the kernel copied it in, while it is
+    still in the CPU cache, rather than in a second pass over the whole buffer.
+    """
+    got = crc = 0
+    while got < len(view):
+        n = sock.recv_into(view[got:])
+        if n == 0:
+            msg = f"{where}: connection closed after {got} of {len(view)} bytes"
+            raise NodeUnavailableError(msg)
+        if got + n > start:
+            crc = crc32(view[max(got, start) : got + n], crc)
+        got += n
+    return crc
 
 
 def recv_all(sock: socket.socket, view: memoryview, where: str) -> None:
@@ -155,13 +174,17 @@ class ShardLink:
         if sock is not None:
             sock.close()
 
-    def get(self, shard_id: str, size: int) -> memoryview:
+    def get(self, shard_id: str, size: int, crc: int | None = None) -> memoryview:
         """Return the node's replica of a shard of ``size`` bytes.
+
+        With ``crc`` (the manifest's crc32) the payload is checked against it as
+        it arrives; without it, checking is the caller's.
 
         Raises:
             NodeUnavailableError: the node cannot be reached or broke the reply.
             ShardNotFoundError: the node holds no replica.
-            ChecksumError: the node found its replica corrupt.
+            ChecksumError: the node found its replica corrupt, or the bytes
+                received fail ``crc``.
             StorageError: any other error reply.
         """
         where = f"node {self.address}: get of shard {shard_id!r}"
@@ -178,7 +201,7 @@ class ShardLink:
                 msg = f"{where}: reply of {length} bytes exceeds the frame bound"
                 raise ProtocolError(msg)
             body = bytearray(length)
-            _recv_into(sock, memoryview(body), where)
+            running = _recv_checked(sock, memoryview(body), where, length - size)
         except (OSError, ProtocolError) as exc:
             self.close()
             msg = f"{where} failed: {exc}"
@@ -192,6 +215,13 @@ class ShardLink:
                 # the head with the blob's value replaced by nil decodes alone
                 head = wire.decode_body(bytes(body[:head_end]) + b"\xc0")
                 if head.get("ok") is True:
+                    if crc is not None and running != crc:
+                        # every byte was read: the connection stays in step
+                        msg = (
+                            f"{where}: received bytes fail the manifest's crc32 "
+                            f"{crc:#010x}; read another replica"
+                        )
+                        raise ChecksumError(msg)
                     return memoryview(body)[head_end + 5 :]
         frame = wire.decode_body(body)
         if frame.get("ok") is True:
