@@ -10,7 +10,7 @@ The same topology file and the same ``ReplayableSpout`` / ``Bolt`` /
 - each bolt is a stage of one row stream (:mod:`spark_bridge.rows`) that
   consumes the emits it subscribes to and passes the rest on, so branches and
   joins never duplicate a sub-plan; stateless bolts run per partition
-  (``mapInPandas``);
+  (``mapInArrow``), and the keying before a stateful bolt packs each key's rows;
 - a ``StatefulBolt`` runs as ``groupBy(key).applyInPandasWithState`` on the
   values of its fields grouping, or, when a topology has several stateful bolts,
   as chained ``transformWithStateInPandas`` operators (:mod:`spark_bridge.keyed`):
@@ -27,7 +27,11 @@ Entry points: ``sr3 run FILE --engine spark`` and ``python -m spark_bridge`` /
 starts a standalone master and worker from the pip package for tests and labs.
 """
 
-from spark_bridge.compiler import Plan, build_frame, plan_topology
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
 from spark_bridge.errors import (
     ComponentError,
     QueryFailedError,
@@ -35,7 +39,10 @@ from spark_bridge.errors import (
     SparkBridgeError,
     UnsupportedTopologyError,
 )
-from spark_bridge.runner import final_state, run_topology, spark_session
+
+if TYPE_CHECKING:
+    from spark_bridge.compiler import Plan, build_frame, plan_topology
+    from spark_bridge.runner import final_state, run_topology, spark_session
 
 __all__ = [
     "ComponentError",
@@ -50,3 +57,25 @@ __all__ = [
     "run_topology",
     "spark_session",
 ]
+
+# The driver API is imported on first use: Spark's Python processes that only
+# unpickle a stage or the spout source (one per query for the source) then skip
+# importing the compiler, the runner and their dependencies.
+_LAZY: Final = {
+    "Plan": "spark_bridge.compiler",
+    "build_frame": "spark_bridge.compiler",
+    "plan_topology": "spark_bridge.compiler",
+    "final_state": "spark_bridge.runner",
+    "run_topology": "spark_bridge.runner",
+    "spark_session": "spark_bridge.runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -18,12 +18,13 @@ How each DAG shape maps onto Spark. The whole topology is ONE row stream of
   first subscriber's stage and are consumed again by the later ones.
 - **join** (a bolt subscribing to several components or spouts): the inputs are
   already in the one stream; a stateful join groups them all by key.
-- **stateless bolt**: ``mapInPandas`` (:class:`spark_bridge.stages.BoltStage`),
+- **stateless bolt**: ``mapInArrow`` (:class:`spark_bridge.stages.BoltStage`),
   where the partition is, for SHUFFLE, LOCAL_OR_SHUFFLE, NONE, FIELDS and
   global groupings; ALL runs the tuple through one bolt instance per task index.
   DIRECT and CUSTOM groupings are rejected.
-- **stateful bolt** (FIELDS grouping on every input): a ``mapInPandas`` keying
-  stage (:class:`spark_bridge.stages.KeyStage`) then ``groupBy("gkey")``. With
+- **stateful bolt** (FIELDS grouping on every input): a keying stage
+  (:class:`spark_bridge.stages.KeyStage`, packing each key's rows of a record
+  batch into one row) then ``groupBy("gkey")``. With
   one stateful bolt that is ``applyInPandasWithState`` in Update mode; with two
   or more each is ``transformWithStateInPandas`` in Append mode on the RocksDB
   state store (Spark allows one ``applyInPandasWithState`` per query), and
@@ -47,7 +48,7 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 
 from spark_bridge.errors import UnsupportedTopologyError
 from spark_bridge.keyed import KeyedProcessor, StatefulStage
-from spark_bridge.rows import ROW_SCHEMA, STATE_SCHEMA, ComponentRef
+from spark_bridge.rows import ROW_ARROW_SCHEMA, ROW_SCHEMA, STATE_SCHEMA, ComponentRef
 from spark_bridge.source import (
     MAX_ROWS_OPTION,
     SOURCE_NAME,
@@ -56,6 +57,7 @@ from spark_bridge.source import (
 )
 from spark_bridge.stages import (
     GROUP_COLUMN,
+    KEYED_ARROW_SCHEMA,
     KEYED_SCHEMA,
     BoltStage,
     FusedStages,
@@ -241,7 +243,7 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
     frame = functools.reduce(DataFrame.union, [*frames, *extra])
     several = len(plan.stateful) > 1
     # consecutive stateless stages (and the keying of a stateful bolt after
-    # them) run fused in one mapInPandas: no JVM round trip between them
+    # them) run fused in one mapInArrow: no JVM round trip between them
     pending: list[Any] = []
     for position, name in enumerate(plan.bolts):
         ref = ComponentRef(path, name, overrides)
@@ -250,9 +252,8 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
             pending.append(BoltStage(ref, routing))
             continue
         pending.append(KeyStage(ref, routing))
-        grouped = frame.mapInPandas(FusedStages(pending), KEYED_SCHEMA).groupBy(
-            GROUP_COLUMN
-        )
+        fused = FusedStages(pending, KEYED_ARROW_SCHEMA)
+        grouped = frame.mapInArrow(fused, KEYED_SCHEMA).groupBy(GROUP_COLUMN)
         pending = []
         stage = StatefulStage(ref, routing)
         if several:
@@ -264,5 +265,5 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
                 stage, ROW_SCHEMA, STATE_SCHEMA, "Update", GroupStateTimeout.NoTimeout
             )
     if pending:
-        frame = frame.mapInPandas(FusedStages(pending), ROW_SCHEMA)
+        frame = frame.mapInArrow(FusedStages(pending, ROW_ARROW_SCHEMA), ROW_SCHEMA)
     return frame

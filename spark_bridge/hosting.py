@@ -14,8 +14,7 @@ import functools
 import io
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from pyspark import TaskContext
 from pystorm.component import Tuple as StormTuple
@@ -49,9 +48,8 @@ _LOG_LEVELS: Final = {
 }
 
 
-@dataclass(frozen=True)
-class Emit:
-    """One captured emit.
+class Emit(NamedTuple):
+    """One captured emit (a named tuple: one is made per emitted tuple).
 
     Attributes:
         stream: Stream id.
@@ -261,6 +259,7 @@ class BoltHost(_Host):
         self.instance.read_tuple = self._read_tuple
         self._pending: StormTuple | None = None
         self._seq = 0
+        self._types: dict[tuple[str, str], Any] = {}
 
     def _emit(
         self,
@@ -271,7 +270,8 @@ class BoltHost(_Host):
         need_task_ids: bool = False,
     ) -> Any:
         del anchors
-        self._direct(direct_task)
+        if direct_task is not None:
+            self._direct(direct_task)
         self.emits.append(Emit(str(stream or DEFAULT_STREAM), list(tup)))
         return [] if need_task_ids else None
 
@@ -285,8 +285,11 @@ class BoltHost(_Host):
     def make_tuple(self, source: str, stream: str, values: list[Any]) -> StormTuple:
         """Return the Storm tuple the bolt receives for ``values``."""
         self._seq += 1
-        types = self.instance._source_tuple_types  # noqa: SLF001 (pystorm's)
-        val_type = types[source].get(stream)
+        try:
+            val_type = self._types[(source, stream)]
+        except KeyError:
+            types = self.instance._source_tuple_types  # noqa: SLF001 (pystorm's)
+            val_type = self._types[(source, stream)] = types[source].get(stream)
         payload = tuple(values) if val_type is None else val_type(*values)
         return StormTuple(str(self._seq), source, stream, 0, payload)
 

@@ -35,13 +35,18 @@ from pyspark.sql.streaming.stateful_processor import (
 from spark_bridge.errors import ComponentError
 from spark_bridge.hosting import BoltHost, spark_task
 from spark_bridge.rows import EMIT, RESTORE, STATE, STATE_SCHEMA
-from spark_bridge.stages import BoltStageBase, frame_of, is_pseudo_key
+from spark_bridge.stages import (
+    ROWS_COLUMN,
+    BoltStageBase,
+    frame_of,
+    is_pseudo_key,
+    unpack,
+)
 from sr3.codec import decode_key, decode_value, encode_key, encode_value
 
 __all__ = ["KeyedProcessor", "StatefulStage"]
 
 Row = tuple[Any, ...]
-_WIDTH = 7  # columns of ROW_SCHEMA; input rows carry the group column after them
 
 
 def _order(row: Row) -> tuple[str, str, str, bytes]:
@@ -139,11 +144,12 @@ class StatefulStage(BoltStageBase):
 
 
 def _rows(frames: Iterator[pd.DataFrame]) -> list[Row]:
-    return [
-        row[:_WIDTH]
-        for frame in frames
-        for row in frame.itertuples(index=False, name=None)
-    ]
+    # each input row is a pack of the key's rows (spark_bridge.stages.KeyStage)
+    rows: list[Row] = []
+    for frame in frames:
+        for blob in frame[ROWS_COLUMN].tolist():
+            rows.extend(unpack(blob))
+    return rows
 
 
 class KeyedProcessor(StatefulProcessor):

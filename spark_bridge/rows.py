@@ -23,15 +23,21 @@ the rows it does not consume. Kinds:
 ``seq`` is a string that sorts rows in causal order: a spout's ``k``-th row of
 a batch from task ``t`` is ``f"{k:09d}.{t:04d}"`` and the ``j``-th emit while a
 bolt processes the row with seq ``s`` is ``f"{s}.{j:06d}"``.
+
+Inside a Python stage rows are plain tuples in :data:`COLUMNS` order;
+:func:`rows_of` and :func:`record_batch` convert whole Arrow record batches
+column by column (what ``mapInArrow`` stages read and yield).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+import pyarrow as pa
 
 __all__ = [
     "COLUMNS",
@@ -40,11 +46,17 @@ __all__ = [
     "INFO",
     "OFFSET",
     "RESTORE",
+    "ROW_ARROW_SCHEMA",
     "ROW_SCHEMA",
     "STATE",
     "STATE_SCHEMA",
     "ComponentRef",
+    "Row",
+    "record_batch",
+    "rows_of",
 ]
+
+Row = tuple[Any, ...]
 
 #: Schema of every stage's output (Spark DDL).
 ROW_SCHEMA: Final = (
@@ -53,6 +65,18 @@ ROW_SCHEMA: Final = (
 )
 #: Column names of :data:`ROW_SCHEMA`, in order.
 COLUMNS: Final = ("component", "stream", "kind", "values", "key", "state", "seq")
+#: :data:`ROW_SCHEMA` as an Arrow schema.
+ROW_ARROW_SCHEMA: Final = pa.schema(
+    [
+        ("component", pa.string()),
+        ("stream", pa.string()),
+        ("kind", pa.string()),
+        ("values", pa.binary()),
+        ("key", pa.binary()),
+        ("state", pa.binary()),
+        ("seq", pa.string()),
+    ]
+)
 #: Schema of a stateful bolt's GroupState: the key's fields, msgpack-encoded.
 STATE_SCHEMA: Final = "state binary"
 EMIT: Final = "emit"
@@ -61,6 +85,21 @@ RESTORE: Final = "restore"
 OFFSET: Final = "offset"
 DEAD: Final = "dead"
 INFO: Final = "info"
+
+
+def rows_of(batch: pa.RecordBatch) -> list[Row]:
+    """Return the rows of ``batch`` as tuples, in order."""
+    return list(zip(*(column.to_pylist() for column in batch.columns), strict=True))
+
+
+def record_batch(rows: Sequence[Row], schema: pa.Schema) -> pa.RecordBatch:
+    """Return ``rows`` (tuples in ``schema``'s column order) as a record batch."""
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(schema)
+    arrays = [
+        pa.array(column, type=column_field.type)
+        for column, column_field in zip(columns, schema, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 @dataclass(frozen=True)

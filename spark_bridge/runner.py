@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
@@ -118,7 +119,8 @@ class _BatchSink:
         frame.write.mode("overwrite").parquet(str(target))
         changes: dict[str, dict[bytes, bytes | None]] = {}
         offsets: dict[str, Any] = {}
-        for row in _read_batch(target):
+        # only state, offset and info rows matter here: emits are most rows
+        for row in _read_batch(target, emits=False):
             kind = row["kind"]
             if kind == STATE:
                 blob = row["state"]
@@ -136,10 +138,13 @@ class _BatchSink:
         self.committed += 1
 
 
-def _read_batch(directory: Path) -> list[dict[str, Any]]:
+def _read_batch(directory: Path, *, emits: bool = True) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for part in sorted(directory.glob("*.parquet")):
-        rows.extend(pq.read_table(part).to_pylist())
+        table = pq.read_table(part)
+        if not emits:
+            table = table.filter(pc.field("kind") != EMIT)
+        rows.extend(table.to_pylist())
     return rows
 
 

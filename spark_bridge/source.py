@@ -3,9 +3,11 @@
 Spark's offsets are the spout's offsets. The driver-side reader keeps one
 hosted spout per spout task: for each micro-batch it calls ``next_tuple`` up to
 the batch bound (or until a call emits nothing) and reports, per task, the
-offset of the last emit as the end offset. Executors replay the range: a fresh
+offset of the last emit as the end offset. Executors replay the range: the
 spout is sought to the start offset and ``next_tuple`` is called until it emits
-the end offset, so a batch re-run after a failure reads the same tuples.
+the end offset, so a batch re-run after a failure reads the same tuples. A
+Python worker keeps the spouts it hosted (Spark reuses workers across tasks),
+so ``initialize`` runs once per worker and task index, not once per batch.
 
 Offsets are kept as ``{task index: JSON of the spout offset}`` (``"null"``
 before the first emit), so any JSON-able spout offset fits Spark's offset log.
@@ -51,6 +53,10 @@ MAX_ROWS_OPTION: Final = "maxRowsPerBatch"
 #: Option: JSON ``{"spout/task index": offset}`` of tasks not starting at the start.
 START_OFFSETS_OPTION: Final = "startOffsets"
 _DEFAULT_MAX_ROWS: Final = 1000
+#: Spouts a Python worker keeps for later reads, at most.
+_KEPT_HOSTS: Final = 16
+#: (topology path, component, conf JSON, task index) -> spout hosted by a read.
+_read_hosts: dict[tuple[str, str, str, int], SpoutHost] = {}
 
 
 @dataclass(frozen=True)
@@ -143,8 +149,13 @@ class SpoutStreamReader(DataSourceStreamReader):
             msg = f"sr3_spout cannot read a {type(partition).__name__} partition"
             raise TypeError(msg)
         ref = self._ref
-        topology = loaded_topology(ref.topology_path)
-        host = SpoutHost(topology, ref.component, partition.index, ref.conf)
+        conf = json.dumps(dict(ref.conf), sort_keys=True, default=str)
+        kept = (ref.topology_path, ref.component, conf, partition.index)
+        # taken out while reading: a read that fails leaves no half-read spout
+        host = _read_hosts.pop(kept, None)
+        if host is None:
+            topology = loaded_topology(ref.topology_path)
+            host = SpoutHost(topology, ref.component, partition.index, ref.conf)
         start, end = json.loads(partition.start), json.loads(partition.end)
         host.seek(start)
         rows: list[tuple[Any, ...]] = []
@@ -167,6 +178,9 @@ class SpoutStreamReader(DataSourceStreamReader):
         rows.append(
             (ref.component, str(partition.index), OFFSET, offset, None, None, "")
         )
+        while len(_read_hosts) >= _KEPT_HOSTS:
+            del _read_hosts[next(iter(_read_hosts))]
+        _read_hosts[kept] = host
         return iter(rows)
 
 

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from spark_bridge import QueryFailedError, final_state, run_topology
 from spark_bridge.keyed import StatefulStage
 from spark_bridge.rows import COLUMNS, ComponentRef
-from spark_bridge.stages import GROUP_COLUMN, Routing
+from spark_bridge.stages import GROUP_COLUMN, ROWS_COLUMN, Routing, pack
 from sr3.codec import decode_value, encode_key, encode_value
 
 pytestmark = pytest.mark.spark
@@ -175,7 +175,12 @@ def test_dead_letter_diverts_the_tuple_and_rolls_its_key_back(
 
 
 def keyed_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=[*COLUMNS, GROUP_COLUMN])
+    """Return what a KeyStage yields for rows given with their group key last."""
+    groups: dict[bytes, list[tuple[Any, ...]]] = defaultdict(list)
+    for row in rows:
+        groups[row[-1]].append(row[: len(COLUMNS)])
+    packed = [(gkey, pack(group)) for gkey, group in groups.items()]
+    return pd.DataFrame(packed, columns=[GROUP_COLUMN, ROWS_COLUMN])
 
 
 def test_restore_rows_install_state_without_a_state_row() -> None:
