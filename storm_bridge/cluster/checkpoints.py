@@ -459,8 +459,12 @@ class Coordinator:
             EpochStats(current.epoch, current.opened_at, now, dict(current.reports))
         )
         self._current = None
-        if self.recoveries and self.recoveries[-1].resumed_at is None:
-            self.recoveries[-1].resumed_at = now
+        # every rollback since the last commit resumed with this one: a task death
+        # and a ring node's, detected before any epoch committed in between,
+        # are two rollbacks that one commit ends
+        for recovery in self.recoveries:
+            if recovery.resumed_at is None:
+                recovery.resumed_at = now
         self._schedule(self._settings.interval_s)
 
     # -- failures ----------------------------------------------------------------------

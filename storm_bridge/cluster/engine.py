@@ -355,19 +355,29 @@ class Engine:
 
     def is_idle(self, empty_nexts: int) -> bool:
         """Whether nothing is in flight and every spout keeps emitting nothing."""
+        return self.busy_reason(empty_nexts) is None
+
+    def busy_reason(self, empty_nexts: int) -> str | None:
+        """Why the topology is not idle (None when it is), for ``--until-idle``."""
         for rt in self.tasks.values():
+            where = f"{rt.component.name} task {rt.task_id}"
             if rt.state is not TaskState.RUNNING or rt.process is None:
-                return False
+                return f"{where} is {rt.state.name.lower()}"
             if rt.is_spout:
                 if rt.commands or rt.awaiting not in (None, "next") or len(rt.pending):
-                    return False
+                    return (
+                        f"{where}: {len(rt.pending)} tuples pending, "
+                        f"{len(rt.commands)} commands queued, awaiting {rt.awaiting}"
+                    )
                 if self.active and (
                     rt.empty_streak < empty_nexts or rt.awaiting is not None
                 ):
-                    return False
+                    return f"{where} still emits ({rt.empty_streak} empty nexts)"
             elif rt.process.outbox_size or self.flow.busy(rt):
-                return False
-        return self.coordinator is None or not self.coordinator.busy()
+                return f"{where} has tuples in flight"
+        if self.coordinator is not None and self.coordinator.busy():
+            return "the checkpoint coordinator is busy"
+        return None
 
     def pid_of(self, task_id: int) -> int | None:
         """The pid of a task's current subprocess."""

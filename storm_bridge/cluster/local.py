@@ -342,7 +342,21 @@ class LocalCluster:
         """
         return self._wait(lambda: self._engine.is_idle(empty_nexts), timeout_s)
 
+    def busy_reason(self, *, empty_nexts: int = 5) -> str | None:
+        """Why the topology is not idle now (None when it is)."""
+        with self._lock:
+            return self._engine.busy_reason(empty_nexts)
+
     # -- observation -------------------------------------------------------------------
+
+    def spout_emits(self) -> int:
+        """Tuples the spouts emitted so far, replays included (a change detector)."""
+        with self._lock:
+            names = {
+                rt.component.name for rt in self._engine.tasks.values() if rt.is_spout
+            }
+            counters = self._engine.journal.counters
+            return sum(counters[n].emitted for n in names if n in counters)
 
     def counters(self) -> dict[str, ComponentCounters]:
         """Snapshot of the counters, by component id."""

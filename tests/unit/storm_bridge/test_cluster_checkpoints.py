@@ -165,6 +165,35 @@ def test_a_death_rolls_back_and_waits_for_restores(world: Any) -> None:
     assert coordinator.in_flight == 6  # epochs never repeat after a rollback
 
 
+def test_one_commit_resumes_every_rollback_before_it(world: Any) -> None:
+    # a task dies, then a ring node, before any epoch commits: `--until-idle`
+    # waits for every recovery to resume, so the first must not stay open
+    coordinator, tasks, _rec = world
+    (src0, src1), (mid,), (count,) = tasks["src"], tasks["mid"], tasks["count"]
+
+    def restart_all() -> None:
+        for rts in tasks.values():
+            for rt in rts:
+                rt.state = TaskState.RUNNING
+        coordinator.restored(count, {"used": "star", "bytes": 1})
+
+    coordinator.task_died(mid)
+    restart_all()  # restored, but no epoch committed yet
+    coordinator.rollback("ring node n2")
+    restart_all()
+    assert [r.resumed_at for r in coordinator.recoveries] == [None, None]
+    assert coordinator.open_epoch()
+    epoch = coordinator.in_flight
+    coordinator.spout_barrier(src0, [epoch, {"offset": 1}])
+    coordinator.spout_barrier(src1, [epoch, {"offset": 2}])
+    coordinator.input_done(mid)
+    coordinator.bolt_barrier(count, [epoch, {"owner": "x"}])
+    coordinator.snapshot_written(count, {"epoch": epoch, "owner": "x"})
+    assert coordinator.last_committed == epoch
+    assert all(r.resumed_at is not None for r in coordinator.recoveries)
+    assert len(coordinator.recoveries) == 2
+
+
 def test_a_stuck_epoch_is_abandoned_and_held_tuples_released(world: Any) -> None:
     coordinator, tasks, rec = world
     (src0, _src1), (mid,) = tasks["src"], tasks["mid"]
