@@ -83,27 +83,39 @@ def _teardown() -> None:
 async def _pump(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float
 ) -> None:
+    """Copy ``reader`` to ``writer``, each chunk ``delay_s`` late.
+
+    Ends when the reader ends (after delivering what it read) or the writer's
+    peer goes away (then reading stops too: a SIGKILLed node mid-transfer).
+    """
     queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue(64)
 
     async def deliver() -> None:
-        while (item := await queue.get()) is not None:
-            due, data = item
-            wait = due - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            writer.write(data)
-            await writer.drain()
-        writer.close()
+        try:
+            while (item := await queue.get()) is not None:
+                due, data = item
+                wait = due - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
 
-    task = asyncio.create_task(deliver())
-    try:
-        while data := await reader.read(65536):
-            await queue.put((time.monotonic() + delay_s, data))
-    except ConnectionError:
-        pass
-    await queue.put(None)
-    with contextlib.suppress(ConnectionError):
-        await task
+    async def receive() -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                await queue.put((time.monotonic() + delay_s, data))
+        await queue.put(None)
+
+    receiving = asyncio.create_task(receive())
+    delivering = asyncio.create_task(deliver())
+    await asyncio.wait({receiving, delivering}, return_when=asyncio.FIRST_COMPLETED)
+    if delivering.done():
+        receiving.cancel()
+    await asyncio.gather(receiving, delivering, return_exceptions=True)
 
 
 async def _serve_proxies(routes: list[tuple[int, int]], delay_s: float) -> None:
