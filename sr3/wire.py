@@ -39,22 +39,23 @@ from sr3.errors import (
 
 __all__ = [
     "AUTH_CONTEXT",
+    "Buffer",
     "ERROR_CODES",
-    "error_type",
     "HANDSHAKE_MAX_FRAME_BYTES",
     "MAX_DEPTH",
     "NONCE_BYTES",
     "PROTOCOL_VERSION",
-    "Buffer",
     "auth_mac",
     "check_mac",
     "decode_body",
     "error_reply",
+    "error_type",
     "pack_frame",
     "pack_frame_head",
     "read_body",
     "read_frame",
     "read_length",
+    "recv_exactly",
     "recv_frame",
     "send_frame",
     "write_frame",
@@ -339,7 +340,12 @@ def write_parts(fd: int, parts: list[Buffer], timeout_s: float) -> None:
             views[0] = views[0][sent:]
 
 
-def _recv_exactly(sock: socket.socket, view: memoryview, what: str) -> None:
+def recv_exactly(sock: socket.socket, view: memoryview, what: str) -> None:
+    """Fill ``view`` from a blocking socket.
+
+    Raises:
+        NodeUnavailableError: the peer closed the connection first.
+    """
     got = 0
     while got < len(view):
         # MSG_WAITALL: on a blocking socket one call (one GIL release) per frame.
@@ -390,7 +396,7 @@ def _recv_blob_frame(sock: socket.socket, length: int) -> dict[str, Any] | None:
             size: int = _LENGTH.unpack_from(peek, pos + 1)[0]
             if pos + 5 + size != length:
                 return None
-            _recv_exactly(sock, memoryview(bytearray(pos + 5)), "a frame head")
+            recv_exactly(sock, memoryview(bytearray(pos + 5)), "a frame head")
             head[key] = _recv_bytes(sock, size)
     except (ValueError, msgpack.UnpackException):
         return None  # not the expected shape: the full decode reports it
@@ -413,7 +419,7 @@ def recv_frame(
         ProtocolError: oversize or malformed frame.
     """
     header = bytearray(_LENGTH.size)
-    _recv_exactly(sock, memoryview(header), "a frame length")
+    recv_exactly(sock, memoryview(header), "a frame length")
     length: int = _LENGTH.unpack(header)[0]
     _check_length(length, max_frame_bytes)
     if length >= _SPLIT_MIN_BYTES:
@@ -425,5 +431,5 @@ def recv_frame(
     elif len(buffer) < length:
         buffer.extend(bytes(length - len(buffer)))
     with memoryview(buffer) as whole, whole[:length] as view:
-        _recv_exactly(sock, view, "a frame")
+        recv_exactly(sock, view, "a frame")
         return decode_body(view)

@@ -46,7 +46,6 @@ __all__ = [
     "ShardLink",
     "open_socket",
     "raise_error_frame",
-    "recv_all",
     "split_head",
 ]
 
@@ -80,16 +79,6 @@ def open_socket(host: str, port: int, config: NodeConfig) -> socket.socket:
     return sock
 
 
-def _recv_into(sock: socket.socket, view: memoryview, where: str) -> None:
-    got = 0
-    while got < len(view):
-        n = sock.recv_into(view[got:])
-        if n == 0:
-            msg = f"{where}: connection closed after {got} of {len(view)} bytes"
-            raise NodeUnavailableError(msg)
-        got += n
-
-
 def _recv_checked(sock: socket.socket, view: memoryview, where: str, start: int) -> int:
     """Fill ``view``; return the crc32 of ``view[start:]``, computed as it arrives.
 
@@ -106,17 +95,6 @@ def _recv_checked(sock: socket.socket, view: memoryview, where: str, start: int)
             crc = crc32(view[max(got, start) : got + n], crc)
         got += n
     return crc
-
-
-def recv_all(sock: socket.socket, view: memoryview, where: str) -> None:
-    """Fill ``view`` from a socket (MSG_WAITALL: usually one call per frame)."""
-    got = 0
-    while got < len(view):
-        n = sock.recv_into(view[got:], 0, socket.MSG_WAITALL)
-        if n == 0:
-            msg = f"{where}: connection closed after {got} of {len(view)} bytes"
-            raise NodeUnavailableError(msg)
-        got += n
 
 
 def split_head(head: wire.Buffer, length: int) -> tuple[dict[str, Any], int] | None:
@@ -195,7 +173,7 @@ class ShardLink:
             request = {"v": wire.PROTOCOL_VERSION, "op": "get", "shard": shard_id}
             wire.send_frame(sock, request)
             prefix = bytearray(4)
-            _recv_into(sock, memoryview(prefix), where)
+            wire.recv_exactly(sock, memoryview(prefix), where)
             length = int.from_bytes(prefix, "big")
             if length > self._config.max_frame_bytes:
                 msg = f"{where}: reply of {length} bytes exceeds the frame bound"
@@ -377,13 +355,13 @@ class RelayStream:
 
     def _recv_head(self, sock: socket.socket, where: str) -> tuple[dict[str, Any], int]:
         prefix = bytearray(4)
-        recv_all(sock, memoryview(prefix), where)
+        wire.recv_exactly(sock, memoryview(prefix), where)
         length = int.from_bytes(prefix, "big")
         if length > self._config.max_frame_bytes:
             msg = f"{where}: frame of {length} bytes exceeds the frame bound"
             raise ProtocolError(msg)
         first = bytearray(min(length, HEAD_BYTES))
-        recv_all(sock, memoryview(first), where)
+        wire.recv_exactly(sock, memoryview(first), where)
         split = split_head(first, length) if length > len(BLOB_MARK) else None
         if split is not None:
             fields, start = split
@@ -392,7 +370,7 @@ class RelayStream:
             return fields, self._blob_left
         body = bytearray(length)
         body[: len(first)] = first
-        recv_all(sock, memoryview(body)[len(first) :], where)
+        wire.recv_exactly(sock, memoryview(body)[len(first) :], where)
         return wire.decode_body(body), 0
 
     def recv_blob_into(self, view: memoryview) -> None:
@@ -412,7 +390,7 @@ class RelayStream:
         spill, self._spill = self._spill, b""
         view[: len(spill)] = spill
         try:
-            recv_all(self._sock, view[len(spill) :], where)
+            wire.recv_exactly(self._sock, view[len(spill) :], where)
         except OSError as exc:
             self.close()
             msg = f"{where} broke: {exc}"

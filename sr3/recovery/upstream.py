@@ -22,7 +22,6 @@ from sr3.recovery.transport import (
     HEAD_BYTES,
     open_socket,
     raise_error_frame,
-    recv_all,
     split_head,
 )
 
@@ -55,14 +54,14 @@ class RawFrame:
 def recv_raw(sock: socket.socket, max_frame_bytes: int, where: str) -> RawFrame:
     """Receive one whole frame into a buffer of its own (blocking; worker thread)."""
     prefix = bytearray(4)
-    recv_all(sock, memoryview(prefix), where)
+    wire.recv_exactly(sock, memoryview(prefix), where)
     length = int.from_bytes(prefix, "big")
     if length > max_frame_bytes:
         msg = f"{where}: frame of {length} bytes exceeds the frame bound"
         raise ProtocolError(msg)
     data = bytearray(4 + length)
     data[:4] = prefix
-    recv_all(sock, memoryview(data)[4:], where)
+    wire.recv_exactly(sock, memoryview(data)[4:], where)
     split = None
     if length > len(BLOB_MARK):
         split = split_head(memoryview(data)[4 : 4 + HEAD_BYTES], length)
