@@ -72,6 +72,20 @@ def spec_for(size: int, shape: str) -> SyntheticSpec:
     return SyntheticSpec(total_bytes=size, keys=max(1, size // value), seed=42)
 
 
+def scenario(
+    shape: str, label: str, spec: SyntheticSpec, epochs: int
+) -> dict[str, Any]:
+    """The fields naming a loopback scenario in every row of it."""
+    return {
+        "network": "loopback",
+        "shape": shape,
+        "size": label,
+        "size_bytes": spec.total_bytes,
+        "keys": spec.keys,
+        "epochs": epochs,
+    }
+
+
 def victims(mechanism: str, structure: dict[str, Any], count: int) -> list[str]:
     nodes: list[str] = structure["nodes"]
     if mechanism == "star":
@@ -195,14 +209,7 @@ def run_loopback(
                             f"[put] {owner} in {time.perf_counter() - t0:.1f}s",
                             flush=True,
                         )
-                        base = {
-                            "network": "loopback",
-                            "shape": shape,
-                            "size": label,
-                            "size_bytes": size,
-                            "keys": spec.keys,
-                            "epochs": epochs,
-                        }
+                        base = scenario(shape, label, spec, epochs)
                         auto = recover_once(recoverer, owner, "auto", 0, ring.kill)
                         rows.append({**base, **auto})
                         _show(rows[-1])
@@ -268,15 +275,7 @@ def run_baselines_only(
             for label in args.sizes:
                 size = parse_size(label)
                 spec = spec_for(size, shape)
-                base = {
-                    "network": "loopback",
-                    "shape": shape,
-                    "size": label,
-                    "size_bytes": size,
-                    "keys": spec.keys,
-                    "epochs": 1,
-                    "run": "baselines-only",
-                }
+                base = {**scenario(shape, label, spec, 1), "run": "baselines-only"}
                 owner = f"bench/{shape}/{label}/1"
                 _baselines(args, rows, base, spec, size, redis, owner, tmp)
                 BASELINES_ONLY.write_text(json.dumps(rows, indent=1, default=str))

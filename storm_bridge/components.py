@@ -29,6 +29,7 @@ from streamparse import Bolt, Spout, Stream
 
 from sr3.state import KeyedState, KeyState
 from storm_bridge.errors import StormBridgeError
+from storm_bridge.groupings import fields_task_index
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode
 
 __all__ = [
@@ -89,8 +90,6 @@ def _task_index(context: Mapping[str, Any]) -> tuple[int, int]:
 
 def _route(key: tuple[Any, ...], *, tasks: int) -> int:
     """Return the task Storm's fields grouping sends ``key`` to among ``tasks``."""
-    from storm_bridge.groupings import fields_task_index  # noqa: PLC0415
-
     return fields_task_index(list(key), tasks)
 
 

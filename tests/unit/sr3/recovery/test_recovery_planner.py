@@ -150,7 +150,7 @@ def test_inputs_count_the_holders_that_cover_every_shard() -> None:
     context = RecoveryContext(
         manifests=None,  # type: ignore[arg-type]  # planner_inputs reads config only
         members=lambda: live,
-        pool=None,  # type: ignore[arg-type]
+        pool=None,  # type: ignore[arg-type]  # likewise unused
         node_config=NodeConfig(),
     )
     inputs = planner_inputs(shards, live, context, configured="auto")

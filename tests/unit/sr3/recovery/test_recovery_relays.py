@@ -49,7 +49,7 @@ def run(coro: Any) -> Any:
 
 def test_frames_of_two_producers_never_interleave() -> None:
     conn = FakeConnection()
-    sender = FrameSender(conn, RelayFaults())  # type: ignore[arg-type]
+    sender = FrameSender(conn, RelayFaults())  # type: ignore[arg-type]  # a fake conn
 
     async def own() -> None:
         for n in range(20):
@@ -74,7 +74,7 @@ def test_frames_of_two_producers_never_interleave() -> None:
 
 def test_injected_abort_stops_every_kind_of_frame() -> None:
     conn = FakeConnection()
-    sender = FrameSender(conn, RelayFaults(abort_after_frames=2))  # type: ignore[arg-type]
+    sender = FrameSender(conn, RelayFaults(abort_after_frames=2))  # type: ignore[arg-type]  # fake
 
     async def go() -> None:
         await sender.send_encoded(b"x")

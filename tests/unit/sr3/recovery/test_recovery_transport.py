@@ -43,7 +43,7 @@ def frame(fields: dict[str, Any], blob: bytes | None = None) -> bytes:
 def stream_over(data: bytes, *, step: int = 7) -> tuple[RelayStream, FakeSocket]:
     stream = RelayStream("127.0.0.1", 1, {"op": "x"}, config=NodeConfig())
     sock = FakeSocket(data, step=step)
-    stream._sock = sock  # type: ignore[assignment]
+    stream._sock = sock  # type: ignore[assignment]  # a fake socket
     return stream, sock
 
 
@@ -79,11 +79,11 @@ def test_a_raw_frame_is_the_bytes_that_arrived(step: int) -> None:
     first = frame({"t": "shard", "shard": "s", "off": 0, "end": False}, blob)
     second = frame({"t": "end", "last": True})
     sock = FakeSocket(first + second, step=step)
-    raw = recv_raw(sock, 1 << 20, "test")  # type: ignore[arg-type]
+    raw = recv_raw(sock, 1 << 20, "test")  # type: ignore[arg-type]  # fake socket
     assert bytes(raw.data) == first
     assert raw.fields["t"] == "shard" and raw.fields["end"] is False
     assert raw.blob is not None and bytes(raw.blob) == blob
-    end = recv_raw(sock, 1 << 20, "test")  # type: ignore[arg-type]
+    end = recv_raw(sock, 1 << 20, "test")  # type: ignore[arg-type]  # fake socket
     assert bytes(end.data) == second and end.blob is None
     assert end.fields["last"] is True and sock.left == 0
 
