@@ -1,6 +1,6 @@
 """Ring write/read throughput against raw loopback TCP of the same bytes, same run.
 
-Usage: python bench/ring_throughput.py [--sizes 10MB,100MB,1GB] [--nodes 5] [--repeat 3]
+Usage: python bench/ring_throughput.py [--sizes 10MB,100MB,1GB] [--nodes 5] [--repeat 5]
 
 Prints a Markdown table with ratios to the loopback bound and writes CSV, JSON and
 a PNG plot to bench/results/. Not a pass/fail test.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import json
 import socket
 import statistics
@@ -17,7 +18,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +36,31 @@ from sr3_cli.lab import Lab  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 CHUNK = 4 * 1024 * 1024
+MEASURES = ("read", "fetch", "raw", "raw_hot", "raw_keep")
+
+
+def rotated(names: Sequence[str], rep: int) -> list[str]:
+    """``names`` starting at ``rep`` (mod len): over len(names) repetitions each
+    name runs once in every position."""
+    k = rep % len(names)
+    return [*names[k:], *names[:k]]
+
+
+def _star_read(recoverer: Recoverer, owner: str, nbytes: int) -> float:
+    t0 = time.perf_counter()
+    result = recoverer.recover(owner, mechanism="star")
+    elapsed = time.perf_counter() - t0
+    assert result.bytes_received >= nbytes  # noqa: S101 - a broken read is no figure
+    return elapsed
+
+
+def _streamed_read(reader: SnapshotReader, owner: str, nbytes: int) -> float:
+    manifest = reader.manifest(owner)
+    t0 = time.perf_counter()
+    got = sum(len(data) for _, data in reader.stream(manifest))
+    elapsed = time.perf_counter() - t0
+    assert got >= nbytes  # noqa: S101 - a broken read is no figure
+    return elapsed
 
 
 def raw_loopback_read(
@@ -98,11 +125,69 @@ def raw_loopback_read(
     return elapsed
 
 
+def measure_size(
+    size: int,
+    repeat: int,
+    key_groups: int,
+    writer: SnapshotWriter,
+    reader: SnapshotReader,
+    recoverer: Recoverer,
+) -> dict[str, float]:
+    """Write a snapshot of ``size`` ``repeat`` times; time each read after each write.
+
+    Whatever runs first after a write is 1-2 s per GB slower on these VMs (the
+    first fresh memory after the writer's churn), so the measures rotate: over
+    ``len(MEASURES)`` repetitions each one runs once in every position.
+    """
+    g = key_groups
+    spec = SyntheticSpec(total_bytes=size, keys=None, seed=1)
+    blobs = list(iter_key_groups(spec, g))
+    source = [b for _, b in blobs]
+    nbytes = sum(len(b) for b in source)
+    wr: list[float] = []
+    times: dict[str, list[float]] = {m: [] for m in MEASURES}
+    for rep in range(repeat):
+        owner = f"bench/{size}/{rep}"
+        t0 = time.perf_counter()
+        writer.write(owner=owner, epoch=1, key_group_count=g, key_groups=blobs)
+        wr.append(time.perf_counter() - t0)
+        reads: dict[str, Callable[[], float]] = {
+            # the read `sr3 snapshot get` does: star recovery into R
+            "read": partial(_star_read, recoverer, owner, nbytes),
+            # streamed read: one pipelined connection per holder, crc checked,
+            # each shard's buffer reused once seen
+            "fetch": partial(_streamed_read, reader, owner, nbytes),
+            "raw": partial(raw_loopback_read, nbytes, source=source),
+            "raw_hot": partial(raw_loopback_read, nbytes),
+            "raw_keep": partial(raw_loopback_read, nbytes, keep=True, source=source),
+        }
+        for name in rotated(MEASURES, rep):
+            times[name].append(reads[name]())
+            gc.collect()
+    del blobs, source
+
+    def mb_s(samples: list[float]) -> float:
+        return nbytes / 1e6 / statistics.median(samples)
+
+    row = {
+        "size_bytes": nbytes,
+        "raw_loopback_mb_s": mb_s(times["raw"]),
+        "raw_hot_buffer_mb_s": mb_s(times["raw_hot"]),
+        "raw_keep_mb_s": mb_s(times["raw_keep"]),
+        "ring_write_mb_s": mb_s(wr),
+        "ring_read_mb_s": mb_s(times["read"]),
+        "plain_fetch_mb_s": mb_s(times["fetch"]),
+    }
+    row["read_vs_raw"] = row["ring_read_mb_s"] / row["raw_loopback_mb_s"]
+    row["write_vs_raw"] = row["ring_write_mb_s"] / row["raw_loopback_mb_s"]
+    return row
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", default="10MB,100MB,1GB")
     parser.add_argument("--nodes", type=int, default=5)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=len(MEASURES))
     args = parser.parse_args()
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -136,54 +221,9 @@ def main() -> int:
                     )
                 )
                 for size in sizes:
-                    spec = SyntheticSpec(total_bytes=size, keys=None, seed=1)
-                    blobs = list(iter_key_groups(spec, g))
-                    nbytes = sum(len(b) for _, b in blobs)
-                    raw, raw_hot, raw_keep, wr, rd, fetch = [], [], [], [], [], []
-                    source = [b for _, b in blobs]
-                    for rep in range(args.repeat):
-                        owner = f"bench/{size}/{rep}"
-                        t0 = time.perf_counter()
-                        writer.write(
-                            owner=owner, epoch=1, key_group_count=g, key_groups=blobs
-                        )
-                        wr.append(time.perf_counter() - t0)
-                        # the read `sr3 snapshot get` does: star recovery into R
-                        t0 = time.perf_counter()
-                        result = recoverer.recover(owner, mechanism="star")
-                        rd.append(time.perf_counter() - t0)
-                        assert result.bytes_received >= nbytes
-                        # streamed read: one pipelined connection per holder,
-                        # crc checked, each shard's buffer reused once seen
-                        manifest = reader.manifest(owner)
-                        t0 = time.perf_counter()
-                        got = sum(len(data) for _, data in reader.stream(manifest))
-                        fetch.append(time.perf_counter() - t0)
-                        assert got >= nbytes
-                        raw.append(raw_loopback_read(nbytes, source=source))
-                        raw_hot.append(raw_loopback_read(nbytes))
-                        raw_keep.append(
-                            raw_loopback_read(nbytes, keep=True, source=source)
-                        )
-                    del blobs, source
-                    med = statistics.median
-                    row = {
-                        "size_bytes": nbytes,
-                        "raw_loopback_mb_s": nbytes / 1e6 / med(raw),
-                        "raw_hot_buffer_mb_s": nbytes / 1e6 / med(raw_hot),
-                        "raw_keep_mb_s": nbytes / 1e6 / med(raw_keep),
-                        "ring_write_mb_s": nbytes / 1e6 / med(wr),
-                        "ring_read_mb_s": nbytes / 1e6 / med(rd),
-                        "plain_fetch_mb_s": nbytes / 1e6 / med(fetch),
-                    }
-                    row["read_vs_raw"] = (
-                        row["ring_read_mb_s"] / row["raw_loopback_mb_s"]
-                    )
-                    row["write_vs_raw"] = (
-                        row["ring_write_mb_s"] / row["raw_loopback_mb_s"]
-                    )
+                    row = measure_size(size, args.repeat, g, writer, reader, recoverer)
                     rows.append(row)
-                    print(f"{nbytes / 1e6:.0f} MB done: {row}", file=sys.stderr)
+                    print(f"{size / 1e6:.0f} MB done: {row}", file=sys.stderr)
         finally:
             lab.stop_nodes()
             lab.stop_zookeeper()
@@ -195,7 +235,7 @@ def main() -> int:
 def print_table(rows: list[dict[str, float]], args: argparse.Namespace) -> None:
     print(
         f"\nRing throughput, {args.nodes} local nodes, r=3, write quorum 2, "
-        f"median of {args.repeat}\n"
+        f"median of {args.repeat}, the measures in rotated order after each write\n"
     )
     print(
         "| snapshot | raw loopback MB/s | ring write MB/s (x raw) "
