@@ -94,7 +94,11 @@ class RunOptions:
 
 @dataclass
 class RunReport:
-    """What a run did; :meth:`to_dict` is the ``--json`` output."""
+    """What a run did; :meth:`to_dict` is the ``--json`` output.
+
+    ``seconds`` leaves out the quiet period ``--until-idle`` waits to tell a
+    dry spout from a pausing one (``sr3.idle.quiet.s``).
+    """
 
     topology: str
     seconds: float
@@ -551,7 +555,9 @@ def run_topology(
             remaining = started + options.duration_s - clock()
             if remaining > 0:
                 threading.Event().wait(remaining)
-        seconds = clock() - started
+        # the quiet period that tells a dry spout from a pausing one is not
+        # processing time: leave it out of the run's seconds (and throughput)
+        seconds = clock() - started - cluster.quiet_waited_s()
         counters = {
             name: {
                 "spout_emitted": c.emitted

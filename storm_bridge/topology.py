@@ -1,9 +1,10 @@
 """Load a streamparse ``Topology`` from a file and describe it as plain data.
 
 The topology file may live anywhere. It is imported under its file stem (which is
-also the topology name, as ``sparse`` uses it), with its directory (and any extra
-paths) on ``sys.path`` for the import; the same paths are what a task subprocess
-needs on ``PYTHONPATH``, because streamparse names components ``module.Class``.
+also the topology name, as ``sparse`` uses it), with its directory, the project's
+``src/`` beside it (streamparse's layout) and any extra paths on ``sys.path`` for
+the import; the same paths are what a task subprocess needs on ``PYTHONPATH``,
+because streamparse names components ``module.Class``.
 The Thrift ``StormTopology`` is the one streamparse's DSL builds itself.
 """
 
@@ -48,6 +49,8 @@ STREAMPARSE_RUN: Final = "streamparse_run"
 #: Class attribute that marks a component class as stateful (checkpointed state).
 STATEFUL_MARKER: Final = "sr3_stateful"
 _SYSTEM_PREFIX: Final = "__"
+#: A streamparse project's component directory, beside ``topologies/``.
+_PROJECT_SRC: Final = "src"
 _THRIFT_GROUPING_KINDS: Final = {
     "fields": GroupingKind.FIELDS,
     "shuffle": GroupingKind.SHUFFLE,
@@ -206,7 +209,9 @@ def _import_file(path: Path, module_name: str) -> ModuleType:
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
+        # SystemExit too: a file that calls sys.exit() at import must not end
+        # the command silently (KeyboardInterrupt still stops it)
         del sys.modules[module_name]
         msg = f"importing topology file {path} failed: {type(exc).__name__}: {exc}"
         raise TopologyError(msg) from exc
@@ -229,7 +234,8 @@ def _find_topology_class(
         names = sorted(c.__name__ for c in chosen)
         msg = (
             f"{path} must define exactly one streamparse Topology subclass, "
-            f"found {names}; pass class_name to choose"
+            f"found {names or 'none'}; keep one per file, as `sparse submit` "
+            "takes one topology per file (import shared components instead)"
         )
         raise TopologyError(msg)
     return chosen[0]
@@ -338,6 +344,10 @@ def load_topology(
 ) -> LoadedTopology:
     """Import a topology file and describe its components.
 
+    As streamparse does, the file's directory and, in a streamparse project
+    (``topologies/`` beside ``src/``), the project's ``src/`` are on the import
+    path, for the topology file and for every task.
+
     Args:
         path: The topology file (``topologies/wordcount.py``).
         class_name: Which ``Topology`` subclass to use when the file has several.
@@ -356,9 +366,14 @@ def load_topology(
     if not resolved.is_file():
         msg = f"topology file {resolved} does not exist"
         raise TopologyError(msg)
+    project_src = resolved.parent.parent / _PROJECT_SRC
     sys_paths = tuple(
         dict.fromkeys(
-            [str(resolved.parent), *(str(Path(p).resolve()) for p in extra_paths)]
+            [
+                str(resolved.parent),
+                *([str(project_src)] if project_src.is_dir() else []),
+                *(str(Path(p).resolve()) for p in extra_paths),
+            ]
         )
     )
     with _sys_path(sys_paths):

@@ -12,7 +12,11 @@ held back until every channel delivered its barrier. Then:
   emits the barrier on (forwarded downstream at once), then writes the snapshot
   to the ring in the background and reports it (``sr3.snapshot`` metric);
 * a stateless task forwards the barrier once every input it had before the
-  alignment is acked or failed (its outputs for them were emitted before).
+  alignment is acked or failed (its outputs for them were emitted before);
+  until then its later tuples stay held, so a bolt that combines inputs (a
+  ``BatchingBolt``) never folds tuples of the next epoch into this one's
+  output. A bolt that acks an input only once later ones arrive holds the
+  epoch back until ``sr3.checkpoint.timeout.s`` abandons it.
 
 Epoch ``e`` commits (``CheckpointHooks.commit``) when every spout task and every
 stateful task reported. Any task death rolls the whole topology back: every
@@ -390,9 +394,9 @@ class Coordinator:
         align.offsets.update(offsets)
         if align.arrived < align.channels:
             return
-        align.arrived.clear()
         rt = self._tasks[target]
         if rt.component.stateful:
+            align.arrived.clear()
             if rt.process is not None:
                 info = {"offsets": dict(align.offsets)}
                 rt.process.send(
@@ -404,23 +408,34 @@ class Coordinator:
                         [epoch, info],
                     )
                 )
+            self._release(align)
         else:
+            # every channel stays held until the inputs from before the barrier
+            # are done: a bolt combining inputs (a BatchingBolt) would otherwise
+            # fold later tuples into the output it owes this epoch
             align.waiting = (epoch, set(rt.inputs))
             self.input_done(rt)
+
+    def _release(self, align: _Alignment) -> None:
         held, align.held = align.held, []
         for args in held:
             self._deliver(*args)
 
     def input_done(self, rt: TaskRuntime) -> None:
-        """A bolt acked or failed an input: forward a barrier it was waiting for."""
+        """A bolt acked or failed an input: forward a barrier it was waiting for.
+
+        Once forwarded, the tuples held back since the alignment are delivered.
+        """
         align = self._align.get(rt.task_id)
         if align is None or align.waiting is None:
             return
         epoch, before = align.waiting
         if before.isdisjoint(rt.inputs):
             align.waiting = None
+            align.arrived.clear()
             offsets, align.offsets = align.offsets, {}
             self._forward(rt, epoch, offsets)
+            self._release(align)
 
     def hold(self, target: int, source_task: int, args: tuple[Any, ...]) -> bool:
         """Hold back a tuple from a channel already past the barrier.

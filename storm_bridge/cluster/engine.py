@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+from storm_bridge.cluster.checks import check_runnable
 from storm_bridge.cluster.context import Router, assign_task_ids
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
@@ -85,7 +86,8 @@ class Engine:
         checkpoint: Global checkpoints (epochs, barriers, rollback); None: off.
 
     Raises:
-        TopologyError: the conf has invalid values.
+        TopologyError: the conf has invalid values, or the topology uses what
+            the cluster cannot run (:func:`check_runnable`).
         ConfigError: a sink's ``sr3.output.key.fields`` is invalid.
     """
 
@@ -104,6 +106,7 @@ class Engine:
         sink: Callable[[ProcessEvent], None],
         checkpoint: CheckpointSettings | None = None,
     ) -> None:
+        check_runnable(topology)
         self.topology = topology
         self.options = options
         self.conf = topology_conf(topology.name, topology.config, overrides)
@@ -158,6 +161,9 @@ class Engine:
             on_death=self._task_died,
         )
         self._clock = clock
+        self._quiet_since: float | None = None
+        #: Time ``is_idle`` waited only for spouts' quiet periods to pass.
+        self.quiet_waited_s = 0.0
         self.coordinator: Coordinator | None = None
         if checkpoint is not None:
             self.coordinator = Coordinator(
@@ -258,8 +264,14 @@ class Engine:
         if rt.state not in (TaskState.STARTING, TaskState.RUNNING):
             return
         if event.kind == "eof":
-            code = rt.process.reap(_REAP_WAIT_S) if rt.process is not None else None
-            detail = f"subprocess exited with status {code}"
+            code = last = None
+            if rt.process is not None:
+                code = rt.process.reap(_REAP_WAIT_S)
+                last = rt.process.last_stderr_line(_REAP_WAIT_S)
+            # the last stderr line of a Python task is its uncaught exception
+            detail = f"subprocess exited with status {code}" + (
+                f": {last}" if last else ""
+            )
             error = TaskExitedError(rt.component.name, rt.task_id, detail)
             self.supervisor.die(rt, error, exited=True)
             return
@@ -354,30 +366,68 @@ class Engine:
     # -- queries -----------------------------------------------------------------------
 
     def is_idle(self, empty_nexts: int) -> bool:
-        """Whether nothing is in flight and every spout keeps emitting nothing."""
-        return self.busy_reason(empty_nexts) is None
+        """Whether nothing is in flight and every spout keeps emitting nothing.
+
+        On becoming idle, adds to :attr:`quiet_waited_s` the time the tasks
+        were idle but for spouts still inside their quiet period
+        (``sr3.idle.quiet.s``).
+        """
+        reason, quiet = self._busy(empty_nexts)
+        now = self._clock()
+        since = self._quiet_since
+        if since is not None and any(
+            rt.dry_since is None or rt.dry_since > since
+            for rt in self.tasks.values()
+            if rt.is_spout
+        ):
+            # a spout paused and went on emitting: that pause was part of the run
+            since = None
+        if reason is None:
+            if since is not None:
+                self.quiet_waited_s += now - since
+            since = None
+        elif quiet and since is None:
+            since = now
+        self._quiet_since = since
+        return reason is None
 
     def busy_reason(self, empty_nexts: int) -> str | None:
         """Why the topology is not idle (None when it is), for ``--until-idle``."""
+        return self._busy(empty_nexts)[0]
+
+    def _busy(self, empty_nexts: int) -> tuple[str | None, bool | None]:
+        """The reason, and whether spouts are in their quiet period.
+
+        The second value is None when a task is busy (quiet periods then do
+        not matter), else whether a spout is still inside its quiet period.
+        """
+        quiet: str | None = None
+        now = self._clock()
         for rt in self.tasks.values():
             where = f"{rt.component.name} task {rt.task_id}"
             if rt.state is not TaskState.RUNNING or rt.process is None:
-                return f"{where} is {rt.state.name.lower()}"
+                return f"{where} is {rt.state.name.lower()}", None
             if rt.is_spout:
                 if rt.commands or rt.awaiting not in (None, "next") or len(rt.pending):
                     return (
                         f"{where}: {len(rt.pending)} tuples pending, "
                         f"{len(rt.commands)} commands queued, awaiting {rt.awaiting}"
-                    )
+                    ), None
                 if self.active and (
                     rt.empty_streak < empty_nexts or rt.awaiting is not None
                 ):
-                    return f"{where} still emits ({rt.empty_streak} empty nexts)"
+                    return f"{where} still emits ({rt.empty_streak} empty nexts)", None
+                dry_s = 0.0 if rt.dry_since is None else now - rt.dry_since
+                if self.active and dry_s < rt.settings.idle_quiet_s and quiet is None:
+                    quiet = (
+                        f"{where} emitted nothing for {dry_s:.2f} s, not yet "
+                        f"{rt.settings.idle_quiet_s} s (sr3.idle.quiet.s)"
+                    )
             elif rt.process.outbox_size or self.flow.busy(rt):
-                return f"{where} has tuples in flight"
+                return f"{where} has tuples in flight", None
         if self.coordinator is not None and self.coordinator.busy():
-            return "the checkpoint coordinator is busy"
-        return None
+            return "the checkpoint coordinator is busy", quiet is not None
+        return quiet, quiet is not None
 
     def pid_of(self, task_id: int) -> int | None:
         """The pid of a task's current subprocess."""

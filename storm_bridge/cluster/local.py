@@ -81,7 +81,9 @@ class LocalCluster:
         checkpoint: Global checkpoints with exactly-once rollback (None: off).
 
     Raises:
-        TopologyError: the topology file cannot be loaded or its conf is invalid.
+        TopologyError: the topology file cannot be loaded, its conf is invalid,
+            or it uses what the local cluster cannot run (a Java custom
+            grouping, a stateful bolt without a key).
         ConfigError: a sink's ``sr3.output.key.fields`` is invalid.
         ValueError: the serializer is unknown.
     """
@@ -332,7 +334,9 @@ class LocalCluster:
     def run_until_idle(self, timeout_s: float, *, empty_nexts: int = 5) -> bool:
         """Run until the spouts run dry and no tuple is pending anywhere.
 
-        Dry means ``empty_nexts`` ``next`` calls in a row emitted nothing.
+        Dry means ``empty_nexts`` ``next`` calls in a row emitted nothing, over
+        at least the spout's ``sr3.idle.quiet.s`` (default 2 s): a spout that
+        waits on its source for a while is not at its end.
 
         Returns:
             Whether the topology went idle before ``timeout_s`` elapsed.
@@ -348,6 +352,11 @@ class LocalCluster:
             return self._engine.busy_reason(empty_nexts)
 
     # -- observation -------------------------------------------------------------------
+
+    def quiet_waited_s(self) -> float:
+        """Time :meth:`run_until_idle` spent only on spouts' quiet periods."""
+        with self._lock:
+            return self._engine.quiet_waited_s
 
     def spout_emits(self) -> int:
         """Tuples the spouts emitted so far, replays included (a change detector)."""

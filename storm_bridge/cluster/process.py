@@ -180,6 +180,17 @@ class TaskProcess:
         """The last lines the subprocess wrote to stderr."""
         return "\n".join(self._stderr_tail)
 
+    def last_stderr_line(self, wait_s: float) -> str:
+        """The last line an exited subprocess wrote to stderr (its exception).
+
+        Waits up to ``wait_s`` for the stderr drain to read what the process
+        wrote before it exited.
+        """
+        for thread in self._threads:
+            if thread.name.endswith("-stderr"):
+                thread.join(wait_s)
+        return self._stderr_tail[-1] if self._stderr_tail else ""
+
     def kill(self) -> int | None:
         """SIGKILL the subprocess (if alive), reap it and return its exit status."""
         self._outbox.close()

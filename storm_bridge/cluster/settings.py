@@ -78,6 +78,9 @@ _STORM_KEY_PREFIXES: Final = (
 )
 #: Conf key choosing how JSON integers are hashed by fields groupings.
 INTEGER_BOXING_KEY: Final = "sr3.storm.json.integer.boxing"
+#: Conf key: how long a spout must emit nothing before ``--until-idle`` calls it dry.
+IDLE_QUIET_KEY: Final = "sr3.idle.quiet.s"
+_DEFAULT_IDLE_QUIET_S: Final = 2.0
 
 
 def topology_conf(
@@ -134,6 +137,9 @@ class TaskSettings:
             emits have as many values as their stream has fields.
         boxing: How fields groupings hash JSON integers
             (``sr3.storm.json.integer.boxing``).
+        idle_quiet_s: Spouts: how long ``next`` must emit nothing before the
+            spout counts as dry for ``run_until_idle`` (``sr3.idle.quiet.s``,
+            default 2): a spout waiting on its source is not at its end.
     """
 
     subprocess_timeout_s: float
@@ -145,6 +151,7 @@ class TaskSettings:
     acker_tasks: int
     sanity_check: bool
     boxing: IntegerBoxing
+    idle_quiet_s: float = _DEFAULT_IDLE_QUIET_S
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> TaskSettings:
@@ -164,6 +171,7 @@ class TaskSettings:
             acker = _optional_number(conf, "topology.workers") or 1.0
         pending = _optional_number(conf, "topology.max.spout.pending")
         tick = _optional_number(conf, "topology.tick.tuple.freq.secs")
+        quiet = _optional_number(conf, IDLE_QUIET_KEY)
         boxing_name = conf.get(INTEGER_BOXING_KEY, IntegerBoxing.LONG.value)
         try:
             boxing = IntegerBoxing(boxing_name)
@@ -185,6 +193,7 @@ class TaskSettings:
             acker_tasks=int(acker),
             sanity_check=bool(conf.get("topology.testing.always.try.serialize", False)),
             boxing=boxing,
+            idle_quiet_s=_DEFAULT_IDLE_QUIET_S if quiet is None else quiet,
         )
 
 

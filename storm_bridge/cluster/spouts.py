@@ -122,9 +122,12 @@ class SpoutDriver:
         if rt.awaiting == "next":
             if rt.emitted_in_command:
                 rt.empty_streak = 0
+                rt.dry_since = None
                 rt.next_at = self._clock()
             else:
                 rt.empty_streak += 1
+                if rt.dry_since is None:
+                    rt.dry_since = self._clock()
                 doublings = min(rt.empty_streak - 1, 30)
                 pause = min(self._idle_max_s, _FIRST_IDLE_PAUSE_S * 2**doublings)
                 rt.next_at = self._clock() + pause

@@ -82,6 +82,7 @@ class TaskRuntime:
         activated: Spouts: ``activate`` was queued since the last start.
         emitted_in_command: Spouts: emits since the command in flight was sent.
         empty_streak: Spouts: consecutive ``next`` calls that emitted nothing.
+        dry_since: Spouts: when the first of those calls was answered.
         next_at: Spouts: earliest clock reading for the next ``next``.
         wake_at: Spouts: when a scheduled wake-up will pump it, if any.
     """
@@ -105,6 +106,7 @@ class TaskRuntime:
     activated: bool = False
     emitted_in_command: int = 0
     empty_streak: int = 0
+    dry_since: float | None = None
     next_at: float = 0.0
     wake_at: float | None = None
 
@@ -136,6 +138,7 @@ class TaskRuntime:
         self.activated = False
         self.emitted_in_command = 0
         self.empty_streak = 0
+        self.dry_since = None
         self.next_at = 0.0
         self.wake_at = None
 

@@ -95,3 +95,24 @@ def test_outputs_after_a_rollback_are_the_final_counts(lab: Lab) -> None:
     words = sum(values[1] for values in expected_counts().values())
     assert report.counters["count"]["emitted"] >= words
     assert report.outputs["count"] == expected_counts()
+
+
+def test_a_task_that_dies_at_start_is_reported_with_its_exception(
+    ring: RingAccess,
+) -> None:
+    # the spout cannot parse its conf: the report names the exception, not only
+    # the exit status, so the user sees what to fix without reading task logs
+    options = RunOptions(
+        until_idle=True,
+        checkpoints=False,
+        conf={**CONF, "wordcount.lines": "abc"},
+        timeout_s=3.0,
+    )
+    report = run_topology(WORDCOUNT, ring=ring, options=options)
+    assert report.idle is False
+    assert report.errors
+    assert all("component 'lines'" in e for e in report.errors)
+    assert any(
+        "ValueError: invalid literal for int() with base 10: 'abc'" in e
+        for e in report.errors
+    )

@@ -118,11 +118,17 @@ def test_barriers_align_forward_and_commit(world: Any) -> None:
     assert coordinator.busy()
 
     coordinator.spout_barrier(src1, [5, {"offset": 7}])
-    assert rec.delivered == [held]  # released once every channel's barrier came
     assert count.process.sent == []  # mid still owes its output for t1
+    # ...so tuples after the barrier wait too: a bolt that combines inputs (a
+    # BatchingBolt) must not mix them into the output it owes for the epoch
+    assert rec.delivered == []
+    later = (mid.task_id, "src", src1.task_id, "default", ["c"], {})
+    assert coordinator.hold(mid.task_id, src1.task_id, later)
 
     del mid.inputs["t1"]
     coordinator.input_done(mid)
+    assert rec.delivered == [held, later]  # released once the barrier moved on
+    assert not coordinator.hold(mid.task_id, src0.task_id, held)
     (barrier,) = count.process.sent
     assert barrier["comp"] == BARRIER_SOURCE
     assert barrier["stream"] == BARRIER_STREAM

@@ -54,6 +54,7 @@ def test_defaults() -> None:
         acker_tasks=1,
         sanity_check=False,
         boxing=IntegerBoxing.LONG,
+        idle_quiet_s=2.0,
     )
 
 
@@ -75,12 +76,20 @@ def test_timeouts_and_ackers() -> None:
     assert TaskSettings.from_conf(conf).subprocess_timeout_s == 2.0
 
 
+def test_idle_quiet_period_is_configurable() -> None:
+    conf = topology_conf("wc", {"sr3.idle.quiet.s": 5}, {})
+    assert TaskSettings.from_conf(conf).idle_quiet_s == 5.0
+    conf = topology_conf("wc", {}, {"sr3.idle.quiet.s": 0})
+    assert TaskSettings.from_conf(conf).idle_quiet_s == 0.0
+
+
 @pytest.mark.parametrize(
     ("key", "value", "match"),
     [
         ("topology.message.timeout.secs", "30", "non-negative number"),
         ("topology.max.spout.pending", -1, "non-negative number"),
         ("sr3.storm.json.integer.boxing", "short", "'long'"),
+        ("sr3.idle.quiet.s", "2", "non-negative number"),
     ],
 )
 def test_invalid(key: str, value: object, match: str) -> None:

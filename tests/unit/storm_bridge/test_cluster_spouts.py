@@ -101,6 +101,25 @@ def test_empty_nexts_back_off(
     assert (rt.empty_streak, rt.next_at) == (0, clock.now)
 
 
+def test_a_dry_spell_is_dated_from_its_first_empty_next(
+    make_spout: Callable[..., TaskRuntime], clock: Clock
+) -> None:
+    rt = make_spout()
+    driver = make_driver(clock)
+    driver.set_active(True, [rt])
+    driver.synced(rt)  # activate done -> next
+    assert rt.dry_since is None
+    started = clock.now
+    for _ in range(3):
+        driver.synced(rt)  # a next that emitted nothing
+        clock.now = rt.next_at
+        driver.pump(rt)
+    assert rt.dry_since == started  # run_until_idle counts its quiet from here
+    rt.emitted_in_command = 1
+    driver.synced(rt)
+    assert rt.dry_since is None
+
+
 def test_max_spout_pending(
     make_spout: Callable[..., TaskRuntime], clock: Clock
 ) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import textwrap
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -136,10 +138,16 @@ def test_import_failure_is_reported(write_topology: WriteTopology) -> None:
         load_topology(path)
 
 
+def test_sys_exit_at_import_is_reported(write_topology: WriteTopology) -> None:
+    path = write_topology(body="import sys\nsys.exit(3)\n")
+    with pytest.raises(TopologyError, match="failed: SystemExit: 3"):
+        load_topology(path)
+
+
 def test_needs_exactly_one_topology(write_topology: WriteTopology) -> None:
     body = TOPOLOGY + "\n\nclass Other(Topology):\n    spout = WordSpout.spec()\n"
     path = write_topology(body=body)
-    with pytest.raises(TopologyError, match="exactly one"):
+    with pytest.raises(TopologyError, match="exactly one.*one per file"):
         load_topology(path)
     assert load_topology(path, class_name="Other").topology_class.__name__ == "Other"
 
@@ -169,3 +177,41 @@ def test_par_per_environment(write_topology: WriteTopology) -> None:
     with pytest.raises(TopologyError, match="environment"):
         load_topology(path)
     assert load_topology(path, environment="prod").components["word_spout"].par == 4
+
+
+def test_streamparse_project_layout(tmp_path: Path) -> None:
+    # `sparse quickstart` puts topologies in topologies/ and their components in
+    # src/, which streamparse puts on the import path beside the topology's dir
+    suffix = uuid.uuid4().hex[:8]
+    package = tmp_path / "src" / f"parts_{suffix}"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "spouts.py").write_text(textwrap.dedent(SPOUT_MODULE))
+    topologies = tmp_path / "topologies"
+    topologies.mkdir()
+    path = topologies / f"project_{suffix}.py"
+    path.write_text(PROJECT_TOPOLOGY.format(package=f"parts_{suffix}"))
+    topology = load_topology(path)
+    assert topology.sys_paths == (str(topologies), str(tmp_path / "src"))
+    spout = topology.components["word_spout"]
+    assert spout.script == f"parts_{suffix}.spouts.WordSpout"
+
+
+SPOUT_MODULE = """
+from streamparse import Spout
+
+
+class WordSpout(Spout):
+    outputs = ["word"]
+
+    def next_tuple(self):
+        pass
+"""
+PROJECT_TOPOLOGY = """
+from streamparse import Topology
+from {package}.spouts import WordSpout
+
+
+class Project(Topology):
+    word_spout = WordSpout.spec()
+"""

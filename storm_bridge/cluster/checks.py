@@ -1,0 +1,68 @@
+"""What the local cluster refuses to run, checked before any task starts.
+
+Storm itself would accept these topologies and fail later, tuple by tuple (a
+stateful bolt without a key) or not at all on a JVM (a Java custom grouping);
+here they would crash the cluster or fill the report with one traceback per
+tuple, so they are refused up front, naming the component and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from storm_bridge.components import StatefulBolt
+from storm_bridge.errors import TopologyError
+from storm_bridge.groupings import GroupingKind
+from storm_bridge.topology import ComponentInfo, InputInfo, LoadedTopology
+
+__all__ = ["check_runnable"]
+
+_JAVA_GROUPINGS: Final = frozenset(
+    {GroupingKind.CUSTOM_OBJECT, GroupingKind.CUSTOM_SERIALIZED}
+)
+
+
+def _keyed_by_grouping(component: ComponentInfo) -> bool:
+    """Whether the component's state is keyed by its fields groupings' values."""
+    cls = component.component_cls
+    return (
+        component.kind == "bolt"
+        and issubclass(cls, StatefulBolt)
+        and cls.state_key is StatefulBolt.state_key
+    )
+
+
+def _where(component: ComponentInfo, sub: InputInfo) -> str:
+    return (
+        f"component {component.name!r} subscribes to stream {sub.stream!r} of "
+        f"{sub.source!r} with a {sub.grouping.kind.value} grouping"
+    )
+
+
+def check_runnable(topology: LoadedTopology) -> None:
+    """Refuse what the local multilang cluster cannot run correctly.
+
+    Raises:
+        TopologyError: a subscription uses a Java custom grouping, or a
+            ``StatefulBolt`` keyed by its grouping (no ``state_key`` override)
+            subscribes without a fields grouping, so its tuples have no key.
+    """
+    for component in topology.components.values():
+        keyed = _keyed_by_grouping(component)
+        for sub in component.inputs:
+            kind = sub.grouping.kind
+            if kind in _JAVA_GROUPINGS:
+                msg = (
+                    f"{topology.path}: {_where(component, sub)}, a Java class the "
+                    "local multilang cluster cannot run; use a shuffle or fields "
+                    "grouping"
+                )
+                raise TopologyError(msg)
+            if keyed and kind is not GroupingKind.FIELDS:
+                msg = (
+                    f"{topology.path}: {_where(component, sub)}, but it is a "
+                    "StatefulBolt whose state is keyed by its fields grouping, so "
+                    "those tuples would have no key; subscribe with "
+                    "Grouping.fields(...) or override state_key(tup)"
+                )
+                raise TopologyError(msg)

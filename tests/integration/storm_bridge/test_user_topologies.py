@@ -1,0 +1,100 @@
+"""Topologies as streamparse users write them, beyond the example word counts."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from sr3.config import Sr3Config
+from sr3_cli.commands import wait_for_members
+from sr3_cli.lab import Lab
+from storm_bridge.cluster import LocalCluster
+from storm_bridge.runner import RunOptions, TaskKill, run_topology
+from storm_bridge.wiring import RingAccess
+
+pytestmark = pytest.mark.storm
+
+TOPOLOGIES = Path(__file__).parent / "topologies"
+IDLE_TIMEOUT_S = 60.0
+WORDS = ["alpha", "beta", "gamma", "delta"] * 10
+
+
+def test_a_spout_that_pauses_is_not_taken_for_dry(
+    make_cluster: Callable[..., LocalCluster],
+    read_counts: Callable[[], dict[str, int]],
+) -> None:
+    # the spout emits nothing for a while before its first tuple and half-way:
+    # --until-idle must wait for the rest instead of ending the run there
+    cluster = make_cluster("sbt_paused", {"sbt.sentences": WORDS, "sbt.pause_s": 0.5})
+    cluster.start()
+    assert cluster.run_until_idle(IDLE_TIMEOUT_S)
+    assert cluster.counters()["pausing_spout"].acked == len(WORDS)
+    assert read_counts() == dict(Counter(WORDS))
+
+
+def test_a_streamparse_project_layout_runs(
+    make_cluster: Callable[..., LocalCluster],
+    read_counts: Callable[[], dict[str, int]],
+) -> None:
+    # topologies/sbt_project.py imports its spout and bolt from ../src, as the
+    # projects `sparse quickstart` creates do: every task must import them too
+    cluster = make_cluster("project/topologies/sbt_project", {"sbt.sentences": WORDS})
+    cluster.start()
+    assert cluster.run_until_idle(IDLE_TIMEOUT_S)
+    assert cluster.counters()["word_spout"].acked == len(WORDS)
+    assert read_counts() == dict(Counter(WORDS))
+
+
+@pytest.fixture
+def lab(tmp_path: Path, zk_server: object) -> Iterator[Lab]:
+    """A lab of three ring nodes (``zk_server`` only skips without ZooKeeper)."""
+    lab = Lab(root=tmp_path / "lab")
+    lab.root.mkdir()
+    lab.save()
+    try:
+        lab.start_zookeeper()
+        lab.add_nodes(3)
+        lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
+        wait_for_members(lab, 3)
+        yield lab
+    finally:
+        lab.stop_nodes()
+        lab.stop_zookeeper()
+
+
+@pytest.mark.zk
+@pytest.mark.slow
+def test_a_batching_bolt_before_a_stateful_one_stays_exactly_once(lab: Lab) -> None:
+    # the batching bolt owes its batch when a barrier passes: tuples after the
+    # barrier must not be summed into it, or the rollback replays them twice
+    count = 6000
+    ring = RingAccess(lab.config(Sr3Config()))
+    options = RunOptions(
+        until_idle=True,
+        conf={"sbt.count": count, "topology.max.spout.pending": 500},
+        kills=[TaskKill("total", 0, at_s=3.0)],
+        timeout_s=120.0,
+    )
+    try:
+        report = run_topology(TOPOLOGIES / "sbt_batched.py", ring=ring, options=options)
+        _, state = ring.committed_state("sbt_batched", "total")
+    finally:
+        ring.close()
+    assert report.idle is True
+    assert [r["cause"] for r in report.recoveries] == ["total:0"]
+    sums: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    for n in range(count):  # the spout's numbers, summed per key
+        sums[f"k{n % 9}"] += n
+        counts[f"k{n % 9}"] += 1
+    expected = {key: [key, sums[key], counts[key]] for key in sums}
+    assert report.outputs["total"] == {
+        json.dumps([key]): values for key, values in expected.items()
+    }
+    assert {key[0]: [key[0], s["sum"], s["count"]] for key, s in state.items()} == (
+        expected
+    )

@@ -1,0 +1,1 @@
+"""Components of the project-layout test topology (a streamparse ``src/``)."""
