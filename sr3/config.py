@@ -7,6 +7,7 @@ Values come from dotted ``sr3.*`` keys (Storm conf, Spark conf, config.json) or
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -22,6 +23,7 @@ __all__ = [
     "RingConfig",
     "Sr3Config",
     "ZkConfig",
+    "check_zk_hosts",
     "parse_size",
 ]
 
@@ -36,6 +38,8 @@ _SIZE_UNITS = {
     "MIB": 1024**2,
     "GIB": 1024**3,
 }
+#: Sizes are byte counts carried as signed 64-bit integers (msgpack, ZooKeeper).
+_MAX_SIZE = 2**63 - 1
 
 
 def parse_size(text: str | int) -> int:
@@ -53,10 +57,48 @@ def parse_size(text: str | int) -> int:
         value = float(digits)
     except ValueError:
         value = -1.0
-    if value < 0 or unit not in _SIZE_UNITS:
+    if not math.isfinite(value) or value < 0 or unit not in _SIZE_UNITS:
         msg = f"{text!r} is not a size; write a number and a unit, as 200MB or 1GiB"
         raise ConfigError(msg)
-    return int(value * _SIZE_UNITS[unit])
+    size = value * _SIZE_UNITS[unit]
+    if size > _MAX_SIZE:
+        msg = f"{text!r} is too large a size; sizes stop below 8 EiB (2**63 bytes)"
+        raise ConfigError(msg)
+    return int(size)
+
+
+def check_zk_hosts(hosts: str) -> str:
+    """Return ``hosts`` if it is a ``HOST:PORT[,HOST:PORT]`` list, else raise.
+
+    The port may be left out (ZooKeeper's 2181); an IPv6 host goes in brackets,
+    as ``[::1]:2181``; a chroot suffix (``zk1:2181,zk2:2181/app``, as kazoo and
+    ZooKeeper's own clients take it) is left to them. An empty string (start an
+    embedded server) is accepted.
+
+    Raises:
+        ConfigError: an entry has no host, or a port that is not 1..65535.
+    """
+    servers = hosts.split("/", 1)[0]
+    for entry in servers.split(",") if hosts.strip() else ():
+        item = entry.strip()
+        host, port = item, ""
+        if item.startswith("["):
+            host, _, rest = item[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else rest
+        elif ":" in item:
+            host, port = item.split(":", 1)
+        ok = (
+            bool(host)
+            and all(c not in host for c in " /[]")
+            and (port == "" or (port.isdigit() and 1 <= int(port) <= 65535))
+        )
+        if not ok or ":" in port:
+            msg = (
+                f"ZooKeeper address {item!r} in {hosts!r} is not HOST:PORT; write "
+                "sr3.zk.hosts (or --zk) as zk1:2181,zk2:2181 with ports 1..65535"
+            )
+            raise ConfigError(msg)
+    return hosts
 
 
 def _require(ok: bool, key: str, value: object, hint: str) -> None:
@@ -176,6 +218,7 @@ class ZkConfig:
     digest: str = ""
 
     def __post_init__(self) -> None:
+        check_zk_hosts(self.hosts)
         _require(
             self.chroot.startswith("/") and not self.chroot.endswith("/"),
             "sr3.zk.chroot",
@@ -186,6 +229,12 @@ class ZkConfig:
             self.session_timeout_s > 0,
             "sr3.zk.session.timeout.s",
             self.session_timeout_s,
+            "use > 0",
+        )
+        _require(
+            self.connect_timeout_s > 0,
+            "sr3.zk.connect.timeout.s",
+            self.connect_timeout_s,
             "use > 0",
         )
         _require(
@@ -373,6 +422,11 @@ class Sr3Config:
             if var in env:
                 conf[key] = env[var]
         return cls.from_mapping(conf)
+
+    @staticmethod
+    def known_keys() -> tuple[str, ...]:
+        """Return the dotted ``sr3.*`` keys this configuration reads, sorted."""
+        return tuple(sorted(_KEYS))
 
     def to_mapping(self) -> dict[str, Any]:
         """Return the dotted-key form (round-trips through :meth:`from_mapping`)."""

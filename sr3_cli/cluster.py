@@ -11,14 +11,28 @@ from pathlib import Path
 
 from sr3.client import ClientPool
 from sr3.config import Sr3Config, ZkConfig
-from sr3.errors import ConfigError
+from sr3.errors import AuthenticationError, ConfigError, StorageError
 from sr3.replication import LiveMembers, ReplicatedStore
 from sr3_cli.lab import Lab, resolve_lab_dir
 from zk.client import ZkSession, connect
 from zk.manifests import ZkManifestStore
 from zk.membership import ZkMembership
 
-__all__ = ["Cluster", "add_cluster_args", "cluster_config", "open_cluster"]
+__all__ = [
+    "Cluster",
+    "add_cluster_args",
+    "check_secret",
+    "checked_config",
+    "cluster_config",
+    "open_cluster",
+    "secret_source",
+]
+
+E_AUTH_REFUSED = (
+    "ring node {node} refused this command's secret ({source}): {exc}. Use the "
+    "ring's secret: --lab DIR uses DIR/secret, --secret-file FILE or "
+    "SR3_NODE_SECRET otherwise"
+)
 
 
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
@@ -41,10 +55,17 @@ def read_secret(path: str | None) -> str:
     """
     if path:
         try:
-            return Path(path).read_text(encoding="utf-8").strip()
-        except OSError as exc:
+            secret = Path(path).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeError) as exc:
             msg = f"cannot read secret file {path}: {exc}"
             raise ConfigError(msg) from exc
+        if not secret:
+            msg = (
+                f"secret file {path} is empty; put the ring's shared secret in it "
+                "(a lab keeps its own in LAB_DIR/secret)"
+            )
+            raise ConfigError(msg)
+        return secret
     return os.environ.get("SR3_NODE_SECRET", "")
 
 
@@ -63,9 +84,20 @@ def cluster_config(args: argparse.Namespace) -> Sr3Config:
         )
         return replace(base, zk=zk, node=node)
     if lab_dir is not None:
-        cfg = Lab.load(lab_dir).config(base)
+        lab = Lab.load(lab_dir)
+        if not lab.zookeeper_running:
+            msg = (
+                f"the lab in {lab_dir} is stopped (its ZooKeeper is not running); "
+                f"start it with `sr3 lab up --dir {lab_dir}`"
+            )
+            raise ConfigError(msg)
+        cfg = lab.config(base)
         if args.chroot:
             cfg = replace(cfg, zk=replace(cfg.zk, chroot=args.chroot))
+        if args.secret_file:
+            cfg = replace(
+                cfg, node=replace(cfg.node, secret=read_secret(args.secret_file))
+            )
         return cfg
     if base.zk.hosts:
         return base
@@ -111,3 +143,48 @@ def open_cluster(config: Sr3Config) -> Iterator[Cluster]:
         store.close()
         pool.close_all()
         session.close()
+
+
+def check_secret(cluster: Cluster, source: str) -> None:
+    """Authenticate to one live ring node, so a wrong secret is named as such.
+
+    Without it a recovery with a wrong secret sees every holder fail and
+    reports missing shards. Nodes that cannot be reached are skipped.
+
+    Raises:
+        ConfigError: a node refused the secret (``source`` says where it came from).
+    """
+    for node_id, info in sorted(cluster.membership.members().items()):
+        try:
+            with cluster.pool.client(info) as client:
+                client.ping()
+        except AuthenticationError as exc:
+            msg = E_AUTH_REFUSED.format(node=node_id, source=source, exc=exc)
+            raise ConfigError(msg) from exc
+        except StorageError:
+            continue
+        return
+
+
+def checked_config(args: argparse.Namespace) -> Sr3Config:
+    """Return :func:`cluster_config` once a live ring node accepted its secret.
+
+    Raises:
+        ConfigError: see :func:`cluster_config` and :func:`check_secret`.
+        CoordinationError: ZooKeeper cannot be reached.
+    """
+    config = cluster_config(args)
+    with open_cluster(config) as cluster:
+        check_secret(cluster, secret_source(args))
+    return config
+
+
+def secret_source(args: argparse.Namespace) -> str:
+    """Say where the command's ring secret comes from, for error messages."""
+    if getattr(args, "secret_file", None):
+        return f"--secret-file {args.secret_file}"
+    if not getattr(args, "zk", None) and resolve_lab_dir(getattr(args, "lab", None)):
+        return "the lab's secret file"
+    if os.environ.get("SR3_NODE_SECRET"):
+        return "SR3_NODE_SECRET"
+    return "no secret given"

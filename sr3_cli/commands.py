@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from sr3.config import Sr3Config
-from sr3.errors import SR3Error
+from sr3.errors import ConfigError, SR3Error
 from sr3_cli.cluster import add_cluster_args, open_cluster, read_secret
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.snapshot_cmd import run_get, run_put
@@ -29,6 +29,9 @@ __all__ = [
     "status",
     "wait_for_members",
 ]
+
+
+_DEFAULT_LAB_NODES = 5
 
 
 def _lab_root(args: argparse.Namespace) -> Path:
@@ -58,15 +61,24 @@ def wait_for_members(lab: Lab, count: int, timeout_s: float = 30.0) -> None:
 def lab_up(args: argparse.Namespace) -> int:
     """``sr3 lab up``: start (or complete) a lab and wait until it is ready."""
     root = _lab_root(args)
+    if root.exists() and not root.is_dir():
+        msg = f"lab dir {root} is a file; give `sr3 lab up --dir` a directory"
+        raise ConfigError(msg)
     root.mkdir(parents=True, exist_ok=True)
-    try:
-        lab = Lab.load(root)
-    except SR3Error:
+    if Lab.exists(root):
+        lab = Lab.load(root)  # a corrupt lab.json is refused, never overwritten
+    else:
         lab = Lab(root=root)
         lab.save()
+    wanted = args.nodes or len(lab.nodes) or _DEFAULT_LAB_NODES
+    if wanted < len(lab.nodes):
+        print(
+            f"note: the lab already has {len(lab.nodes)} ring nodes; "
+            f"--nodes {wanted} removes none (`sr3 lab kill` stops some)"
+        )
     started = time.perf_counter()
     lab.start_zookeeper()
-    missing = args.nodes - len(lab.nodes)
+    missing = wanted - len(lab.nodes)
     zones = [z for z in args.zones.split(",") if z] or None
     if missing > 0:
         lab.add_nodes(missing, zones)
@@ -100,17 +112,27 @@ def lab_down(args: argparse.Namespace) -> int:
 def lab_kill(args: argparse.Namespace) -> int:
     """``sr3 lab kill``: SIGKILL the named nodes."""
     lab = Lab.load(_lab_root(args))
-    lab.kill_nodes(list(args.node_ids))
-    print("killed " + ", ".join(args.node_ids))
+    killed = lab.kill_nodes(list(args.node_ids))
+    idle = [n for n in args.node_ids if n not in killed]
+    if killed:
+        print("killed " + ", ".join(killed))
+    if idle:
+        print("not running: " + ", ".join(idle))
     return 0
 
 
 def lab_restart(args: argparse.Namespace) -> int:
     """``sr3 lab restart``: start the named nodes again on their data dirs."""
     lab = Lab.load(_lab_root(args))
+    lab.check_nodes(list(args.node_ids))
+    running = [n for n in args.node_ids if lab.nodes[n].alive]
     lab.start_zookeeper()
     lab.start_nodes(list(args.node_ids))
-    print("restarted " + ", ".join(args.node_ids))
+    started = [n for n in args.node_ids if n not in running]
+    if started:
+        print("restarted " + ", ".join(started))
+    if running:
+        print("already running: " + ", ".join(running))
     return 0
 
 
@@ -120,20 +142,32 @@ def node(args: argparse.Namespace) -> int:
 
     base = Sr3Config.from_env()
     secret = read_secret(args.secret_file) or base.node.secret
+    data_dir: Path = args.data_dir.resolve()
+    if data_dir.exists() and not data_dir.is_dir():
+        msg = f"--data-dir {data_dir} is a file; give the node a directory"
+        raise ConfigError(msg)
     config = replace(
         base,
         zk=replace(base.zk, hosts=args.zk, chroot=args.chroot or base.zk.chroot),
         node=replace(base.node, secret=secret),
     )
     options = NodeOptions(
-        data_dir=args.data_dir.resolve(),
+        data_dir=data_dir,
         host=args.host,
         port=args.port,
         zone=args.zone,
         node_id=args.node_id,
         capacity=args.capacity,
     )
-    run_node(config, options)
+    try:
+        run_node(config, options)
+    except OSError as exc:
+        msg = (
+            f"ring node on {args.host}:{args.port} with data dir {data_dir} failed: "
+            f"{exc}; if the address is taken or not local, pick another --port "
+            "(0 = any free port) or --host"
+        )
+        raise ConfigError(msg) from exc
     return 0
 
 
@@ -157,5 +191,6 @@ def demo(args: argparse.Namespace) -> int:
     from sr3_cli.demo import run_demo  # noqa: PLC0415
 
     tmp = Path(os.environ.get("TMPDIR", "/tmp"))  # noqa: S108 - a scratch lab
-    root = resolve_lab_dir(args.lab_dir) or tmp / "sr3-demo"
-    return run_demo(root, size=args.size)
+    # only --dir, never $SR3_LAB: the demo wipes its dir, not the user's lab
+    root = Path(args.lab_dir).resolve() if args.lab_dir else tmp / "sr3-demo"
+    return run_demo(root, size=args.size, default=not args.lab_dir)

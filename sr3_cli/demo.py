@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sr3.config import parse_size
-from sr3.errors import SR3Error
+from sr3.errors import ConfigError, SR3Error
 from sr3.snapshot import SnapshotReader
 from sr3.synthetic import SyntheticSpec
 from sr3_cli.cluster import open_cluster
@@ -104,8 +104,46 @@ def _print_status(lab: Lab) -> dict[str, object]:
     return status
 
 
-def run_demo(root: Path, *, size: str = "200MB", nodes: int = 5) -> int:
-    """Run the ring demo in ``root`` (wiped first); return 0 when every check held."""
+_MARKER = "sr3-demo"
+_LAB_ENTRIES = frozenset({"lab.json", "lab.json.tmp", "secret", "zk", "nodes", "spark"})
+
+
+def _check_wipeable(root: Path, *, default: bool) -> None:
+    """Refuse to wipe ``root`` unless it is empty or a demo's own lab.
+
+    A demo's lab holds a marker file; the default dir is also wiped when it
+    holds only lab files (demos before the marker left those).
+
+    Raises:
+        ConfigError: it is a file, or a directory holding anything else.
+    """
+    if not root.exists():
+        return
+    if not root.is_dir():
+        msg = f"demo dir {root} is a file; give `sr3 demo --dir` a directory"
+        raise ConfigError(msg)
+    names = {p.name for p in root.iterdir()}
+    old_demo = default and "lab.json" in names and names <= _LAB_ENTRIES
+    if names and _MARKER not in names and not old_demo:
+        msg = (
+            f"demo dir {root} is not empty and not a demo lab; `sr3 demo` wipes "
+            "its dir first, so give it a new or empty one (`--dir /tmp/sr3-demo`)"
+        )
+        raise ConfigError(msg)
+
+
+def run_demo(
+    root: Path, *, size: str = "200MB", nodes: int = 5, default: bool = False
+) -> int:
+    """Run the ring demo in ``root`` (wiped first); return 0 when every check held.
+
+    Raises:
+        ConfigError: ``size`` is not a size, or ``root`` holds anything but an
+            earlier demo (see :func:`_check_wipeable`; ``default`` says it is
+            the default dir).
+    """
+    total_bytes = parse_size(size)
+    _check_wipeable(root, default=default)
     if root.exists():
         try:
             old = Lab.load(root)
@@ -115,6 +153,7 @@ def run_demo(root: Path, *, size: str = "200MB", nodes: int = 5) -> int:
             print(f"(an old lab in {root} could not be stopped cleanly: {exc})")
         shutil.rmtree(root)
     root.mkdir(parents=True)
+    (root / _MARKER).write_text("a lab of `sr3 demo`, wiped by its next run\n")
     lab = Lab(root=root)
     lab.save()
     ok = True
@@ -124,7 +163,7 @@ def run_demo(root: Path, *, size: str = "200MB", nodes: int = 5) -> int:
             lab.add_nodes(nodes)
             lab.start_nodes(sorted(lab.nodes))
             wait_for_members(lab, nodes)
-        spec = SyntheticSpec(total_bytes=parse_size(size), keys=None, seed=7)
+        spec = SyntheticSpec(total_bytes=total_bytes, keys=None, seed=7)
         with (
             step(f"write a {size} keyed snapshot with r=3"),
             open_cluster(lab.config()) as c,

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from sr3.config import NodeConfig, Sr3Config, ZkConfig
 from sr3.errors import ConfigError, SR3Error
+from sr3_cli.processes import alive as _alive
+from sr3_cli.processes import terminate as _terminate
 from zk.launcher import EmbeddedZooKeeper
 
 if TYPE_CHECKING:
@@ -36,35 +38,63 @@ _STATE = "lab.json"
 _NODE_READY_TIMEOUT_S = 30.0
 
 
+E_CORRUPT_LAB = (
+    "the lab's state file {path} cannot be read ({detail}). Processes it started "
+    "may still run: stop them (`pgrep -af {root}` lists them), then move {path} "
+    "away and run `sr3 lab up --dir {root}` (node data under {root}/nodes is kept "
+    "and adopted)"
+)
+
+
+def _port(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**16:
+        msg = f"zk_port {value!r} is not a TCP port"
+        raise ValueError(msg)
+    return value
+
+
+def _pid(value: object) -> int | None:
+    if value is not None and (
+        isinstance(value, bool) or not isinstance(value, int) or value <= 0
+    ):
+        msg = f"pid {value!r} is not a process id"
+        raise ValueError(msg)
+    return value
+
+
+def _optional_dict(value: object) -> dict[str, Any] | None:
+    if value is not None and not isinstance(value, dict):
+        msg = f"spark {value!r} is not an object"
+        raise TypeError(msg)
+    return value
+
+
+def _nodes(raw: dict[str, Any]) -> dict[str, Any]:
+    nodes = raw.get("nodes", {})
+    if not isinstance(nodes, dict):
+        msg = f"nodes {nodes!r} is not an object"
+        raise TypeError(msg)
+    return nodes
+
+
+def _lab_node(node_id: str, raw: object) -> LabNode:
+    if not isinstance(raw, dict):
+        msg = f"node {node_id!r} is {raw!r}, not an object"
+        raise TypeError(msg)
+    node = LabNode(**raw)
+    node.pid = _pid(node.pid)
+    if node.port is not None:
+        node.port = _port(node.port)
+    if node.node_id != node_id or not isinstance(node.data_dir, str):
+        msg = f"node {node_id!r} has id {node.node_id!r}, data dir {node.data_dir!r}"
+        raise ValueError(msg)
+    return node
+
+
 def resolve_lab_dir(explicit: str | None) -> Path | None:
     """Return the lab dir from ``--lab`` or ``SR3_LAB``, or None."""
     raw = explicit or os.environ.get("SR3_LAB")
     return Path(raw).resolve() if raw else None
-
-
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie child still answers kill(0); reap it if it is ours
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return _not_zombie(pid)
-    return done == 0
-
-
-def _not_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 @dataclass
@@ -102,18 +132,28 @@ class Lab:
             ConfigError: there is no lab there.
         """
         path = root / _STATE
-        if not path.exists():
+        if not cls.exists(root):
             msg = f"no lab in {root}: run `sr3 lab up --dir {root}` first"
             raise ConfigError(msg)
-        raw: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return cls(
-            root=root,
-            zk_port=int(raw["zk_port"]),
-            zk_pid=raw.get("zk_pid"),
-            chroot=str(raw.get("chroot", "/sr3/default")),
-            nodes={k: LabNode(**v) for k, v in raw.get("nodes", {}).items()},
-            spark=raw.get("spark"),
-        )
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            return cls(
+                root=root,
+                zk_port=_port(raw["zk_port"]),
+                zk_pid=_pid(raw.get("zk_pid")),
+                chroot=str(raw.get("chroot", "/sr3/default")),
+                nodes={k: _lab_node(k, v) for k, v in _nodes(raw).items()},
+                spark=_optional_dict(raw.get("spark")),
+            )
+        except (OSError, UnicodeError, ValueError, TypeError, KeyError) as exc:
+            detail = f"{type(exc).__name__}: {exc}"
+            msg = E_CORRUPT_LAB.format(path=path, root=root, detail=detail)
+            raise ConfigError(msg) from exc
+
+    @staticmethod
+    def exists(root: Path) -> bool:
+        """Whether ``root`` holds a lab (a ``lab.json``, readable or not)."""
+        return os.path.lexists(root / _STATE)
 
     def save(self) -> None:
         """Write ``lab.json`` atomically."""
@@ -127,6 +167,11 @@ class Lab:
         tmp = self.root / (_STATE + ".tmp")
         tmp.write_text(json.dumps(raw, indent=2), encoding="utf-8")
         tmp.replace(self.root / _STATE)
+
+    @property
+    def zookeeper_running(self) -> bool:
+        """Whether the lab's ZooKeeper process runs."""
+        return _alive(self.zk_pid)
 
     @property
     def zk_hosts(self) -> str:
@@ -263,6 +308,7 @@ class Lab:
         Raises:
             SR3Error: a node exited or did not become ready in time.
         """
+        self.check_nodes(node_ids)
         self.secret()  # created before any node reads it
         started: dict[str, subprocess.Popen[bytes]] = {}
         for node_id in node_ids:
@@ -312,13 +358,20 @@ class Lab:
         self.nodes[node_id].port = int(line.split()[2])
         proc.stdout.close()
 
-    def kill_nodes(self, node_ids: list[str], sig: int = signal.SIGKILL) -> None:
-        """Send ``sig`` (SIGKILL by default) to the given nodes."""
-        for node_id in node_ids:
-            node = self._node(node_id)
+    def kill_nodes(self, node_ids: list[str], sig: int = signal.SIGKILL) -> list[str]:
+        """Send ``sig`` (SIGKILL by default) to the given nodes; return those running.
+
+        Raises:
+            ConfigError: a node id is not in the lab (then no node is signalled).
+        """
+        nodes = [self._node(node_id) for node_id in node_ids]
+        signalled = []
+        for node in nodes:
             if node.pid and _alive(node.pid):
                 os.kill(node.pid, sig)
+                signalled.append(node.node_id)
         self.save()
+        return signalled
 
     def stop_nodes(self) -> None:
         """Stop every node gracefully."""
@@ -327,20 +380,18 @@ class Lab:
             node.pid = None
         self.save()
 
+    def check_nodes(self, node_ids: list[str]) -> None:
+        """Check that every id names a node of this lab.
+
+        Raises:
+            ConfigError: the first id that does not.
+        """
+        for node_id in node_ids:
+            self._node(node_id)
+
     def _node(self, node_id: str) -> LabNode:
         if node_id not in self.nodes:
             known = ", ".join(sorted(self.nodes)) or "none"
             msg = f"no node {node_id!r} in the lab at {self.root} (nodes: {known})"
             raise ConfigError(msg)
         return self.nodes[node_id]
-
-
-def _terminate(pid: int | None, timeout_s: float = 10.0) -> None:
-    if pid is None or not _alive(pid):
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and _alive(pid):
-        time.sleep(0.05)
-    if _alive(pid):
-        os.kill(pid, signal.SIGKILL)

@@ -4,15 +4,45 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from sr3.errors import SR3Error
+from sr3_cli.argtypes import at_least, fraction, tcp_port
+from sr3_cli.output import JSON_HELP, emit_error
 
 __all__ = ["build_parser", "main"]
 
+logger = logging.getLogger(__name__)
+
 Handler = Callable[[argparse.Namespace], int]
+
+#: Exit codes: 0 success, 1 a check failed (``--verify``, a run not idle) or an
+#: internal error, 2 bad input or an unreachable ring (the message says which).
+EXIT_USAGE = 2
+EXIT_INTERNAL = 1
+E_INTERNAL = (
+    "internal error: {kind}: {exc} (rerun with --log-level DEBUG for the "
+    "traceback, and report it)"
+)
+
+
+class UsageError(Exception):
+    """A command line argparse refused (raised instead of exiting)."""
+
+    def __init__(self, usage: str, message: str) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors raise, so ``main`` decides the output."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(self.format_usage(), f"{self.prog}: error: {message}")
 
 
 def _lab_dir_arg(parser: argparse.ArgumentParser) -> None:
@@ -28,11 +58,15 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the ``sr3`` argument parser."""
     from sr3_cli import commands, topology_cmd  # noqa: PLC0415 - keeps --help fast
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sr3", description="SR3 for Python: replicated state ring and recovery"
     )
     parser.add_argument(
-        "--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default), ERROR"
+        "--log-level",
+        default="WARNING",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="DEBUG, INFO, WARNING (default), ERROR",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -41,7 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
     ).add_subparsers(dest="lab_command", required=True)
     up = lab.add_parser("up", help="start ZooKeeper and N ring nodes in the background")
     _lab_dir_arg(up)
-    up.add_argument("--nodes", type=int, default=5, help="ring nodes (default 5)")
+    up.add_argument(
+        "--nodes",
+        type=at_least(1),
+        default=None,
+        help="ring nodes (default 5 for a new lab; an existing one keeps its own)",
+    )
     up.add_argument(
         "--zones", default="", help="comma-separated zone labels, round robin"
     )
@@ -50,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also start a Spark standalone master and worker (URL in lab.json)",
     )
-    up.add_argument("--spark-cores", type=int, default=2, help="worker cores (2)")
+    up.add_argument(
+        "--spark-cores", type=at_least(1), default=2, help="worker cores (2)"
+    )
     up.add_argument("--spark-memory", default="2g", help="worker memory (2g)")
     up.set_defaults(handler=commands.lab_up)
     down = lab.add_parser("down", help="stop the lab's Spark, nodes and ZooKeeper")
@@ -77,14 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="address to bind and announce"
     )
     node.add_argument(
-        "--port", type=int, default=0, help="TCP port (0 = any free port)"
+        "--port", type=tcp_port, default=0, help="TCP port (0 = any free port)"
     )
     node.add_argument("--data-dir", required=True, type=Path)
     node.add_argument("--zone", default=None, help="failure zone label")
     node.add_argument(
         "--node-id", default=None, help="id on first start (kept in data dir)"
     )
-    node.add_argument("--capacity", type=int, default=1, help="relative ring weight")
+    node.add_argument(
+        "--capacity", type=at_least(1), default=1, help="relative ring weight"
+    )
     node.add_argument("--secret-file", default=None, help="shared ring secret")
     node.set_defaults(handler=commands.node)
 
@@ -92,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         "status", help="members, shards per node, replication health"
     )
     commands.add_cluster_args(status)
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help=JSON_HELP)
     status.set_defaults(handler=commands.status)
 
     snap = sub.add_parser("snapshot", help="synthetic keyed snapshots").add_subparsers(
@@ -103,18 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
     put.add_argument("--owner", required=True)
     put.add_argument("--size", required=True, help="total bytes, as 200MB or 1GiB")
     put.add_argument(
-        "--keys", type=int, default=None, help="key count (default size/1KiB)"
+        "--keys", type=at_least(1), default=None, help="key count (default size/1KiB)"
     )
     put.add_argument("--seed", type=int, default=0)
-    put.add_argument("--epochs", type=int, default=1, help="1 full epoch + deltas")
-    put.add_argument("--update-fraction", type=float, default=0.1)
+    put.add_argument(
+        "--epochs", type=at_least(1), default=1, help="1 full epoch + deltas"
+    )
+    put.add_argument("--update-fraction", type=fraction, default=0.1)
     put.add_argument(
         "--max-chain-length",
-        type=int,
+        type=at_least(1),
         default=None,
         help="deltas before a full epoch (default sr3.checkpoint.max.chain.length)",
     )
-    put.add_argument("--json", action="store_true")
+    put.add_argument("--json", action="store_true", help=JSON_HELP)
     put.set_defaults(handler=commands.snapshot_put)
     get = snap.add_parser(
         "get", help="recover a snapshot from the ring by star, line or tree"
@@ -122,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_cluster_args(get)
     get.add_argument("--owner", required=True)
     get.add_argument(
-        "--epoch", type=int, default=None, help="default: latest committed"
+        "--epoch", type=at_least(1), default=None, help="default: latest committed"
     )
     get.add_argument(
         "--mechanism",
@@ -138,32 +183,78 @@ def build_parser() -> argparse.ArgumentParser:
     get.add_argument(
         "--verify", action="store_true", help="check every key; exit 1 on mismatch"
     )
-    get.add_argument("--json", action="store_true")
+    get.add_argument("--json", action="store_true", help=JSON_HELP)
     get.set_defaults(handler=commands.snapshot_get)
 
     topology_cmd.add_parsers(sub)
 
     demo = sub.add_parser("demo", help="the main job on embedded defaults")
-    _lab_dir_arg(demo)
+    demo.add_argument(
+        "--dir",
+        dest="lab_dir",
+        default=None,
+        help="scratch lab dir, wiped first: new, empty or an earlier demo's "
+        "(default $TMPDIR/sr3-demo; $SR3_LAB is never used)",
+    )
     demo.add_argument("--size", default="200MB", help="snapshot size (default 200MB)")
     demo.set_defaults(handler=commands.demo)
     return parser
 
 
+def _want_json(argv: Sequence[str]) -> bool:
+    return "--json" in argv
+
+
+def _fail(message: str, *, as_json: bool, kind: str, code: int) -> int:
+    """Report a failure on stderr (and as JSON on stdout with ``--json``)."""
+    print(f"sr3: error: {message}", file=sys.stderr)
+    if as_json:
+        emit_error(kind, message, code)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``sr3`` command; return its exit code."""
+    """Run the ``sr3`` command; return its exit code.
+
+    A failure never ends in a traceback: bad input, a missing lab or an
+    unreachable ring print ``sr3: error: ...`` on stderr and return 2; with
+    ``--json``, stdout also gets ``{"error": {"type", "message", "exit_code"}}``.
+    """
+    words = list(sys.argv[1:] if argv is None else argv)
+    as_json = _want_json(words)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(words)
+    except UsageError as exc:
+        sys.stderr.write(exc.usage)
+        print(exc, file=sys.stderr)
+        if as_json:
+            emit_error("UsageError", str(exc), EXIT_USAGE)
+        return EXIT_USAGE
+    level = getattr(logging, str(args.log_level).upper(), logging.WARNING)
     logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        level=level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if level > logging.INFO and args.command != "node":
+        # kazoo logs every failed connect attempt; the error below says it once
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
     handler: Handler = args.handler
+    as_json = bool(getattr(args, "json", False))
     try:
         return handler(args)
     except SR3Error as exc:
-        print(f"sr3: error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc), as_json=as_json, kind=type(exc).__name__, code=2)
+    except BrokenPipeError:  # stdout closed early (`| head`): nothing to say
+        sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
+        return EXIT_INTERNAL
+    except OSError as exc:  # a path or socket of the command line: it names it
+        return _fail(str(exc), as_json=as_json, kind=type(exc).__name__, code=2)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        logger.debug("sr3 %s failed", args.command, exc_info=True)
+        kind = type(exc).__name__
+        message = E_INTERNAL.format(kind=kind, exc=exc)
+        return _fail(message, as_json=as_json, kind=kind, code=EXIT_INTERNAL)

@@ -13,7 +13,21 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["Progress", "emit_json", "format_bytes", "step", "table"]
+__all__ = [
+    "JSON_HELP",
+    "Progress",
+    "emit_error",
+    "emit_json",
+    "format_bytes",
+    "step",
+    "table",
+]
+
+#: Help of every ``--json`` option: the error object is part of the contract.
+JSON_HELP = (
+    "print JSON on stdout; on failure it is "
+    '{"error": {"type": ..., "message": ..., "exit_code": ...}}'
+)
 
 
 def format_bytes(n: float) -> str:
@@ -30,6 +44,11 @@ def emit_json(obj: Any, out: TextIO | None = None) -> None:
     print(
         json.dumps(obj, indent=2, sort_keys=True, default=str), file=out or sys.stdout
     )
+
+
+def emit_error(kind: str, message: str, exit_code: int) -> None:
+    """Print the ``--json`` error object on stdout."""
+    emit_json({"error": {"type": kind, "message": message, "exit_code": exit_code}})
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -30,7 +30,13 @@ from sr3.synthetic import (
     iter_key_groups,
     key_indices,
 )
-from sr3_cli.cluster import Cluster, cluster_config, open_cluster
+from sr3_cli.cluster import (
+    Cluster,
+    check_secret,
+    cluster_config,
+    open_cluster,
+    secret_source,
+)
 from sr3_cli.output import Progress, emit_json, format_bytes, table
 
 __all__ = [
@@ -82,7 +88,11 @@ def put_synthetic(
     ``max_chain_length`` deltas (default: ``sr3.checkpoint.max.chain.length``);
     a full epoch garbage-collects the older ones.
     """
-    limit = max_chain_length or cluster.config.recovery.max_chain_length
+    limit = (
+        cluster.config.recovery.max_chain_length
+        if max_chain_length is None
+        else max_chain_length
+    )
     writer = SnapshotWriter(
         store=cluster.store,
         manifests=cluster.manifests,
@@ -247,6 +257,7 @@ def run_put(args: argparse.Namespace) -> int:
 def run_get(args: argparse.Namespace) -> int:
     """Recover a snapshot (optionally verifying it); exit 1 on any mismatch."""
     with open_cluster(cluster_config(args)) as cluster:
+        check_secret(cluster, secret_source(args))
         got = recover_snapshot(
             cluster,
             args.owner,

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,14 +16,25 @@ from typing import Any
 
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
-from sr3_cli.cluster import add_cluster_args, cluster_config
+from sr3_cli.argtypes import at_least, positive_seconds
+from sr3_cli.cluster import add_cluster_args, checked_config
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
-from sr3_cli.output import emit_json, table
-from storm_bridge.runner import NodeKill, RunOptions, TaskKill, run_topology
+from sr3_cli.output import JSON_HELP, emit_json, table
+from sr3_cli.run_checks import (
+    check_node_ids,
+    check_topology_file,
+    parse_conf,
+    parse_kill,
+    parse_node_kill,
+)
+from storm_bridge.runner import RunOptions, run_topology
 from storm_bridge.wiring import RingAccess
 
 __all__ = ["add_parsers", "parse_kill", "parse_node_kill"]
+
+#: Distinct task errors the text report lists (``--json`` has them all).
+_ERRORS_SHOWN = 3
 
 EMBEDDED_NODES = 3
 #: Options only the Storm engine's local cluster understands.
@@ -32,49 +42,6 @@ _STORM_ONLY = (
     ("kill", "--kill (Spark retries its own tasks; use --kill-node)"),
     ("no_checkpoints", "--no-checkpoints"),
 )
-
-
-def parse_kill(text: str) -> TaskKill:
-    """Parse ``COMPONENT:INDEX@SECONDS``.
-
-    Raises:
-        ConfigError: the text does not have that form.
-    """
-    try:
-        target, at = text.rsplit("@", 1)
-        component, index = target.rsplit(":", 1)
-        return TaskKill(component, int(index), float(at))
-    except ValueError as exc:
-        msg = f"--kill {text!r}: write COMPONENT:INDEX@SECONDS, as count:0@2.5"
-        raise ConfigError(msg) from exc
-
-
-def parse_node_kill(text: str) -> NodeKill:
-    """Parse ``NODE@SECONDS``.
-
-    Raises:
-        ConfigError: the text does not have that form.
-    """
-    try:
-        node, at = text.rsplit("@", 1)
-        return NodeKill(node, float(at))
-    except ValueError as exc:
-        msg = f"--kill-node {text!r}: write NODE@SECONDS, as node-2@3"
-        raise ConfigError(msg) from exc
-
-
-def _parse_conf(items: list[str]) -> dict[str, Any]:
-    conf: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep:
-            msg = f"-o {item!r}: write KEY=VALUE (VALUE as JSON, or a plain string)"
-            raise ConfigError(msg)
-        try:
-            conf[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            conf[key] = raw
-    return conf
 
 
 @dataclass
@@ -103,7 +70,7 @@ def _embedded_lab() -> Iterator[_Target]:
 @contextmanager
 def _target(args: argparse.Namespace) -> Iterator[_Target]:
     if args.zk or args.lab or os.environ.get("SR3_LAB"):
-        config = cluster_config(args)
+        config = checked_config(args)
         lab_dir = args.lab or os.environ.get("SR3_LAB")
         lab = Lab.load(Path(lab_dir).resolve()) if lab_dir and not args.zk else None
         yield _Target(config, lab)
@@ -123,8 +90,14 @@ def _run_spark(args: argparse.Namespace) -> int:
     if not args.until_idle and args.duration is None and args.max_batches is None:
         msg = "sr3 run needs --until-idle, --duration S or --max-batches N"
         raise ConfigError(msg)
+    check_topology_file(args.file)
     node_kills = [parse_node_kill(k) for k in args.kill_node]
+    conf = parse_conf(args.conf)
     checkpoint = args.checkpoint_dir
+    if checkpoint is not None and Path(checkpoint).exists():
+        if not Path(checkpoint).is_dir():
+            msg = f"--checkpoint-dir {checkpoint} is a file; give a directory"
+            raise ConfigError(msg)
     scratch = None
     if checkpoint is None:
         scratch = tempfile.mkdtemp(prefix="sr3-spark-")
@@ -135,6 +108,8 @@ def _run_spark(args: argparse.Namespace) -> int:
             if node_kills and lab is None:
                 msg = "--kill-node needs a lab whose nodes this run can kill"
                 raise ConfigError(msg)
+            if lab is not None:
+                check_node_ids((k.node for k in node_kills), lab.nodes)
             timers = [
                 threading.Timer(k.at_s, lab.kill_nodes, args=([k.node],))
                 for k in node_kills
@@ -151,7 +126,7 @@ def _run_spark(args: argparse.Namespace) -> int:
                     master=args.master,
                     until_idle=args.until_idle,
                     duration_s=args.duration,
-                    conf=_parse_conf(args.conf),
+                    conf=conf,
                     max_rows_per_batch=args.max_rows_per_batch,
                     ring=ring,
                     resume=args.resume,
@@ -177,12 +152,13 @@ def run(args: argparse.Namespace) -> int:
     """``sr3 run``: run a topology file on the local cluster or on Spark."""
     if args.engine == "spark":
         return _run_spark(args)
+    check_topology_file(args.file)
     options = RunOptions(
         until_idle=args.until_idle,
         duration_s=args.duration,
         kills=[parse_kill(k) for k in args.kill],
         node_kills=[parse_node_kill(k) for k in args.kill_node],
-        conf=_parse_conf(args.conf),
+        conf=parse_conf(args.conf),
         serializer=args.serializer,
         timeout_s=args.timeout,
         checkpoints=not args.no_checkpoints,
@@ -193,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(msg)
     with _target(args) as target:
         lab = target.lab
-        kill_node = None if lab is None else (lambda node: lab.kill_nodes([node]))
+        if lab is not None:
+            check_node_ids((k.node for k in options.node_kills), lab.nodes)
+        kill_node = None if lab is None else _node_killer(lab)
         ring = RingAccess(target.config)
         try:
             report = run_topology(
@@ -208,6 +186,13 @@ def run(args: argparse.Namespace) -> int:
     if options.until_idle and not report.idle:
         return 1
     return 0
+
+
+def _node_killer(lab: Lab) -> Callable[[str], None]:
+    def kill(node: str) -> None:
+        lab.kill_nodes([node])
+
+    return kill
 
 
 def _print_report(data: dict[str, Any]) -> None:
@@ -267,6 +252,8 @@ def _print_report(data: dict[str, Any]) -> None:
         print(f"state {name}: {summary['keys']} keys at epoch {summary['epoch']}")
     if data["error_count"]:
         print(f"errors reported by tasks: {data['error_count']} (see --json)")
+        for error in list(dict.fromkeys(data.get("errors", [])))[:_ERRORS_SHOWN]:
+            print(f"  {error}")
     dead = data.get("dead_letters", {}).get("count", 0)
     if dead:
         print(f"dead letters: {dead} (see --json)")
@@ -278,7 +265,7 @@ def state_dump(args: argparse.Namespace) -> int:
     Prints ``{key: {name: value}}`` as JSON, each key a JSON list of its values
     (with or without ``--json``; without it, a summary line goes to stderr).
     """
-    ring = RingAccess(cluster_config(args))
+    ring = RingAccess(checked_config(args))
     try:
         epoch, rows = ring.committed_dump(args.topology, args.component)
     finally:
@@ -295,7 +282,7 @@ def state_dump(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     """Add the topology subcommands to the ``sr3`` parser."""
     p = sub.add_parser(
         "run", help="run a topology file on the local Storm cluster or on Spark"
@@ -312,13 +299,13 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument(
         "--max-batches",
-        type=int,
+        type=at_least(1),
         default=None,
         help="stop once this many micro-batches committed (--engine spark)",
     )
     p.add_argument(
         "--max-rows-per-batch",
-        type=int,
+        type=at_least(1),
         default=1000,
         help="spout tuples per micro-batch (--engine spark; 1000)",
     )
@@ -327,7 +314,9 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         action="store_true",
         help="stop when spouts are dry, all is processed and a final epoch committed",
     )
-    p.add_argument("--duration", type=float, default=None, help="seconds to run")
+    p.add_argument(
+        "--duration", type=positive_seconds, default=None, help="seconds to run"
+    )
     p.add_argument(
         "--kill",
         action="extend",
@@ -354,7 +343,10 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--serializer", choices=["json", "msgpack"], default="json")
     p.add_argument(
-        "--timeout", type=float, default=600.0, help="bound of --until-idle (600 s)"
+        "--timeout",
+        type=positive_seconds,
+        default=600.0,
+        help="bound of --until-idle (600 s)",
     )
     p.add_argument(
         "--no-checkpoints", action="store_true", help="plain Storm (at-least-once)"
@@ -365,7 +357,7 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="continue from the last committed epoch (default: empty state)",
     )
     add_cluster_args(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(handler=run)
 
     state = sub.add_parser("state", help="committed state of topologies")
@@ -374,5 +366,5 @@ def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     dump.add_argument("--topology", required=True)
     dump.add_argument("--component", required=True)
     add_cluster_args(dump)
-    dump.add_argument("--json", action="store_true")
+    dump.add_argument("--json", action="store_true", help=JSON_HELP)
     dump.set_defaults(handler=state_dump)
