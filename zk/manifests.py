@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from kazoo.exceptions import (
     BadVersionError,
@@ -43,6 +43,7 @@ from zk.paths import ZkPaths, unquote_name
 __all__ = ["ZkManifestStore"]
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 # ZooKeeper rejects requests over jute.maxbuffer (1 MiB by default); keep a margin.
 _MAX_TXN_BYTES = 1000 * 1000
@@ -95,6 +96,22 @@ class ZkManifestStore:
     def _call(self, operation: Callable[[], Any], *, retry: bool = True) -> Any:
         return self._session.call(operation, retry=retry)
 
+    def _decode(self, data: bytes, path: str, parse: Callable[[Any], _T]) -> _T:
+        """Decode a stored record, naming its znode when it is damaged.
+
+        Raises:
+            CodecError: the record is not sr3 metadata this build reads.
+        """
+        try:
+            return parse(unpack_meta(data))
+        except CodecError as exc:
+            msg = (
+                f"znode {self._paths.absolute(path)}: {exc}; the record is damaged "
+                "or was written by another sr3 version: upgrade sr3, or delete the "
+                "owner's records if its state is no longer needed"
+            )
+            raise CodecError(msg) from exc
+
     def _head(self, owner: str) -> _Head | None:
         try:
             data, stat = self._call(
@@ -102,7 +119,7 @@ class ZkManifestStore:
             )
         except NoNodeError:
             return None
-        raw = unpack_meta(data)
+        raw: Any = self._decode(data, self._paths.owner(owner), lambda raw: raw)
         try:
             return _Head(int(raw["key_group_count"]), int(raw["latest"]), stat.version)
         except (KeyError, TypeError, ValueError) as exc:
@@ -276,7 +293,7 @@ class ZkManifestStore:
         path = self._paths.epoch(owner, epoch)
         with self._session.translate(f"read manifest of {owner!r} epoch {epoch}", path):
             data, _stat = self._call(partial(self._session.client.get_async, path))
-        return Manifest.from_dict(unpack_meta(data))
+        return self._decode(data, path, Manifest.from_dict)
 
     def epochs(self, owner: str) -> list[int]:
         """Return the owner's committed epochs, ascending.
@@ -314,7 +331,10 @@ class ZkManifestStore:
             # the stamp was read first: a change made while reading moves it again
             names = self._session.children(directory)
             found = self._session.get_many(f"{directory}/{name}" for name in names)
-        metas = [ShardMeta.from_dict(unpack_meta(data)) for data, _ in found.values()]
+        metas = [
+            self._decode(data, path, ShardMeta.from_dict)
+            for path, (data, _) in found.items()
+        ]
         records = {meta.shard_id: meta for meta in metas}
         with self._cache_lock:
             self._shard_cache[owner] = (stamp, records)
@@ -345,7 +365,7 @@ class ZkManifestStore:
                     where = self._paths.absolute(path)
                     msg = f"{what}: owner {owner!r} has no such shard ({where})"
                     raise _error(msg, retriable=False) from exc
-                meta = ShardMeta.from_dict(unpack_meta(data))
+                meta = self._decode(data, path, ShardMeta.from_dict)
                 updated = meta.with_holders(change(meta.holders))
                 if updated.holders == meta.holders:
                     return meta
@@ -402,8 +422,8 @@ class ZkManifestStore:
             found = self._session.get_many(self._paths.epoch(owner, e) for e in keep)
             referenced = {
                 sid
-                for data, _stat in found.values()
-                for sid in Manifest.from_dict(unpack_meta(data)).shard_ids
+                for path, (data, _stat) in found.items()
+                for sid in self._decode(data, path, Manifest.from_dict).shard_ids
             }
             still_used = sorted(referenced.intersection(shard_ids))
             if still_used:

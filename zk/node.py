@@ -13,6 +13,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,8 @@ _NODE_ID_FILE = "node_id"
 _NODE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: Test-only relay fault injection, as ``delay_s=0.01,abort_after_frames=20``.
 RELAY_FAULTS_ENV = "SR3_TEST_RELAY_FAULTS"
+#: How long a start waits to tell whether a namesake's address still answers.
+_PROBE_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,37 @@ def run_node(config: Sr3Config, options: NodeOptions) -> None:
     asyncio.run(_serve(config, options, node_id, store, faults))
 
 
+def _refuse_live_namesake(membership: ZkMembership, info: NodeInfo) -> None:
+    """Refuse to start under an id a live node elsewhere is registered with.
+
+    A registration at another address whose port still accepts connections is a
+    second node given the same id (a copied data dir, a repeated --node-id):
+    taking it over would knock that node out of the ring. One whose address no
+    longer answers is this node's previous run, not yet expired: it is replaced.
+
+    Raises:
+        ConfigError: a live node at another address has this id.
+    """
+    other = membership.members().get(info.node_id)
+    if other is None or (other.host, other.port) == (info.host, info.port):
+        return
+    try:
+        with socket.create_connection((other.host, other.port), _PROBE_TIMEOUT_S):
+            pass
+    except OSError:
+        logger.info(
+            "node id %s was registered at %s, which no longer answers: replacing it",
+            info.node_id,
+            other.address,
+        )
+        return
+    msg = (
+        f"node id {info.node_id!r} is registered by a live node at {other.address}; "
+        "give each node its own --node-id and --data-dir (or stop that node first)"
+    )
+    raise ConfigError(msg)
+
+
 async def _serve(
     config: Sr3Config,
     options: NodeOptions,
@@ -146,6 +180,7 @@ async def _serve(
     )
     scrub_thread = threading.Thread(target=scrubber.run, name="sr3-scrub", daemon=True)
     try:
+        await asyncio.to_thread(_refuse_live_namesake, membership, info)
         await asyncio.to_thread(membership.register, info)
         election.start()
         membership.watch(repair.notify)

@@ -312,12 +312,7 @@ class Recoverer:
             if not missing:
                 return rounds
             if rounds >= self.context.max_rounds:
-                msg = (
-                    f"recovery of {owner}: shards {missing[:5]} ({len(missing)} in "
-                    f"all) were not served after {rounds} re-plans (failed holders "
-                    f"{sorted(job.failed)}); restart holders or wait for repair"
-                )
-                raise RecoveryError(msg)
+                raise RecoveryError(_unserved(owner, missing, rounds, job))
             rounds += 1
             detail = f"{len(missing)} shards missing; failed {sorted(job.failed)}"
             life.move(RecoveryPhase.REPLANNING, detail)
@@ -333,6 +328,28 @@ class Recoverer:
             job.live = live
             life.move(RecoveryPhase.TRANSFERRING, f"star round {rounds + 1}")
             StarRecovery(self.context).transfer(job)
+
+
+def _unserved(owner: str, missing: list[str], rounds: int, job: TransferJob) -> str:
+    """The error for shards still missing after the last re-plan, with the cause."""
+    corrupt: dict[str, set[str]] = {}
+    for node_id, shard_id in job.corrupt:
+        corrupt.setdefault(shard_id, set()).add(node_id)
+    head = f"recovery of {owner}: shards {missing[:5]} ({len(missing)} in all)"
+    ruined = [sid for sid in missing if sid in corrupt]
+    if ruined:
+        sid = ruined[0]
+        return (
+            f"{head} were not served after {rounds} re-plans: every copy read of "
+            f"{sid} failed its checksum (on {', '.join(sorted(corrupt[sid]))}; "
+            f"{len(ruined)} shards like it) and no other replica is left; the "
+            "corrupt copies are quarantined on their nodes: recover an earlier "
+            "epoch (--epoch) or write the state again"
+        )
+    return (
+        f"{head} were not served after {rounds} re-plans (failed holders "
+        f"{sorted(job.failed)}); restart holders or wait for repair"
+    )
 
 
 def _first_read(state: KeyedState, layers: Mapping[int, list[Blob]]) -> None:

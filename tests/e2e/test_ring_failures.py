@@ -225,3 +225,21 @@ def test_every_mechanism_refuses_corrupt_replicas(
     )
     assert got["verify"]["ok"], got["verify"]
     assert got["verify"]["keys"] == got["verify"]["expected_keys"]
+
+
+def test_a_shard_with_every_replica_corrupt_is_named_as_such(
+    lab_factory: Callable[..., Lab],
+) -> None:
+    lab = lab_factory(nodes=3)
+    sr3(lab, "snapshot", "put", "--owner", "ruin", "--size", "4MB")
+    with open_cluster(lab.config()) as cluster:
+        shards = cluster.manifests.shards("ruin")
+    meta = shards[sorted(shards)[0]]
+    for holder in meta.holders:
+        replicas = Path(lab.nodes[holder].data_dir) / "replicas"
+        flip_byte(replicas / replica_name(meta.shard_id))
+    got = sr3(lab, "snapshot", "get", "--owner", "ruin", check=False)
+    assert got.returncode != 0
+    assert "Traceback" not in got.stderr
+    assert f"every copy read of {meta.shard_id} failed its checksum" in got.stderr
+    assert "recover an earlier epoch" in got.stderr

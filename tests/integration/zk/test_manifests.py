@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sr3.codec import pack_meta
-from sr3.errors import CoordinationError
+from sr3.errors import CodecError, CoordinationError
 from sr3.manifest import Manifest, ShardMeta, shard_id_for
 from sr3.ports import ManifestStore
 from zk.client import ZkSession
@@ -90,6 +90,22 @@ def test_publish_and_read_back(store: ZkManifestStore) -> None:
     assert store.latest(OWNER) == m2
     assert store.manifest(OWNER, 1) == m1
     assert store.shards(OWNER) == {s.shard_id: s for s in (s1a, s1b, s2)}
+
+
+def test_a_damaged_record_names_its_znode(
+    store: ZkManifestStore, zk_session: ZkSession
+) -> None:
+    s1 = shard(1)
+    store.publish(manifest(1, [s1]), [s1])
+    paths = zk_session.paths
+    zk_session.client.set(paths.epoch(OWNER, 1), b"\x00garbage")
+    zk_session.client.set(paths.shard(OWNER, s1.shard_id), b"\x01\xc1")
+    with pytest.raises(CodecError, match="metadata format version 0") as info:
+        store.manifest(OWNER, 1)
+    assert paths.absolute(paths.epoch(OWNER, 1)) in str(info.value)
+    with pytest.raises(CodecError, match="malformed metadata") as info:
+        store.shards(OWNER)
+    assert paths.absolute(paths.shard(OWNER, s1.shard_id)) in str(info.value)
 
 
 def test_missing_epoch_is_an_error(store: ZkManifestStore) -> None:
