@@ -141,7 +141,12 @@ class ZkElection:
             self._thread.join(timeout=self._session.config.connect_timeout_s + 1)
         with self._step_lock:
             node, self._node = self._node, None
-            if node is not None:
+            if node is not None and not self._session.connected:
+                # retrying would hold the caller's shutdown for the retry budget
+                logger.warning(
+                    "left election znode %s to expire: ZooKeeper is unreachable", node
+                )
+            elif node is not None:
                 try:
                     self._delete_ours(node)
                 except CoordinationError as exc:

@@ -196,7 +196,16 @@ async def _serve(
         repair.stop()
         scrubber.stop()
         election.stop()
-        await asyncio.to_thread(membership.unregister, node_id)
+        if session.connected:
+            await asyncio.to_thread(membership.unregister, node_id)
+        else:
+            # retrying would hold the shutdown for the whole retry budget: the
+            # member znode is ephemeral and goes when the session expires
+            logger.warning(
+                "ZooKeeper is unreachable: node %s leaves the ring when its session "
+                "expires",
+                node_id,
+            )
         session.close()
         pool.close_all()
         await server.close()
