@@ -121,10 +121,14 @@ class Cluster:
 
 
 @contextmanager
-def open_cluster(config: Sr3Config) -> Iterator[Cluster]:
-    """Connect to ZooKeeper and the ring nodes; close everything on exit."""
+def open_cluster(config: Sr3Config, *, create: bool = True) -> Iterator[Cluster]:
+    """Connect to ZooKeeper and the ring nodes; close everything on exit.
+
+    Read-only commands pass ``create=False``: a chroot that does not exist is
+    then an error naming it, not an empty cluster created on the spot.
+    """
     zk_cfg: ZkConfig = config.zk
-    session = connect(zk_cfg)
+    session = connect(zk_cfg, create=create)
     pool = ClientPool(config.node)
     membership = ZkMembership(session)
     store = ReplicatedStore(

@@ -256,7 +256,7 @@ def run_put(args: argparse.Namespace) -> int:
 
 def run_get(args: argparse.Namespace) -> int:
     """Recover a snapshot (optionally verifying it); exit 1 on any mismatch."""
-    with open_cluster(cluster_config(args)) as cluster:
+    with open_cluster(cluster_config(args), create=False) as cluster:
         check_secret(cluster, secret_source(args))
         got = recover_snapshot(
             cluster,

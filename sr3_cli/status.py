@@ -76,7 +76,7 @@ def run_status(args: argparse.Namespace) -> int:
     config = cluster_config(args)
     lab_dir = resolve_lab_dir(args.lab) if not args.zk else None
     lab = Lab.load(lab_dir) if lab_dir else None
-    with open_cluster(config) as cluster:
+    with open_cluster(config, create=False) as cluster:
         status = collect_status(cluster, lab)
     if args.json:
         emit_json(status)

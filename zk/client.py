@@ -322,7 +322,7 @@ def _start(client: Any, config: ZkConfig, hosts: str, what: str) -> None:
         raise CoordinationError(msg) from exc
 
 
-def _ensure_chroot(config: ZkConfig, hosts: str) -> None:
+def _ensure_chroot(config: ZkConfig, hosts: str, *, create: bool = True) -> None:
     acl, auth = _security(config)
     client = KazooClient(
         hosts=hosts,
@@ -335,10 +335,18 @@ def _ensure_chroot(config: ZkConfig, hosts: str) -> None:
         # Parents are shared by every cluster on the ensemble, so only the
         # chroot itself carries this cluster's digest ACL.
         parent = config.chroot.rpartition("/")[0]
+        if client.exists(config.chroot) is not None:
+            return
+        if not create:
+            msg = (
+                f"no sr3 cluster at {hosts}: its chroot znode {config.chroot} does "
+                "not exist; check --chroot or sr3.zk.chroot (default /sr3/default), "
+                "or start ring nodes there first"
+            )
+            raise CoordinationError(msg)
         if parent:
             client.ensure_path(parent, acl=OPEN_ACL_UNSAFE)
-        if client.exists(config.chroot) is None:
-            client.create(config.chroot, b"", acl=acl)
+        client.create(config.chroot, b"", acl=acl)
     except NodeExistsError:
         logger.debug("chroot %s was created concurrently", config.chroot)
     except KazooException as exc:
@@ -349,7 +357,9 @@ def _ensure_chroot(config: ZkConfig, hosts: str) -> None:
         client.close()
 
 
-def connect(config: ZkConfig, *, hosts: str | None = None) -> ZkSession:
+def connect(
+    config: ZkConfig, *, hosts: str | None = None, create: bool = True
+) -> ZkSession:
     """Open a ZooKeeper session rooted at ``config.chroot``, creating the chroot.
 
     The client reconnects on its own (every 0.5 s at most) and keeps its
@@ -360,11 +370,13 @@ def connect(config: ZkConfig, *, hosts: str | None = None) -> ZkSession:
     Args:
         config: Hosts, chroot, timeouts and digest.
         hosts: Overrides ``config.hosts`` (e.g. an embedded server's).
+        create: Create a missing chroot (nodes and writers); readers pass False
+            so a mistyped chroot is an error instead of an empty cluster.
 
     Raises:
         ConfigError: no hosts given.
         CoordinationError: no session within ``config.connect_timeout_s``, or
-            the chroot could not be created.
+            the chroot could not be created (or, without ``create``, is missing).
     """
     hosts = hosts or config.hosts
     if not hosts:
@@ -373,7 +385,7 @@ def connect(config: ZkConfig, *, hosts: str | None = None) -> ZkSession:
             "embedded server (`sr3 lab up`) and use its address"
         )
         raise ConfigError(msg)
-    _ensure_chroot(config, hosts)
+    _ensure_chroot(config, hosts, create=create)
     acl, auth = _security(config)
     client = KazooClient(
         hosts=hosts + config.chroot,

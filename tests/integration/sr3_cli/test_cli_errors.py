@@ -201,3 +201,13 @@ def test_a_run_refused_for_a_bad_kill_node_keeps_the_committed_state(
         assert proc.returncode == 2
         assert "node-99" in proc.stderr or "vnodes" in proc.stderr
         assert json.loads(sr3(*dump, "--json", lab=lab).stdout) == committed
+
+
+def test_a_mistyped_chroot_is_named_and_not_created(lab: Lab) -> None:
+    for _ in range(2):  # the first read must not have created it
+        proc = sr3("status", "--chroot", "/typo", lab=lab)
+        assert proc.returncode == 2
+        assert "its chroot znode /typo does not exist" in proc.stderr
+    got = sr3("snapshot", "get", "--owner", "x", "--chroot", "/typo", "--json", lab=lab)
+    assert got.returncode == 2
+    assert "/typo" in json.loads(got.stdout)["error"]["message"]
