@@ -105,7 +105,9 @@ def _print_status(lab: Lab) -> dict[str, object]:
 
 
 _MARKER = "sr3-demo"
-_LAB_ENTRIES = frozenset({"lab.json", "lab.json.tmp", "secret", "zk", "nodes", "spark"})
+_LAB_ENTRIES = frozenset(
+    {"lab.json", "lab.json.tmp", "secret", "zk", "nodes", "spark", "spark-checkpoint"}
+)
 
 
 def _check_wipeable(root: Path, *, default: bool) -> None:

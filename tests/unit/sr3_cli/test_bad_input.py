@@ -317,3 +317,17 @@ def test_a_stopped_lab_says_how_to_start_it(
         assert code == 2
         assert f"the lab in {tmp_path} is stopped" in err
         assert f"sr3 lab up --dir {tmp_path}" in json_error(out)["message"]
+
+
+def test_demo_wipes_the_default_dir_an_earlier_demo_left(tmp_path: Path) -> None:
+    # demos before the marker file left their lab and Spark checkpoint: `make
+    # demo` run again must not refuse its own default dir
+    from sr3_cli.demo import _check_wipeable  # noqa: PLC0415 - the unit tested
+
+    for name in ("lab.json", "secret"):
+        (tmp_path / name).write_text("x", encoding="utf-8")
+    for name in ("zk", "nodes", "spark-checkpoint"):
+        (tmp_path / name).mkdir()
+    _check_wipeable(tmp_path, default=True)  # no error
+    with pytest.raises(ConfigError, match="not a demo lab"):
+        _check_wipeable(tmp_path, default=False)
