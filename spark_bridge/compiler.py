@@ -19,9 +19,13 @@ How each DAG shape maps onto Spark. The whole topology is ONE row stream of
 - **join** (a bolt subscribing to several components or spouts): the inputs are
   already in the one stream; a stateful join groups them all by key.
 - **stateless bolt**: ``mapInArrow`` (:class:`spark_bridge.stages.BoltStage`),
-  where the partition is, for SHUFFLE, LOCAL_OR_SHUFFLE, NONE, FIELDS and
-  global groupings; ALL runs the tuple through one bolt instance per task index.
-  DIRECT and CUSTOM groupings are rejected.
+  where the partition is (no shuffle). The hosted instance is the task Storm
+  would pick for FIELDS (``floorMod(deepHashCode)``) and global (task 0)
+  groupings, the partition's for SHUFFLE, LOCAL_OR_SHUFFLE and NONE; ALL runs
+  the tuple through one bolt instance per task index. Bolts that emit on tick
+  tuples get one tick at the end of each partition of a micro-batch.
+  DIRECT and CUSTOM groupings are rejected, and so is a
+  ``TicklessBatchingBolt`` (its timer thread emits at any moment).
 - **stateful bolt** (FIELDS grouping on every input): a keying stage
   (:class:`spark_bridge.stages.KeyStage`, packing each key's rows of a record
   batch into one row) then ``groupBy("gkey")``. With
@@ -45,6 +49,7 @@ from typing import Any, Final
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.state import GroupStateTimeout
+from pystorm.bolt import TicklessBatchingBolt
 
 from spark_bridge.errors import UnsupportedTopologyError
 from spark_bridge.keyed import KeyedProcessor, StatefulStage
@@ -124,6 +129,14 @@ def _unsupported(topology: LoadedTopology, component: str, why: str) -> Exceptio
 
 def _check_inputs(topology: LoadedTopology, name: str) -> None:
     bolt = topology.components[name]
+    if issubclass(bolt.component_cls, TicklessBatchingBolt):
+        raise _unsupported(
+            topology,
+            name,
+            "is a TicklessBatchingBolt, whose timer thread emits outside process() "
+            "at any moment; subclass streamparse's BatchingBolt instead (on Spark "
+            "its batches are processed at the end of every micro-batch)",
+        )
     for sub in bolt.inputs:
         kind = sub.grouping.kind.value
         if bolt.stateful and (kind != "FIELDS" or not sub.grouping.fields):
@@ -167,7 +180,8 @@ def plan_topology(topology: LoadedTopology) -> Plan:
 
     Raises:
         UnsupportedTopologyError: no spout, a spout that is not a
-            ``ReplayableSpout``, a DIRECT or CUSTOM grouping, a stateful bolt
+            ``ReplayableSpout``, a DIRECT or CUSTOM grouping, a
+            ``TicklessBatchingBolt``, a stateful bolt
             without a fields grouping on every input, or a cycle.
     """
     spouts = [s.name for s in topology.spouts]

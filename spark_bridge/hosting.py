@@ -13,13 +13,17 @@ from __future__ import annotations
 import functools
 import io
 import logging
-from collections.abc import Mapping
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
 from pyspark import TaskContext
+from pystorm.bolt import BatchingBolt
+from pystorm.bolt import Bolt as StormBolt
 from pystorm.component import Tuple as StormTuple
 
 from spark_bridge.errors import ComponentError, UnsupportedTopologyError
+from spark_bridge.rows import storm_values
 from sr3.state import KeyState
 from storm_bridge.components import StatefulBolt
 from storm_bridge.topology import LoadedTopology, load_topology
@@ -27,6 +31,7 @@ from storm_bridge.topology import LoadedTopology, load_topology
 __all__ = [
     "BoltHost",
     "Emit",
+    "Flushed",
     "SpoutHost",
     "loaded_topology",
     "spark_task",
@@ -37,6 +42,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 DEFAULT_STREAM: Final = "default"
+#: Storm conf key of the tick tuple period (the value a tick tuple carries).
+TICK_FREQ_KEY: Final = "topology.tick.tuple.freq.secs"
 #: Conf keys the bridge removes: they would make storm_bridge open its own ring.
 _STORM_RING_KEYS: Final = ("sr3.zk.hosts",)
 _LOG_LEVELS: Final = {
@@ -167,7 +174,16 @@ class _Host:
             for handler in root.handlers[:]:
                 if handler not in before:
                     root.removeHandler(handler)
-        instance.initialize(conf, context)
+        try:
+            instance.initialize(conf, context)
+        except Exception as exc:
+            msg = (
+                f"component {component!r} task {index} failed in initialize(): "
+                f"{type(exc).__name__}: {exc}; fix initialize() or the conf it "
+                "reads (the topology's or component's config=, or -o KEY=VALUE)"
+            )
+            raise ComponentError(msg) from exc
+        self.tick_freq_s = conf.get(TICK_FREQ_KEY) or 1
 
     def _message(self, message: Any) -> None:
         if not isinstance(message, dict):
@@ -187,6 +203,20 @@ class _Host:
                 "fields grouping"
             )
             raise UnsupportedTopologyError(msg)
+
+
+class Flushed(NamedTuple):
+    """One call of a tick flush (see :meth:`BoltHost.flush`).
+
+    Attributes:
+        held: The tuples of the processed batch (empty for a tick).
+        emits: What the call emitted (nothing when it raised).
+        error: What the call raised, if anything.
+    """
+
+    held: list[StormTuple]
+    emits: list[Emit]
+    error: Exception | None
 
 
 class SpoutHost(_Host):
@@ -225,7 +255,8 @@ class SpoutHost(_Host):
                 "an offset; emit with self.emit(values, offset=n) so Spark can replay"
             )
             raise ComponentError(msg)
-        self.emits.append(Emit(str(stream or DEFAULT_STREAM), list(tup), offset))
+        stream_id = str(stream or DEFAULT_STREAM)
+        self.emits.append(Emit(stream_id, storm_values(tup), offset))
         return [] if need_task_ids else None
 
     def seek(self, offset: Any) -> None:
@@ -272,7 +303,7 @@ class BoltHost(_Host):
         del anchors
         if direct_task is not None:
             self._direct(direct_task)
-        self.emits.append(Emit(str(stream or DEFAULT_STREAM), list(tup)))
+        self.emits.append(Emit(str(stream or DEFAULT_STREAM), storm_values(tup)))
         return [] if need_task_ids else None
 
     def _read_tuple(self) -> StormTuple:
@@ -292,6 +323,53 @@ class BoltHost(_Host):
             val_type = self._types[(source, stream)] = types[source].get(stream)
         payload = tuple(values) if val_type is None else val_type(*values)
         return StormTuple(str(self._seq), source, stream, 0, payload)
+
+    @property
+    def ticked(self) -> bool:
+        """Whether a stateless bolt emits on ticks (a BatchingBolt, process_tick)."""
+        instance = self.instance
+        if isinstance(instance, StatefulBolt):
+            return False
+        if isinstance(instance, BatchingBolt):
+            return True
+        return type(instance).process_tick is not StormBolt.process_tick
+
+    def flush(self) -> Iterator[Flushed]:
+        """Deliver the end-of-micro-batch tick, one :class:`Flushed` per call.
+
+        The bolt instance does not outlive its Spark task, so whatever it holds
+        back for a tick is emitted now: a ``BatchingBolt`` processes every batch
+        (however many ticks ``ticks_between_batches`` asks for), one call per
+        batch, as pystorm's ``process_batches`` does; another bolt gets one tick
+        tuple. A call that raises yields its exception, and the next one runs.
+        """
+        instance = self.instance
+        if not isinstance(instance, BatchingBolt):
+            tick = StormTuple(None, "__system", "__tick", -1, (self.tick_freq_s,))
+            yield self._flush_call([], functools.partial(instance.process_tick, tick))
+            return
+        batches = instance._batches  # noqa: SLF001 (pystorm's batches)
+        instance._batches = defaultdict(list)  # noqa: SLF001
+        for key, tups in batches.items():
+            instance._current_tups = tups  # noqa: SLF001 (pystorm's anchoring)
+            instance._current_key = key  # noqa: SLF001
+            try:
+                yield self._flush_call(
+                    list(tups), functools.partial(instance.process_batch, key, tups)
+                )
+            finally:
+                instance._current_tups = []  # noqa: SLF001
+                instance._current_key = None  # noqa: SLF001
+
+    def _flush_call(self, held: list[StormTuple], call: Callable[[], Any]) -> Flushed:
+        self.emits = []
+        try:
+            call()
+        except Exception as exc:  # handed to the stage's error policy
+            self.emits = []
+            return Flushed(held, [], exc)
+        emitted, self.emits = self.emits, []
+        return Flushed(held, emitted, None)
 
     def process(self, tup: StormTuple) -> list[Emit]:
         """Run the bolt on ``tup`` (state scoping and auto-ack included)."""

@@ -89,9 +89,10 @@ class StatefulStage(BoltStageBase):
             Spark's state must be written (or removed, when the blob is None).
         """
         rows = sorted(_rows(frames), key=_order)
-        host = self.host()
         name = self.ref.component
         state_key = decode_key(encoded)
+        # the task Storm's fields grouping sends the key to (its context, index)
+        host = self.host(self.task_of(state_key))
         where = f"key {list(state_key)!r}, "
         scoped = host.instance.keyed_state.for_key(state_key)
         scoped.clear()

@@ -51,9 +51,11 @@ __all__ = [
     "STATE",
     "STATE_SCHEMA",
     "ComponentRef",
+    "Routing",
     "Row",
     "record_batch",
     "rows_of",
+    "storm_values",
 ]
 
 Row = tuple[Any, ...]
@@ -85,6 +87,35 @@ RESTORE: Final = "restore"
 OFFSET: Final = "offset"
 DEAD: Final = "dead"
 INFO: Final = "info"
+
+
+def _json_key(key: Any) -> Any:
+    # what json.dumps makes of a dict key; other keys fail there and in msgpack
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool | int | float):
+        return json.dumps(key)
+    return key
+
+
+def _json_like(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {_json_key(k): _json_like(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_like(v) for v in value]
+    return value
+
+
+def storm_values(values: Sequence[Any]) -> list[Any]:
+    """Return emitted ``values`` as Storm's JSON multilang hands them on.
+
+    Dict keys become strings (``1`` -> ``"1"``, ``True`` -> ``"true"``,
+    ``None`` -> ``"null"``) and tuples lists, as pystorm's default JSON
+    serializer makes them, so a bolt reads the same values on both engines.
+    """
+    if not any(isinstance(v, dict | list | tuple) for v in values):
+        return list(values)
+    return [_json_like(v) for v in values]
 
 
 def rows_of(batch: pa.RecordBatch) -> list[Row]:
@@ -135,3 +166,20 @@ class ComponentRef:
             component=options["component"],
             conf=json.loads(options.get("conf") or "{}"),
         )
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Which emit rows a stage passes on to later stages and the sink.
+
+    Attributes:
+        streams: ``(component, stream)`` pairs a later bolt subscribes to.
+        sinks: Components nothing subscribes to: all their emits reach the sink.
+    """
+
+    streams: frozenset[tuple[str, str]]
+    sinks: frozenset[str]
+
+    def keeps(self, component: str, stream: str) -> bool:
+        """Return whether an emit of ``component`` on ``stream`` is still needed."""
+        return component in self.sinks or (component, stream) in self.streams

@@ -412,8 +412,8 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         )
     except StreamingQueryException as exc:
         msg = (
-            f"topology {topology.name!r} failed on Spark: {exc}; the Spark "
-            f"checkpoint in {root / _SPARK_DIR} lets a fixed run resume"
+            f"topology {topology.name!r} failed on Spark: {_cause(exc)}{exc}; the "
+            f"Spark checkpoint in {root / _SPARK_DIR} lets a fixed run resume"
         )
         raise QueryFailedError(msg) from exc
     finally:
@@ -476,6 +476,15 @@ def _wait(
             return False
         time.sleep(0.05)
     return False
+
+
+def _cause(exc: Exception) -> str:
+    """Return the first bridge error message in a Spark error, with a newline."""
+    for line in str(exc).splitlines():
+        name, _sep, text = line.partition(": ")
+        if name.startswith("spark_bridge.errors.") and text:
+            return f"{text}\n"
+    return ""
 
 
 def _report(  # noqa: PLR0913 (everything the report shows)

@@ -33,10 +33,11 @@ from pyspark.sql.datasource import (
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import StructType
 
-from spark_bridge.errors import ReplayError
+from spark_bridge.errors import ComponentError, ReplayError
 from spark_bridge.hosting import SpoutHost, loaded_topology, spark_task
 from spark_bridge.rows import EMIT, OFFSET, ROW_SCHEMA, ComponentRef
 from sr3.codec import encode_value
+from sr3.errors import CodecError
 
 __all__ = [
     "MAX_ROWS_OPTION",
@@ -172,7 +173,17 @@ class SpoutStreamReader(DataSourceStreamReader):
                 raise ReplayError(msg)
             for emit in step:
                 seq = f"{len(rows):09d}.{partition.index:04d}"
-                values = encode_value(emit.values)
+                try:
+                    values = encode_value(emit.values)
+                except CodecError as exc:
+                    msg = (
+                        f"spout {ref.component!r} task {partition.index} emitted "
+                        f"{emit.values!r} at offset {emit.offset!r}, which Spark "
+                        f"cannot carry ({exc}); tuples travel as msgpack: emit "
+                        "integers of at most 64 bits, str, float, bool, None, "
+                        "lists and dicts (big numbers as strings)"
+                    )
+                    raise ComponentError(msg) from exc
                 rows.append((ref.component, emit.stream, EMIT, values, None, None, seq))
         offset = encode_value(end)
         rows.append(

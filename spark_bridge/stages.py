@@ -1,52 +1,68 @@
-"""The Python functions Spark runs for stateless bolts and for keying stateful ones.
+"""The Python functions Spark runs for stateless bolts, fused with the keying.
 
 Each stage is a picklable object holding plain data (a :class:`ComponentRef`,
-the bolt's subscriptions and a :class:`Routing`); the first call in a Spark task
-loads the topology and hosts the bolt (task index = Spark partition id). Every
+the bolt's subscriptions and a :class:`Routing`); a Spark task loads the
+topology and hosts the bolt's task instances it needs (see below). Every
 stage reads :data:`spark_bridge.rows.ROW_SCHEMA` rows (as lists of tuples, one
 list per Arrow record batch) and passes on the rows it does not consume: every
 non-emit row, and the emit rows :class:`Routing` keeps.
 
 - :class:`BoltStage`: a stateless bolt over the emits it subscribes to, in
-  arrival order; an ALL subscription runs the tuple through one hosted bolt per
-  task index.
-- :class:`KeyStage`: before a stateful bolt, gives each row its group key
-  ``gkey``: the fields-grouping key (``encode_key``) of each emit the bolt
-  subscribes to and of its restore rows, and a pseudo key (a zero byte and a
-  spread byte, never a msgpack array) for the rows it passes through. It yields
-  :data:`KEYED_SCHEMA` rows: per group key, a msgpack array of that key's rows
-  (:func:`pack`), so the shuffle and sort before the stateful stage move one row
-  per key and record batch instead of one per tuple.
+  arrival order, as the task Storm's grouping picks: fields grouping
+  ``floorMod(deepHashCode(key), par)``, global grouping task 0, ALL one hosted
+  bolt per task index, the others the partition's task. A bolt that emits on
+  tick tuples (a ``BatchingBolt``) gets its tick after the partition's last
+  row, since a hosted bolt does not outlive its Spark task.
+- :class:`spark_bridge.keying.KeyStage`: packs the rows before a stateful bolt
+  per group key (re-exported here with its schema names).
 - :class:`FusedStages` (``mapInArrow``): consecutive stages in one Python pass,
   converting Arrow to tuples once on the way in and once on the way out.
 
-The stateful stage itself is :mod:`spark_bridge.keyed`.
+The stateful stage itself is :mod:`spark_bridge.keyed`; :class:`Routing` lives
+in :mod:`spark_bridge.rows` and is re-exported.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import pandas as pd
 import pyarrow as pa
 
 from spark_bridge.errors import ComponentError
-from spark_bridge.hosting import BoltHost, loaded_topology, spark_task, storm_conf
+from spark_bridge.hosting import (
+    BoltHost,
+    Emit,
+    Flushed,
+    loaded_topology,
+    spark_task,
+    storm_conf,
+)
+from spark_bridge.keying import (
+    GROUP_COLUMN,
+    KEYED_ARROW_SCHEMA,
+    KEYED_SCHEMA,
+    ROWS_COLUMN,
+    KeyStage,
+    is_pseudo_key,
+    pack,
+    unpack,
+)
 from spark_bridge.rows import (
     COLUMNS,
     DEAD,
     EMIT,
-    RESTORE,
     ComponentRef,
+    Routing,
     Row,
     record_batch,
     rows_of,
 )
-from sr3.codec import decode_value, encode_key, encode_value
+from sr3.codec import decode_value, encode_value
 from sr3.errors import ConfigError
 from sr3.state import KeyState
+from storm_bridge.groupings import fields_task_index
 from storm_bridge.topology import LoadedTopology
 
 __all__ = [
@@ -73,23 +89,10 @@ __all__ = [
 ON_ERROR_KEY: Final = "sr3.on.error"
 #: Allowed values of ``sr3.on.error``: fail the query, or divert to a dead row.
 ON_ERROR_POLICIES: Final = ("fail", "dead-letter")
-#: The column a stateful stage groups by (real key or pass-through pseudo key).
-GROUP_COLUMN: Final = "gkey"
-#: The column holding a packed msgpack array of one group key's rows.
-ROWS_COLUMN: Final = "rows"
-#: Schema of a :class:`KeyStage`'s output.
-KEYED_SCHEMA: Final = f"{GROUP_COLUMN} binary, {ROWS_COLUMN} binary"
-#: :data:`KEYED_SCHEMA` as an Arrow schema.
-KEYED_ARROW_SCHEMA: Final = pa.schema(
-    [(GROUP_COLUMN, pa.binary()), (ROWS_COLUMN, pa.binary())]
-)
-_PSEUDO_PREFIX: Final = b"\x00"
-#: Pass-through rows spread over this many pseudo keys (so over partitions).
-_PSEUDO_SPREAD: Final = 16
-_PSEUDO_KEYS: Final = tuple(_PSEUDO_PREFIX + bytes([i]) for i in range(_PSEUDO_SPREAD))
-#: A packed row holds at most this many rows.
-_PACK_ROWS: Final = 4096
 _ALL: Final = "ALL"
+_FIELDS: Final = "FIELDS"
+#: Seq prefix of emits at the end of a partition: sorts after every tuple's seq.
+_FLUSH_SEQ: Final = "~"
 
 
 def error_policy(
@@ -110,41 +113,9 @@ def error_policy(
     return str(value)
 
 
-def is_pseudo_key(gkey: bytes) -> bool:
-    """Return whether ``gkey`` is a pass-through pseudo key, not a state key."""
-    return gkey[:1] == _PSEUDO_PREFIX
-
-
-def pack(rows: Sequence[Row]) -> bytes:
-    """Return ``rows`` as one msgpack array (a :data:`ROWS_COLUMN` value)."""
-    return encode_value(rows)
-
-
-def unpack(blob: bytes) -> list[Row]:
-    """Return the rows :func:`pack` packed, as tuples."""
-    return [tuple(row) for row in decode_value(blob)]
-
-
 def frame_of(rows: Sequence[Row]) -> pd.DataFrame:
     """Return ``rows`` as a pandas frame of :data:`COLUMNS`."""
     return pd.DataFrame(list(rows), columns=list(COLUMNS))
-
-
-@dataclass(frozen=True)
-class Routing:
-    """Which emit rows a stage passes on to later stages and the sink.
-
-    Attributes:
-        streams: ``(component, stream)`` pairs a later bolt subscribes to.
-        sinks: Components nothing subscribes to: all their emits reach the sink.
-    """
-
-    streams: frozenset[tuple[str, str]]
-    sinks: frozenset[str]
-
-    def keeps(self, component: str, stream: str) -> bool:
-        """Return whether an emit of ``component`` on ``stream`` is still needed."""
-        return component in self.sinks or (component, stream) in self.streams
 
 
 class Stage(Protocol):
@@ -168,6 +139,16 @@ class BoltStageBase:
         self.inputs = {
             (sub.source, sub.stream): sub.grouping.kind.value for sub in info.inputs
         }
+        #: (source, stream) -> indexes of the fields-grouping values (empty:
+        #: global grouping) in that stream's tuples
+        self.key_fields = {
+            (sub.source, sub.stream): tuple(
+                topology.components[sub.source].outputs[sub.stream].fields.index(f)
+                for f in sub.grouping.fields
+            )
+            for sub in info.inputs
+            if sub.grouping.kind.value == _FIELDS
+        }
         self.tasks = info.tasks
         self.on_error = on_error or error_policy(topology, ref.component, ref.conf)
         self._hosts: dict[int, BoltHost] = {}
@@ -175,10 +156,17 @@ class BoltStageBase:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_hosts": {}}
 
+    def task_of(self, key: Sequence[Any]) -> int:
+        """Return the task index Storm's fields grouping picks for ``key``.
+
+        An empty key (a global grouping) is the lowest task, as in Storm.
+        """
+        return fields_task_index(key, self.tasks) if key else 0
+
     def host(self, index: int | None = None) -> BoltHost:
-        """Return the hosted bolt of task ``index`` (default: this partition's)."""
+        """Return the hosted task ``index`` (default: partition id modulo tasks)."""
         if index is None:
-            index = spark_task()[0]
+            index = spark_task()[0] % self.tasks
         host = self._hosts.get(index)
         if host is None:
             topology = loaded_topology(self.ref.topology_path)
@@ -216,18 +204,7 @@ class BoltStageBase:
                     emits = host.process(tup)
                 else:
                     emits = host.process_keyed(tup, scoped)
-                for emit in emits:
-                    emitted.append(
-                        (
-                            name,
-                            emit.stream,
-                            EMIT,
-                            encode_value(emit.values),
-                            None,
-                            None,
-                            f"{seq}.{len(emitted):06d}",
-                        )
-                    )
+                emitted.extend(self._emit_rows(emits, seq, len(emitted)))
         except ComponentError:
             raise
         except Exception as exc:
@@ -250,10 +227,70 @@ class BoltStageBase:
             }
             dead = (name, stream, DEAD, encoded, key, encode_value(report), seq)
             return [dead], True
+        return self._kept(emitted), False
+
+    def _emit_rows(self, emits: Sequence[Emit], seq: str, first: int) -> list[Row]:
+        name = self.ref.component
+        return [
+            (name, e.stream, EMIT, encode_value(e.values), None, None, f"{seq}.{j:06d}")
+            for j, e in enumerate(emits, start=first)
+        ]
+
+    def _kept(self, emitted: list[Row]) -> list[Row]:
+        name = self.ref.component
         if name in self.routing.sinks:
-            return emitted, False
+            return emitted
         keeps = self.routing.keeps
-        return [r for r in emitted if keeps(name, r[1])], False
+        return [r for r in emitted if keeps(name, r[1])]
+
+    def flush(self) -> list[Row]:
+        """Tick every hosted bolt that emits on ticks; return the kept emits.
+
+        Emit seqs start with ``~`` so they follow every tuple of the batch.
+        Under dead-letter, the tuples of a batch whose call raised become dead
+        rows and the other batches still run.
+
+        Raises:
+            ComponentError: the bolt raised under the fail policy.
+        """
+        out: list[Row] = []
+        for index, host in sorted(self._hosts.items()):
+            if not host.ticked:
+                continue
+            seq = f"{_FLUSH_SEQ}{index:04d}"
+            for flushed in host.flush():
+                if flushed.error is None:
+                    out.extend(self._kept(self._emit_rows(flushed.emits, seq, 0)))
+                else:
+                    out.extend(self._flush_failed(host, seq, flushed))
+        return out
+
+    def _flush_failed(self, host: BoltHost, seq: str, flushed: Flushed) -> list[Row]:
+        name = self.ref.component
+        index, batch = spark_task()
+        exc = flushed.error
+        error = f"{type(exc).__name__}: {exc}"
+        if self.on_error != "dead-letter":
+            msg = (
+                f"bolt {name!r} task {host.index} failed on its tick at the end of "
+                f"partition {index}, batch {batch}: {error}; fix process_tick() or "
+                f"process_batch() and restart the query from the same checkpoint, "
+                f"or set {ON_ERROR_KEY}=dead-letter"
+            )
+            raise ComponentError(msg) from exc
+        report = {"error": error, "batch": batch, "partition": index}
+        return [
+            (
+                name,
+                tup.stream,
+                DEAD,
+                encode_value(list(tup.values)),
+                None,
+                encode_value({"source": tup.component, "stream": tup.stream, **report}),
+                seq,
+            )
+            for tup in flushed.held
+        ]
 
 
 class BoltStage(BoltStageBase):
@@ -263,6 +300,7 @@ class BoltStage(BoltStageBase):
         """Run the bolt on the emits it subscribes to; pass the rest on."""
         keeps = self.routing.keeps
         inputs = self.inputs
+        key_fields = self.key_fields
         own: list[BoltHost] = []
         every: list[BoltHost] = []
         for batch in batches:
@@ -281,12 +319,20 @@ class BoltStage(BoltStageBase):
                 if grouping == _ALL:
                     every = every or [self.host(i) for i in range(self.tasks)]
                     hosts = every
+                elif grouping == _FIELDS:
+                    indexes = key_fields[(component, stream)]
+                    values = decode_value(row[3]) if indexes else ()
+                    key = [values[i] for i in indexes]
+                    hosts = [self.host(self.task_of(key))]
                 else:
                     own = own or [self.host()]
                     hosts = own
                 emitted, _failed = self.process(hosts, row, key=None, where="")
                 out.extend(emitted)
             yield out
+        flushed = self.flush()
+        if flushed:
+            yield flushed
 
 
 class FusedStages:
@@ -310,67 +356,3 @@ class FusedStages:
         for out in rows:
             if out:
                 yield record_batch(out, self.schema)
-
-
-def _packed(groups: Mapping[bytes, list[Row]]) -> list[Row]:
-    """Return ``(gkey, pack(rows))`` rows, at most ``_PACK_ROWS`` rows a pack."""
-    out: list[Row] = []
-    for gkey, rows in groups.items():
-        for first in range(0, len(rows), _PACK_ROWS):
-            out.append((gkey, pack(rows[first : first + _PACK_ROWS])))
-    return out
-
-
-class KeyStage:
-    """Groups the rows before a stateful bolt by key (a :class:`Stage`)."""
-
-    def __init__(self, ref: ComponentRef, routing: Routing) -> None:
-        self.component = ref.component
-        self.routing = routing
-        topology = loaded_topology(ref.topology_path)
-        #: (source, stream) -> (field indexes of the key, the stream's width
-        #: when the key is all of its fields in order, else -1)
-        fields: dict[tuple[str, str], tuple[tuple[int, ...], int]] = {}
-        for sub in topology.components[ref.component].inputs:
-            names = topology.components[sub.source].outputs[sub.stream].fields
-            indexes = tuple(names.index(f) for f in sub.grouping.fields)
-            whole = indexes == tuple(range(len(names)))
-            fields[(sub.source, sub.stream)] = (indexes, len(names) if whole else -1)
-        self.fields = fields
-
-    def rows(self, batches: Iterator[list[Row]]) -> Iterator[list[Row]]:
-        """Key the bolt's input and restore rows; pseudo-key what passes through.
-
-        Yields :data:`KEYED_SCHEMA` rows: ``(gkey, pack(rows of that key))``.
-        """
-        spread = 0
-        fields = self.fields
-        keeps = self.routing.keeps
-        for batch in batches:
-            groups: dict[bytes, list[Row]] = {}
-            for row in batch:
-                component, stream, kind = row[0], row[1], row[2]
-                subscribed = fields.get((component, stream))
-                passes = kind != EMIT or keeps(component, stream)
-                if kind == EMIT and subscribed is not None:
-                    encoded = row[3]
-                    decoded = decode_value(encoded)
-                    indexes, width = subscribed
-                    if len(decoded) == width:
-                        # the key is every value in order: encode_key of the
-                        # values is the same msgpack array as encode_value's
-                        key = encoded
-                    else:
-                        key = encode_key(tuple(decoded[i] for i in indexes))
-                    group = groups.get(key)
-                    if group is None:
-                        group = groups[key] = []
-                    # the stateful stage takes the key from gkey, not the row
-                    group.append(row)
-                elif kind == RESTORE and component == self.component:
-                    groups.setdefault(row[4], []).append(row)
-                    passes = False
-                if passes:
-                    spread = (spread + 1) % _PSEUDO_SPREAD
-                    groups.setdefault(_PSEUDO_KEYS[spread], []).append(row)
-            yield _packed(groups)

@@ -234,3 +234,34 @@ def test_restore_rows_install_state_without_a_state_row() -> None:
     assert [r for r in out if r[2] == "state"] == [
         ("picky", "", "state", None, key, blob, "")
     ]
+
+
+def test_a_failing_initialize_is_named_first_with_its_component_and_fix(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    with pytest.raises(QueryFailedError) as failure:
+        run(spark, "sb_dag_needy", tmp_path, **{"dag.n": N})
+
+    first = str(failure.value).splitlines()[0]
+    assert "component 'needy' task 0 failed in initialize()" in first
+    assert "KeyError: 'needy.url'" in first
+
+    checkpoint = run(spark, "sb_dag_needy", tmp_path, **{"needy.url": "x"})
+    assert sorted(emits(sink_rows(checkpoint), "needy")) == [[n, "x"] for n in range(N)]
+
+
+def test_tuples_cross_components_as_storms_json_multilang_carries_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Storm's default (JSON) serializer turns dict keys into strings and
+    # Python tuples into lists; the same bolt must see the same values on Spark
+    checkpoint = run(spark, "sb_dag_dicts", tmp_path, **{"dag.n": 3})
+
+    state = final_state(checkpoint, "kinds")
+    # with dag.n = 3, key k sees only n = k
+    wrapped = {n: {n: n, True: 1, None: 2, 1.5: 3} for n in range(3)}
+    carried = {n: json.loads(json.dumps(m)) for n, m in wrapped.items()}
+    assert state == {
+        json.dumps([n]): {"keys": sorted(repr(key) for key in m), "pair": "list"}
+        for n, m in carried.items()
+    }
