@@ -304,9 +304,27 @@ class RingAccess:
     ) -> tuple[int, dict[tuple[Any, ...], dict[str, Any]]]:
         """Return the committed epoch and state of a component, ``{key: fields}``.
 
+        Keys that Python holds equal (``(1,)``, ``(1.0,)``, ``(True,)``) share
+        one dict entry here; :meth:`committed_dump` keeps them apart.
+
         Raises:
             RecoveryError: the topology has no committed epoch, or the component
                 no state in it.
+            CoordinationError: ZooKeeper failed.
+        """
+        epoch, items = self._committed_items(topology, component)
+        return epoch, dict(items)
+
+    def _committed_items(
+        self, topology: str, component: str
+    ) -> tuple[int, list[tuple[tuple[Any, ...], dict[str, Any]]]]:
+        """Return :meth:`committed_state` as a list of ``(key, fields)``.
+
+        Keys Python holds equal (``1``, ``1.0``, ``True``) are distinct state
+        keys and stay apart here.
+
+        Raises:
+            RecoveryError: see :meth:`committed_state`.
             CoordinationError: ZooKeeper failed.
         """
         record = self.committed(topology)
@@ -325,13 +343,13 @@ class RingAccess:
                 f"in committed epoch {record.epoch}; stateful components: {known}"
             )
             raise RecoveryError(msg)
-        found: dict[tuple[Any, ...], dict[str, Any]] = {}
+        found: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
         for owner in owners:
             manifest = self._reader.manifest(owner, record.epoch)
             state = KeyedState(manifest.key_group_count)
             for shard in self._reader.fetch(manifest):
                 state.install(shard.key_groups)
-            found.update(state.items())
+            found.extend(state.items())
         return record.epoch, found
 
     def state_summary(
@@ -348,7 +366,7 @@ class RingAccess:
         summary: dict[str, dict[str, Any]] = {}
         for name in components:
             try:
-                epoch, state = self.committed_state(topology, name)
+                epoch, state = self._committed_items(topology, name)
             except RecoveryError:
                 record = self.committed(topology)
                 summary[name] = {"epoch": record and record.epoch, "keys": 0}
@@ -367,8 +385,9 @@ class RingAccess:
             RecoveryError: nothing committed, or the component has no state.
             CoordinationError: ZooKeeper failed.
         """
-        epoch, state = self.committed_state(topology, component)
-        rows = {json.dumps(list(key)): fields for key, fields in state.items()}
+        epoch, state = self._committed_items(topology, component)
+        # JSON keeps 1, 1.0 and true apart, as the state does
+        rows = {json.dumps(list(key)): fields for key, fields in state}
         return epoch, dict(sorted(rows.items()))
 
     def write(

@@ -98,3 +98,22 @@ def test_a_batching_bolt_before_a_stateful_one_stays_exactly_once(lab: Lab) -> N
     assert {key[0]: [key[0], s["sum"], s["count"]] for key, s in state.items()} == (
         expected
     )
+
+
+@pytest.mark.zk
+def test_keys_python_holds_equal_stay_apart_in_the_committed_state(lab: Lab) -> None:
+    ring = RingAccess(lab.config(Sr3Config()))
+    options = RunOptions(until_idle=True, timeout_s=60.0)
+    try:
+        report = run_topology(
+            TOPOLOGIES / "sbt_lookalike_keys.py", ring=ring, options=options
+        )
+        _, dump = ring.committed_dump("sbt_lookalike_keys", "seen")
+        summary = ring.state_summary("sbt_lookalike_keys", ["seen"])
+    finally:
+        ring.close()
+    assert report.idle is True
+    expected = ['["1"]', "[0]", "[1.0]", "[1]", "[false]", "[true]"]
+    assert sorted(dump) == sorted(expected)
+    assert all(fields == {"seen": 3} for fields in dump.values())
+    assert summary["seen"]["keys"] == len(expected)
