@@ -15,6 +15,7 @@ includes its changes again, so a failed checkpoint loses nothing.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -42,6 +43,8 @@ _EMPTY_FULL = encode_key_group_raw({})
 _MISSING: Final = object()
 #: Values a caller may mutate in place: reading one marks its key changed.
 _MUTABLE = (list, dict, bytearray)
+#: Values a shallow copy of a key's fields leaves safe from in-place changes.
+_SCALARS: Final = frozenset({int, float, str, bytes, bool, type(None)})
 
 
 class KeyState(MutableMapping[str, Any]):
@@ -125,6 +128,27 @@ class KeyState(MutableMapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._group.get(self._encoded, ()))
+
+    def saved(self) -> dict[str, Any] | None:
+        """Return a copy of this key's fields (None when absent) for :meth:`restore`.
+
+        Values that could be mutated in place are copied deeply.
+        """
+        fields = self._group.get(self._encoded)
+        if fields is None:
+            return None
+        if all(type(v) in _SCALARS for v in fields.values()):
+            return dict(fields)
+        return copy.deepcopy(fields)
+
+    def restore(self, saved: dict[str, Any] | None) -> None:
+        """Put back what :meth:`saved` returned: undo a failed tuple's changes."""
+        if saved is None:
+            if self._group.pop(self._encoded, None) is not None:
+                self._marks.add(self._encoded)
+            return
+        self._group[self._encoded] = saved
+        self._marks.add(self._encoded)
 
     def __repr__(self) -> str:
         return f"KeyState({self.key!r}, {self._group.get(self._encoded, {})!r})"

@@ -602,9 +602,15 @@ class StatefulBolt(Bolt):
             if self.auto_ack:
                 self.ack(tup)
         else:
-            self._sr3_current = self._sr3_keyed.for_key(self.state_key(tup))
+            current = self._sr3_current = self._sr3_keyed.for_key(self.state_key(tup))
+            saved = current.saved()
             try:
                 self.process(tup)
+            except Exception:
+                # a tuple that fails leaves no trace in the state: its replay
+                # (or the dead-letter policy) starts from the state before it
+                current.restore(saved)
+                raise
             finally:
                 self._sr3_current = None
             if self.auto_ack:

@@ -117,6 +117,43 @@ def test_a_tuple_without_key_names_component_task_and_fix() -> None:
         drive(Count, [tuple_msg(["a", 1], tid="1")], grouping={"type": "SHUFFLE"})
 
 
+class PoisonedTotal(StatefulBolt):
+    outputs = ["word", "total", "seen"]
+
+    def process(self, tup):
+        self.state["total"] = self.state.get("total", 0) + tup.values[1]
+        self.state.setdefault("seen", []).append(tup.values[1])
+        if tup.values[1] == 13:
+            msg = "poison"
+            raise ValueError(msg)
+        self.emit([tup.values[0], self.state["total"], self.state["seen"]])
+
+
+def test_a_tuple_that_raises_leaves_no_trace_in_the_state() -> None:
+    inputs = [
+        tuple_msg(["a", 1], tid="1"),
+        tuple_msg(["a", 13], tid="2"),
+        tuple_msg(["b", 13], tid="3"),
+        tuple_msg(["a", 2], tid="4"),
+    ]
+    out = io.BytesIO()
+    bolt = PoisonedTotal(input_stream=io.BytesIO(b"".join(inputs)), output_stream=out)
+    fields = {"type": "FIELDS", "fields": ["word"]}
+    bolt._setup_component({"topology.name": "t"}, context("count", fields))
+    bolt.initialize({}, {})
+    failures = 0
+    for _ in inputs:
+        try:
+            bolt._run()
+        except ValueError:
+            failures += 1  # pystorm fails the tuple and goes on (run's loop)
+    assert failures == 2
+    # the scalar and the list mutated in place before the raise are both undone;
+    # the key the failing tuple created is gone again
+    assert dict(bolt.keyed_state.items()) == {("a",): {"total": 3, "seen": [1, 2]}}
+    assert emits(messages(out))[-1] == ["a", 3, [1, 2]]
+
+
 def test_state_outside_process_is_an_error() -> None:
     bolt, _ = drive(Count, [])
     with pytest.raises(StateKeyError, match="inside process"):
