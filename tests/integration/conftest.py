@@ -13,7 +13,9 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -21,6 +23,8 @@ from kazoo.client import KazooClient
 
 from sr3.config import ZkConfig
 from sr3.errors import ZooKeeperMissingError
+from sr3_cli.commands import wait_for_members
+from sr3_cli.lab import Lab
 from zk.client import ZkSession, connect
 from zk.launcher import EmbeddedZooKeeper
 
@@ -161,3 +165,32 @@ def zk_restart(
     yield restart
     if not zk_server.is_running():
         zk_server.start()
+
+
+@contextmanager
+def running_lab(root: Path, nodes: int = 3) -> Iterator[Lab]:
+    """Run a lab (its own ZooKeeper and ``nodes`` ring nodes) in ``root``.
+
+    On exit it stops what the lab's state file lists then, so a test may grow
+    or restart the lab through the command line.
+    """
+    lab = Lab(root=root)
+    root.mkdir(parents=True, exist_ok=True)
+    lab.save()
+    try:
+        lab.start_zookeeper()
+        lab.add_nodes(nodes)
+        lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
+        wait_for_members(lab, nodes)
+        yield lab
+    finally:
+        current = Lab.load(root) if (root / "lab.json").exists() else lab
+        current.stop_nodes()
+        current.stop_zookeeper()
+
+
+@pytest.fixture
+def lab(tmp_path: Path, zk_server: object) -> Iterator[Lab]:
+    """A lab of three ring nodes (``zk_server`` only skips without ZooKeeper)."""
+    with running_lab(tmp_path / "lab") as running:
+        yield running

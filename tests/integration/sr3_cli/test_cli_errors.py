@@ -12,35 +12,15 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
 
 pytestmark = [pytest.mark.zk]
 
 WORDCOUNT = Path(__file__).resolve().parents[3] / "topologies" / "wordcount.py"
-
-
-@pytest.fixture
-def lab(tmp_path: Path, zk_server: object) -> Iterator[Lab]:
-    """A lab of three ring nodes (``zk_server`` only skips without ZooKeeper)."""
-    lab = Lab(root=tmp_path / "lab")
-    lab.root.mkdir()
-    lab.save()
-    try:
-        lab.start_zookeeper()
-        lab.add_nodes(3)
-        lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
-        wait_for_members(lab, 3)
-        yield lab
-    finally:
-        current = Lab.load(lab.root)
-        current.stop_nodes()
-        current.stop_zookeeper()
 
 
 def sr3(

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from sr3.config import Sr3Config
-from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
 from storm_bridge.runner import RunOptions, TaskKill, run_topology
 from storm_bridge.topology import load_topology
 from storm_bridge.wiring import RingAccess
+from tests.integration.conftest import running_lab
 
 pytestmark = [pytest.mark.zk, pytest.mark.storm]
 
@@ -39,17 +39,8 @@ CONF: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory, zk_server: object) -> Iterator[Lab]:
     """A lab of three ring nodes (``zk_server`` only skips without ZooKeeper)."""
-    lab = Lab(root=tmp_path_factory.mktemp("native-lab"))
-    lab.save()
-    try:
-        lab.start_zookeeper()
-        lab.add_nodes(3)
-        lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
-        wait_for_members(lab, 3)
-        yield lab
-    finally:
-        lab.stop_nodes()
-        lab.stop_zookeeper()
+    with running_lab(tmp_path_factory.mktemp("native-lab") / "lab") as running:
+        yield running
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from sr3.config import Sr3Config, ZkConfig
-from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
 from storm_bridge.runner import RunOptions, TaskKill, run_topology
 from storm_bridge.topology import load_topology
@@ -35,23 +34,6 @@ def ring(zk_config: ZkConfig) -> Iterator[RingAccess]:
     access = RingAccess(Sr3Config(zk=zk_config))
     yield access
     access.close()
-
-
-@pytest.fixture
-def lab(tmp_path: Path, zk_server: object) -> Iterator[Lab]:
-    """A lab of three ring nodes (``zk_server`` only skips without ZooKeeper)."""
-    lab = Lab(root=tmp_path / "lab")
-    lab.root.mkdir()
-    lab.save()
-    try:
-        lab.start_zookeeper()
-        lab.add_nodes(3)
-        lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
-        wait_for_members(lab, 3)
-        yield lab
-    finally:
-        lab.stop_nodes()
-        lab.stop_zookeeper()
 
 
 def expected_counts() -> dict[str, list[object]]:

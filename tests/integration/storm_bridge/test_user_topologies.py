@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sr3.config import Sr3Config
-from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
 from storm_bridge.cluster import LocalCluster
 from storm_bridge.runner import RunOptions, TaskKill, run_topology
@@ -47,23 +46,6 @@ def test_a_streamparse_project_layout_runs(
     assert cluster.run_until_idle(IDLE_TIMEOUT_S)
     assert cluster.counters()["word_spout"].acked == len(WORDS)
     assert read_counts() == dict(Counter(WORDS))
-
-
-@pytest.fixture
-def lab(tmp_path: Path, zk_server: object) -> Iterator[Lab]:
-    """A lab of three ring nodes (``zk_server`` only skips without ZooKeeper)."""
-    lab = Lab(root=tmp_path / "lab")
-    lab.root.mkdir()
-    lab.save()
-    try:
-        lab.start_zookeeper()
-        lab.add_nodes(3)
-        lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
-        wait_for_members(lab, 3)
-        yield lab
-    finally:
-        lab.stop_nodes()
-        lab.stop_zookeeper()
 
 
 @pytest.mark.zk
