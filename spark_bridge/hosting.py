@@ -349,17 +349,17 @@ class BoltHost(_Host):
             yield self._flush_call([], functools.partial(instance.process_tick, tick))
             return
         batches = instance._batches  # noqa: SLF001 (pystorm's batches)
-        instance._batches = defaultdict(list)  # noqa: SLF001
+        instance._batches = defaultdict(list)  # noqa: SLF001 (pystorm's batches)
         for key, tups in batches.items():
             instance._current_tups = tups  # noqa: SLF001 (pystorm's anchoring)
-            instance._current_key = key  # noqa: SLF001
+            instance._current_key = key  # noqa: SLF001 (pystorm's anchoring)
             try:
                 yield self._flush_call(
                     list(tups), functools.partial(instance.process_batch, key, tups)
                 )
             finally:
-                instance._current_tups = []  # noqa: SLF001
-                instance._current_key = None  # noqa: SLF001
+                instance._current_tups = []  # noqa: SLF001 (pystorm's anchoring)
+                instance._current_key = None  # noqa: SLF001 (pystorm's anchoring)
 
     def _flush_call(self, held: list[StormTuple], call: Callable[[], Any]) -> Flushed:
         self.emits = []

@@ -247,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SR3Error as exc:
         return _fail(str(exc), as_json=as_json, kind=type(exc).__name__, code=2)
     except BrokenPipeError:  # stdout closed early (`| head`): nothing to say
+        # kept open to the end: the interpreter flushes stdout at exit
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
         return EXIT_INTERNAL
     except OSError as exc:  # a path or socket of the command line: it names it

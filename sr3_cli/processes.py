@@ -43,6 +43,6 @@ def terminate(pid: int | None, timeout_s: float = 10.0) -> None:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and alive(pid):
-        time.sleep(0.05)
+        time.sleep(0.05)  # not our child: no wait() to block on, so poll
     if alive(pid):
         os.kill(pid, signal.SIGKILL)
