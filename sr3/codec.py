@@ -2,8 +2,11 @@
 
 Every encoding is explicit: ``use_bin_type=True``, ``raw=False``, and map keys may
 be any hashable msgpack value (``strict_map_key=False``) because state values may be
-maps with int keys. The shard container (``encode_shard``, ``decode_shard``,
-``pack_shards``) lives in :mod:`sr3.shard` and is re-exported here.
+maps with int keys. Keys and values may hold ints of any size, as Python's and
+Storm's JSON do: those outside msgpack's 64 bits travel as extension type 1 (big
+endian two's complement), so a counter past 2**64 still checkpoints. The shard
+container (``encode_shard``, ``decode_shard``, ``pack_shards``) lives in
+:mod:`sr3.shard` and is re-exported here.
 """
 
 from __future__ import annotations
@@ -99,6 +102,32 @@ def unpack_meta(data: bytes) -> Any:
 _ENCODE_ERRORS = (TypeError, ValueError, OverflowError)
 _DECODE_ERRORS = (TypeError, ValueError, msgpack.UnpackException)
 _packers = threading.local()
+_BIG_INT_EXT = 1
+
+
+def _pack_default(obj: Any) -> msgpack.ExtType:
+    """Encode what msgpack lacks: ints beyond 64 bits (msgpack asks on overflow)."""
+    if isinstance(obj, int):
+        size = (obj.bit_length() + 8) // 8  # room for the sign bit
+        return msgpack.ExtType(_BIG_INT_EXT, obj.to_bytes(size, "big", signed=True))
+    msg = f"can not serialize {type(obj).__name__!r} object"
+    raise TypeError(msg)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _BIG_INT_EXT:
+        return int.from_bytes(data, "big", signed=True)
+    return msgpack.ExtType(code, data)
+
+
+def _unpack(data: bytes | memoryview, *, use_list: bool = True) -> Any:
+    return msgpack.unpackb(
+        data,
+        raw=False,
+        use_list=use_list,
+        strict_map_key=False,
+        ext_hook=_ext_hook,
+    )
 
 
 def _pack(obj: Any) -> bytes:
@@ -111,7 +140,9 @@ def _pack(obj: Any) -> bytes:
     try:
         packer = _packers.packer
     except AttributeError:
-        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+        packer = _packers.packer = msgpack.Packer(
+            use_bin_type=True, default=_pack_default
+        )
     try:
         data: bytes = packer.pack(obj)
     except BaseException:
@@ -147,7 +178,7 @@ def decode_key(data: bytes | memoryview) -> tuple[Any, ...]:
         CodecError: the bytes are not an encoded key.
     """
     try:
-        key = msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
+        key = _unpack(data, use_list=False)
     except _DECODE_ERRORS as exc:
         msg = f"malformed encoded key {bytes(data)[:64]!r}: {exc}"
         raise CodecError(msg) from exc
@@ -177,7 +208,7 @@ def decode_value(data: bytes | memoryview) -> Any:
         CodecError: malformed bytes.
     """
     try:
-        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+        return _unpack(data)
     except _DECODE_ERRORS as exc:
         msg = f"malformed encoded value: {exc}"
         raise CodecError(msg) from exc
@@ -221,7 +252,7 @@ class KeyGroupBlob(Generic[K]):
 
 def _pack_blob(tag: int, body: Any) -> bytes:
     try:
-        packed = msgpack.packb(body, use_bin_type=True)
+        packed = msgpack.packb(body, use_bin_type=True, default=_pack_default)
     except _ENCODE_ERRORS as exc:
         msg = f"key-group entries cannot be encoded: {exc}"
         raise CodecError(msg) from exc
@@ -301,7 +332,7 @@ def decode_key_group_raw(blob: bytes | memoryview) -> KeyGroupBlob[bytes]:
     """
     kind = blob_kind(blob)
     try:
-        body = msgpack.unpackb(memoryview(blob)[2:], raw=False, strict_map_key=False)
+        body = _unpack(memoryview(blob)[2:])
     except _DECODE_ERRORS as exc:
         msg = f"malformed {kind} key-group blob: {exc}"
         raise CodecError(msg) from exc

@@ -16,6 +16,7 @@ scalars = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(min_value=-(2**63), max_value=2**64 - 1),
+    st.integers(),  # beyond msgpack's 64 bits too, as Python and Storm's JSON allow
     st.floats(allow_nan=False),
     st.text(max_size=20),
     st.binary(max_size=20),
@@ -56,6 +57,27 @@ def test_key_round_trip_is_canonical(key: tuple[Any, ...]) -> None:
 @given(values)
 def test_value_round_trip(value: Any) -> None:
     assert codec.decode_value(codec.encode_value(value)) == value
+
+
+def test_ints_of_any_size_round_trip_as_distinct_keys() -> None:
+    # a counter past 2**64 used to fail the bolt's checkpoint on every try
+    edges = [2**63 - 1, 2**63, 2**64 - 1, 2**64, -(2**63), -(2**63) - 1, 10**40]
+    edges += [-n for n in edges]
+    keys = [codec.encode_key((n,)) for n in edges]
+    assert [codec.decode_key(k) for k in keys] == [(n,) for n in edges]
+    assert len(set(keys)) == len(set(edges))
+    entries = {(n,): {"total": n * 3, "seen": [n, -n]} for n in edges}
+    blob = codec.encode_key_group(entries)
+    assert codec.decode_key_group(blob).entries == entries
+    later = codec.encode_key_group_delta({(10**40,): {"total": 7**90}}, [(2**64,)])
+    merged = codec.decode_key_group(codec.merge_key_group_blobs([blob, later]))
+    assert merged.entries[(10**40,)] == {"total": 7**90}
+    assert (2**64,) not in merged.entries
+
+
+def test_values_msgpack_lacks_are_named() -> None:
+    with pytest.raises(CodecError, match="a set value cannot be encoded"):
+        codec.encode_value({1, 2})
 
 
 def test_values_keep_lists_and_keys_become_tuples() -> None:

@@ -1,0 +1,51 @@
+"""State holding ints beyond 64 bits checkpoints, commits and restores exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sr3.config import Sr3Config
+from sr3_cli.lab import Lab
+from storm_bridge.runner import RunOptions, TaskKill, run_topology
+from storm_bridge.wiring import RingAccess
+
+TOPOLOGIES = Path(__file__).parent / "topologies"
+pytestmark = [pytest.mark.storm, pytest.mark.zk, pytest.mark.slow]
+
+
+def expected_products(count: int) -> dict[str, int]:
+    products: dict[str, int] = {}
+    for n in range(count):
+        key = f"k{n % 4}"
+        products[key] = products.get(key, 1) * (n + 1_000_003) % (2**521 - 1)
+    return products
+
+
+def test_a_state_of_big_ints_survives_a_kill(lab: Lab) -> None:
+    # before, the first checkpoint failed ("Integer value out of range") and the
+    # run rolled back to the empty epoch over and over until its timeout
+    count = 3000
+    ring = RingAccess(lab.config(Sr3Config()))
+    options = RunOptions(
+        until_idle=True,
+        conf={"sbt.count": count, "topology.max.spout.pending": 100},
+        kills=[TaskKill("product", 1, at_s=2.0)],
+        timeout_s=120.0,
+    )
+    try:
+        report = run_topology(
+            TOPOLOGIES / "sbt_big_ints.py", ring=ring, options=options
+        )
+        _, state = ring.committed_state("sbt_big_ints", "product")
+    finally:
+        ring.close()
+    assert report.idle is True
+    assert [r["cause"] for r in report.recoveries] == ["product:1"]
+    products = expected_products(count)
+    assert max(abs(p) for p in products.values()).bit_length() > 64
+    assert {key[0]: fields["product"] for key, fields in state.items()} == products
+    assert all(
+        fields["history"][-1] == -products[key[0]] for key, fields in state.items()
+    )
