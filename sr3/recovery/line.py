@@ -31,12 +31,8 @@ from typing import Any
 from sr3.config import NodeConfig
 from sr3.errors import ChecksumError, CodecError, ProtocolError, StorageError
 from sr3.manifest import ShardMeta
-from sr3.recovery.base import (
-    RecoveryStrategy,
-    TransferJob,
-    assign_covering,
-    ring_order,
-)
+from sr3.recovery.base import RecoveryStrategy, TransferJob
+from sr3.recovery.chains import read_relay, relay_nodes
 from sr3.recovery.frames import (
     FrameSender,
     RelayFaults,
@@ -76,22 +72,10 @@ class LineRecovery(RecoveryStrategy):
 
     def transfer(self, job: TransferJob) -> None:
         """Receive the job's shards through one chain of its holders."""
-        usable = job.usable()
-        assigned, orphans = assign_covering(job.shards, usable)
-        for shard in orphans:
-            logger.warning("line: shard %s has no live holder left", shard.shard_id)
-        if not assigned:
+        chain = relay_nodes(job, self.name)
+        if not chain:
             return
-        order = ring_order(list(assigned))
-        chain = [
-            RelayNode(
-                n,
-                usable[n].host,
-                usable[n].port,
-                tuple(s.shard_id for s in assigned[n]),
-            )
-            for n in order
-        ]
+        order = [n.node_id for n in chain]
         job.structure = {
             "nodes": order,
             "edges": [[a, b] for a, b in zip(order, order[1:], strict=False)]
@@ -105,26 +89,21 @@ class LineRecovery(RecoveryStrategy):
             "chain": [n.to_wire() for n in chain],
             "chunk_bytes": relay_chunk_bytes(self.context.node_config),
         }
-        end = chain[-1]
         partial: dict[str, _Partial] = {}
-        try:
-            with RelayStream(
-                end.host, end.port, request, config=self.context.node_config
-            ) as stream:
-                while True:
-                    head, size = stream.next_head()
-                    kind = head.get("t")
-                    if kind == "shard":
-                        whole = self._on_chunk(job, stream, head, size, partial)
-                        if whole is not None:
-                            self._finish(job, whole)
-                    elif kind == "lost":
-                        job.lost_frame(head)
-                    elif kind == "end":
-                        break
-        except StorageError as exc:
-            logger.warning("line: chain end %s failed: %s", end.node_id, exc)
-            job.lost(end.node_id, str(exc))
+
+        def on_shard(stream: RelayStream, head: dict[str, Any], size: int) -> None:
+            whole = self._on_chunk(job, stream, head, size, partial)
+            if whole is not None:
+                self._finish(job, whole)
+
+        read_relay(
+            job,
+            self.name,
+            chain[-1],
+            request,
+            {"shard": on_shard},
+            config=self.context.node_config,
+        )
 
     def _on_chunk(
         self,

@@ -31,17 +31,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sr3.errors import (
-    ProtocolError,
-    StorageError,
-)
-from sr3.recovery.base import (
-    RecoveryStrategy,
-    TransferJob,
-    assign_covering,
-    ring_order,
-)
-from sr3.recovery.frames import RelayNode
+from sr3.errors import ProtocolError
+from sr3.recovery.base import RecoveryStrategy, TransferJob
+from sr3.recovery.chains import read_relay, relay_nodes
 from sr3.recovery.pieces import Piece
 from sr3.recovery.transport import RelayStream
 from sr3.storage import crc32
@@ -100,23 +92,11 @@ class TreeRecovery(RecoveryStrategy):
 
     def transfer(self, job: TransferJob) -> None:
         """Receive the job's shards, merged, from the root of a holder tree."""
-        usable = job.usable()
-        assigned, orphans = assign_covering(job.shards, usable)
-        for shard in orphans:
-            logger.warning("tree: shard %s has no live holder left", shard.shard_id)
-        if not assigned:
+        nodes = relay_nodes(job, self.name)
+        if not nodes:
             return
-        order = ring_order(list(assigned))
+        order = [n.node_id for n in nodes]
         fanout = self.context.recovery.tree_fanout
-        nodes = [
-            RelayNode(
-                n,
-                usable[n].host,
-                usable[n].port,
-                tuple(s.shard_id for s in assigned[n]),
-            )
-            for n in order
-        ]
         edges = [[order[i], order[(i - 1) // fanout]] for i in range(1, len(order))]
         job.structure = {
             "nodes": order,
@@ -136,27 +116,23 @@ class TreeRecovery(RecoveryStrategy):
         }
         root = nodes[0]
         where = f"tree root {root.node_id}"
-        try:
-            with RelayStream(
-                root.host, root.port, request, config=self.context.node_config
-            ) as stream:
-                while True:
-                    head, size = stream.next_head()
-                    kind = head.get("t")
-                    if kind == "piece":
-                        blob: object = head.get("data")
-                        if blob is None:
-                            buffer = bytearray(size)
-                            stream.recv_blob_into(memoryview(buffer))
-                            blob = memoryview(buffer)
-                        piece, crc = piece_of(head, blob, where)
-                        check_piece(piece, crc, where)
-                        job.assembly.add_piece(piece)
-                        job.delivered(root.node_id, len(piece.blob))
-                    elif kind == "lost":
-                        job.lost_frame(head)
-                    elif kind == "end":
-                        break
-        except StorageError as exc:
-            logger.warning("tree: root %s failed: %s", root.node_id, exc)
-            job.lost(root.node_id, str(exc))
+
+        def on_piece(stream: RelayStream, head: dict[str, Any], size: int) -> None:
+            blob: object = head.get("data")
+            if blob is None:
+                buffer = bytearray(size)
+                stream.recv_blob_into(memoryview(buffer))
+                blob = memoryview(buffer)
+            piece, crc = piece_of(head, blob, where)
+            check_piece(piece, crc, where)
+            job.assembly.add_piece(piece)
+            job.delivered(root.node_id, len(piece.blob))
+
+        read_relay(
+            job,
+            self.name,
+            root,
+            request,
+            {"piece": on_piece},
+            config=self.context.node_config,
+        )
