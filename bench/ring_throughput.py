@@ -15,7 +15,6 @@ import json
 import socket
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -25,14 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.lab_session import bench_lab  # noqa: E402
 from sr3.config import RecoveryConfig, parse_size  # noqa: E402
 from sr3.recovery import Recoverer, RecoveryContext  # noqa: E402
 from sr3.replication import LiveMembers  # noqa: E402
 from sr3.snapshot import SnapshotReader, SnapshotWriter  # noqa: E402
 from sr3.synthetic import SyntheticSpec, iter_key_groups  # noqa: E402
 from sr3_cli.cluster import open_cluster  # noqa: E402
-from sr3_cli.commands import wait_for_members  # noqa: E402
-from sr3_cli.lab import Lab  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 CHUNK = 4 * 1024 * 1024
@@ -192,41 +190,27 @@ def main() -> int:
     sizes = [parse_size(s) for s in args.sizes.split(",")]
     RESULTS.mkdir(parents=True, exist_ok=True)
     rows = []
-    with tempfile.TemporaryDirectory(prefix="sr3-bench-") as tmp:
-        lab = Lab(root=Path(tmp) / "lab")
-        lab.root.mkdir()
-        lab.save()
-        lab.start_zookeeper()
-        lab.add_nodes(args.nodes)
-        lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
-        wait_for_members(lab, args.nodes)
-        try:
-            with open_cluster(lab.config()) as cluster:
-                g = cluster.config.ring.key_group_count
-                writer = SnapshotWriter(
-                    store=cluster.store,
-                    manifests=cluster.manifests,
-                    max_shard_bytes=cluster.config.ring.max_shard_bytes,
-                )
-                reader = SnapshotReader(
-                    store=cluster.store, manifests=cluster.manifests
-                )
-                recoverer = Recoverer(
-                    RecoveryContext(
-                        manifests=cluster.manifests,
-                        members=LiveMembers(cluster.membership),
-                        pool=cluster.pool,
-                        node_config=cluster.config.node,
-                        recovery=RecoveryConfig(mechanism="star"),
-                    )
-                )
-                for size in sizes:
-                    row = measure_size(size, args.repeat, g, writer, reader, recoverer)
-                    rows.append(row)
-                    print(f"{size / 1e6:.0f} MB done: {row}", file=sys.stderr)
-        finally:
-            lab.stop_nodes()
-            lab.stop_zookeeper()
+    with bench_lab(args.nodes) as lab, open_cluster(lab.config()) as cluster:
+        g = cluster.config.ring.key_group_count
+        writer = SnapshotWriter(
+            store=cluster.store,
+            manifests=cluster.manifests,
+            max_shard_bytes=cluster.config.ring.max_shard_bytes,
+        )
+        reader = SnapshotReader(store=cluster.store, manifests=cluster.manifests)
+        recoverer = Recoverer(
+            RecoveryContext(
+                manifests=cluster.manifests,
+                members=LiveMembers(cluster.membership),
+                pool=cluster.pool,
+                node_config=cluster.config.node,
+                recovery=RecoveryConfig(mechanism="star"),
+            )
+        )
+        for size in sizes:
+            row = measure_size(size, args.repeat, g, writer, reader, recoverer)
+            rows.append(row)
+            print(f"{size / 1e6:.0f} MB done: {row}", file=sys.stderr)
     print_table(rows, args)
     save(rows)
     return 0

@@ -31,12 +31,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sr3.config import Sr3Config
-from sr3_cli.commands import wait_for_members
-from sr3_cli.lab import Lab
-from sr3_cli.output import table
-
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.lab_session import bench_lab  # noqa: E402
+from sr3.config import Sr3Config  # noqa: E402
+from sr3_cli.lab import Lab  # noqa: E402
+from sr3_cli.output import table  # noqa: E402
+
 RESULTS = REPO / "bench" / "results"
 TOPOLOGIES = {
     "wordcount": ("count", lambda scale: {"wordcount.lines": 20000 * scale}),
@@ -236,18 +238,8 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    with tempfile.TemporaryDirectory(prefix="sr3-bench-") as tmp:
-        lab = Lab(root=Path(tmp))
-        lab.save()
-        lab.start_zookeeper()
-        try:
-            lab.add_nodes(3)
-            lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
-            wait_for_members(lab, 3)
-            results = measure(args, lab)
-        finally:
-            lab.stop_nodes()
-            lab.stop_zookeeper()
+    with bench_lab(3) as lab:
+        results = measure(args, lab)
     rows = summarize(results)
     headers = [
         "topology",

@@ -12,14 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
+import sys
 from pathlib import Path
 
-from sr3_cli.commands import wait_for_members
-from sr3_cli.lab import Lab
-from sr3_cli.output import table
-from storm_bridge.runner import RunOptions, run_topology
-from storm_bridge.wiring import RingAccess
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.lab_session import bench_lab  # noqa: E402
+from sr3_cli.lab import Lab  # noqa: E402
+from sr3_cli.output import table  # noqa: E402
+from storm_bridge.runner import RunOptions, run_topology  # noqa: E402
+from storm_bridge.wiring import RingAccess  # noqa: E402
 
 WORDCOUNT = Path(__file__).parents[1] / "topologies" / "wordcount.py"
 
@@ -31,18 +34,8 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=1.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="sr3-bench-") as tmp:
-        lab = Lab(root=Path(tmp))
-        lab.save()
-        lab.start_zookeeper()
-        try:
-            lab.add_nodes(3)
-            lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
-            wait_for_members(lab, 3)
-            results = measure(lab, args)
-        finally:
-            lab.stop_nodes()
-            lab.stop_zookeeper()
+    with bench_lab(3) as lab:
+        results = measure(lab, args)
     if args.json:
         print(json.dumps(results, indent=2))
         return

@@ -30,7 +30,6 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -38,8 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sr3_cli.commands import wait_for_members  # noqa: E402
-from sr3_cli.lab import Lab  # noqa: E402
+from bench.lab_session import bench_lab  # noqa: E402
 
 TOPOLOGY = ROOT / "bench" / "topologies" / "bigstate.py"
 RESULTS = ROOT / "bench" / "results"
@@ -81,18 +79,8 @@ def main() -> None:
     if args.lab:
         results = measure(Path(args.lab).resolve(), mechanisms, args)
     else:
-        with tempfile.TemporaryDirectory(prefix="sr3-bench-") as tmp:
-            lab = Lab(root=Path(tmp))
-            lab.save()
-            lab.start_zookeeper()
-            try:
-                lab.add_nodes(args.nodes)
-                lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
-                wait_for_members(lab, args.nodes)
-                results = measure(Path(tmp), mechanisms, args)
-            finally:
-                lab.stop_nodes()
-                lab.stop_zookeeper()
+        with bench_lab(args.nodes) as lab:
+            results = measure(lab.root, mechanisms, args)
     write_results(results)
     if args.json:
         print(json.dumps(results, indent=2))
