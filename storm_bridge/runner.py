@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -22,9 +21,17 @@ from typing import Any, Final
 
 from sr3.errors import SR3Error
 from storm_bridge.cluster import EventKind, LocalCluster
-from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator, Recovery
+from storm_bridge.cluster.checkpoints import CheckpointSettings
 from storm_bridge.errors import CheckpointError, StormBridgeError
 from storm_bridge.native import NATIVE, checkpoint_mode
+from storm_bridge.report import (
+    RunReport,
+    checkpoint_dict,
+    counter_dict,
+    native_checkpoints,
+    recovery_dict,
+    state_summary,
+)
 from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import CommitRecord, RingAccess
 from zk.epochs import Phase, ZkEpochStore
@@ -37,7 +44,6 @@ INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
 TIMEOUT_KEY: Final = "sr3.checkpoint.timeout.s"
 _DEFAULT_TIMEOUT_S: Final = 60.0
 _DEFAULT_INTERVAL_S: Final = 1.0
-_MAX_ERRORS: Final = 20
 _NATIVE_POLL_S: Final = 0.05
 
 
@@ -90,55 +96,6 @@ class RunOptions:
     timeout_s: float = 600.0
     checkpoints: bool = True
     resume: bool = False
-
-
-@dataclass
-class RunReport:
-    """What a run did; :meth:`to_dict` is the ``--json`` output.
-
-    ``seconds`` leaves out the quiet period ``--until-idle`` waits to tell a
-    dry spout from a pausing one (``sr3.idle.quiet.s``).
-    """
-
-    topology: str
-    seconds: float
-    idle: bool
-    counters: dict[str, dict[str, int]]
-    checkpoints: dict[str, Any]
-    recoveries: list[dict[str, Any]]
-    state: dict[str, Any]
-    errors: list[str]
-    #: Last output per key of each sink: ``{component: {json key: values}}``.
-    outputs: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
-
-    @property
-    def processed(self) -> int:
-        """Tuples acked by bolts."""
-        return sum(c["bolt_acked"] for c in self.counters.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return a JSON-friendly dict."""
-        spouts = sum(c["spout_emitted"] for c in self.counters.values())
-        seconds = max(self.seconds, 1e-9)
-        return {
-            "topology": self.topology,
-            "engine": "storm",
-            "seconds": round(self.seconds, 3),
-            "idle": self.idle,
-            "throughput": {
-                "tuples_per_s": round(self.processed / seconds, 1),
-                "spout_tuples_per_s": round(spouts / seconds, 1),
-                "bolt_tuples": self.processed,
-                "spout_tuples": spouts,
-            },
-            "checkpoints": self.checkpoints,
-            "recoveries": self.recoveries,
-            "state": self.state,
-            "outputs": self.outputs,
-            "counters": self.counters,
-            "errors": self.errors[:_MAX_ERRORS],
-            "error_count": len(self.errors),
-        }
 
 
 class _ZkHooks:
@@ -204,6 +161,26 @@ def _seconds(
     return value
 
 
+def _check_kill_times(options: RunOptions) -> None:
+    """Refuse a kill the run would end before (it would stretch ``--duration``)."""
+    end_s = options.duration_s
+    if end_s is None:
+        return
+    kills: list[TaskKill | NodeKill] = [*options.kills, *options.node_kills]
+    for kill in kills:
+        if kill.at_s >= end_s:
+            what = (
+                f"--kill {kill.component}:{kill.index}"
+                if isinstance(kill, TaskKill)
+                else f"--kill-node {kill.node}"
+            )
+            msg = (
+                f"{what}@{kill.at_s:g} is not before the end of the run "
+                f"(--duration {end_s:g}); kill earlier or run longer"
+            )
+            raise StormBridgeError(msg)
+
+
 def _check_kills(topology: LoadedTopology, kills: Sequence[TaskKill]) -> None:
     for kill in kills:
         comp = topology.components.get(kill.component)
@@ -220,55 +197,6 @@ def _check_kills(topology: LoadedTopology, kills: Sequence[TaskKill]) -> None:
                 f"has tasks 0..{comp.tasks - 1}"
             )
             raise StormBridgeError(msg)
-
-
-def _recovery_dict(
-    recovery: Recovery, kill_times: Mapping[str, float], started: float
-) -> dict[str, Any]:
-    first_cause = recovery.cause.split(",")[0]
-    failed_at = kill_times.get(first_cause, recovery.detected_at)
-    restores = recovery.restores
-    mechanisms = sorted({str(r.get("mechanism")) for r in restores.values()})
-    used = sorted({str(r.get("used")) for r in restores.values()})
-    detect_s = round(max(0.0, recovery.detected_at - failed_at), 4)
-    restore_s = replay_s = None
-    if recovery.restored_at is not None:
-        restore_s = round(recovery.restored_at - recovery.detected_at, 4)
-        if recovery.resumed_at is not None:
-            replay_s = round(recovery.resumed_at - recovery.restored_at, 4)
-    timeline = {"detect_s": detect_s, "restore_s": restore_s, "replay_s": replay_s}
-    # detect: failure to detection; restore: rollback to every stateful task
-    # restored; replay: to the first epoch committed after the rollback.
-    phases = [
-        {"phase": "detect", "seconds": detect_s},
-        {"phase": "restore", "seconds": restore_s},
-        {"phase": "replay", "seconds": replay_s},
-    ]
-    return {
-        "cause": recovery.cause,
-        "component": recovery.component,
-        "task": recovery.task_index,
-        "task_id": recovery.task_id,
-        "at_s": round(recovery.detected_at - started, 3),
-        "mechanism": ",".join(mechanisms) or "none",
-        "used": ",".join(used) or "none",
-        "timeline": timeline,
-        "phases": phases,
-        "restored_bytes": sum(int(r.get("bytes", 0)) for r in restores.values()),
-        "restores": restores,
-    }
-
-
-def _checkpoint_dict(coordinator: Coordinator, interval_s: float) -> dict[str, Any]:
-    durations = [e.duration_s for e in coordinator.committed]
-    return {
-        "interval_s": interval_s,
-        "count": len(coordinator.committed),
-        "last_committed_epoch": coordinator.last_committed,
-        "mean_duration_s": round(statistics.fmean(durations), 4) if durations else None,
-        "max_duration_s": round(max(durations), 4) if durations else None,
-        "abandoned": coordinator.abandoned,
-    }
 
 
 class _Run:
@@ -426,26 +354,6 @@ def _native_final(
     return False
 
 
-def _native_checkpoints(
-    ring: RingAccess, store: ZkEpochStore, topology: str, interval_s: float
-) -> dict[str, Any]:
-    control = store.control()
-    stats = dict(control.stats) if control is not None else {}
-    record = ring.committed(topology)
-    commits = int(stats.get("commits", 0))
-    total = float(stats.get("pause_total_s", 0.0))
-    return {
-        "mode": NATIVE,
-        "interval_s": interval_s,
-        "count": commits,
-        "last_committed_epoch": None if record is None else record.epoch,
-        "mean_duration_s": round(total / commits, 4) if commits else None,
-        "max_duration_s": stats.get("pause_max_s") if commits else None,
-        "rollbacks": int(stats.get("rollbacks", 0)),
-        "abandoned": 0,
-    }
-
-
 def _deaths_seen(killed: tuple[tuple[int, float], ...], cluster: LocalCluster) -> bool:
     ended = [
         e
@@ -462,15 +370,6 @@ def _all_resumed(cluster: LocalCluster) -> bool:
 
 def _reached(epoch: int, cluster: LocalCluster) -> bool:
     return int(cluster.with_coordinator(lambda k: k.last_committed) or 0) >= epoch
-
-
-def _state_summary(ring: RingAccess, topology: LoadedTopology) -> dict[str, Any]:
-    bolts = [
-        name
-        for name in topology.stateful_components
-        if topology.components[name].kind == "bolt"
-    ]
-    return ring.state_summary(topology.name, bolts)
 
 
 def run_topology(
@@ -492,12 +391,14 @@ def run_topology(
 
     Raises:
         TopologyError: the file cannot be loaded.
-        StormBridgeError: bad kill specs, or the cluster failed to start.
+        StormBridgeError: bad kill specs (a kill at or after ``duration_s``
+            among them), or the cluster failed to start.
         ConfigError: a sink's ``sr3.output.key.fields`` is invalid.
         CoordinationError: ZooKeeper failed.
     """
     topology = load_topology(path)
     _check_kills(topology, options.kills)
+    _check_kill_times(options)
     if options.node_kills and kill_node is None:
         msg = (
             "--kill-node needs a lab whose nodes this run can kill; pass --lab DIR "
@@ -558,31 +459,16 @@ def run_topology(
         # the quiet period that tells a dry spout from a pausing one is not
         # processing time: leave it out of the run's seconds (and throughput)
         seconds = clock() - started - cluster.quiet_waited_s()
-        counters = {
-            name: {
-                "spout_emitted": c.emitted
-                if topology.components[name].kind == "spout"
-                else 0,
-                "bolt_acked": c.acked
-                if topology.components[name].kind == "bolt"
-                else 0,
-                "emitted": c.emitted,
-                "acked": c.acked,
-                "failed": c.failed,
-                "restarts": c.restarts,
-                "errors": c.errors,
-            }
-            for name, c in cluster.counters().items()
-        }
+        counters = counter_dict(topology, cluster.counters())
         coordinator_view = cluster.with_coordinator(
             lambda k: (
-                _checkpoint_dict(k, interval_s),
-                [_recovery_dict(r, run.kill_times, started) for r in k.recoveries],
+                checkpoint_dict(k, interval_s),
+                [recovery_dict(r, run.kill_times, started) for r in k.recoveries],
             )
         )
         if store is not None:
             coordinator_view = (
-                _native_checkpoints(ring, store, topology.name, interval_s),
+                native_checkpoints(ring, store, topology.name, interval_s),
                 [],
             )
         errors = [str(e) for e in cluster.errors()]
@@ -593,7 +479,7 @@ def run_topology(
         if hooks is not None:
             hooks.close()
     checkpoints, recoveries = coordinator_view or ({"count": 0}, [])
-    state = _state_summary(ring, topology) if options.checkpoints else {}
+    state = state_summary(ring, topology) if options.checkpoints else {}
     return RunReport(
         topology=topology.name,
         seconds=seconds,

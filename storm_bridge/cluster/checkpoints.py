@@ -23,6 +23,12 @@ stateful task reported. Any task death rolls the whole topology back: every
 task restarts, stateful tasks restore the committed epoch's state, replayable
 spouts seek to its offsets, and tuples in flight are lost. Plain spouts keep
 running: the trees of their lost tuples fail back to them, as in Storm.
+Barriers never travel on a subscription that closes a cycle (see
+:func:`~storm_bridge.cluster.context.back_edges`),
+so a bolt reading its own output back never waits for itself. A
+topology with neither stateful bolts nor replayable spouts has nothing to roll
+back: a task death only abandons the open epoch and, as in Storm, only the dead
+task restarts (the trees of its lost tuples fail back to their spouts).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sr3.errors import ConfigError
+from storm_bridge.cluster.context import back_edges
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.components import BARRIER_COMMAND, BARRIER_STREAM
 from storm_bridge.errors import StormBridgeError
@@ -212,8 +219,13 @@ class Coordinator:
         self._recycle = recycle
         self._downstream: dict[str, list[int]] = {}
         self._align: dict[int, _Alignment] = {}
+        loops = back_edges(topology)
         for comp in topology.components.values():
-            sources = {sub.source for sub in comp.inputs}
+            sources = {
+                sub.source
+                for sub in comp.inputs
+                if (sub.source, comp.name) not in loops
+            }
             for source in sources:
                 self._downstream.setdefault(source, []).extend(
                     component_tasks(comp.name)
@@ -230,6 +242,12 @@ class Coordinator:
             task_id: component_tasks(rt.component.name).index(task_id)
             for task_id, rt in tasks.items()
         }
+        #: Whether a task death rolls back (something to restore or seek).
+        self.rolls_back = any(
+            (rt.component.stateful and not rt.is_spout)
+            or (rt.is_spout and _replayable(rt))
+            for rt in tasks.values()
+        )
         self._next_epoch = settings.first_epoch
         self._current: _Epoch | None = None
         self.committed: list[EpochStats] = []
@@ -251,6 +269,11 @@ class Coordinator:
     def last_committed(self) -> int | None:
         """Number of the last epoch committed by this run."""
         return self.committed[-1].epoch if self.committed else None
+
+    @property
+    def next_epoch(self) -> int:
+        """The number the next epoch opened will get."""
+        return self._next_epoch
 
     @property
     def in_flight(self) -> int | None:
@@ -323,6 +346,11 @@ class Coordinator:
             waiting,
         )
         self.abandoned += 1
+        self._drop_epoch()
+        self._schedule(self._settings.interval_s)
+
+    def _drop_epoch(self) -> None:
+        """Forget the open epoch and every alignment; deliver the held tuples."""
         self._current = None
         for align in self._align.values():
             align.arrived.clear()
@@ -331,7 +359,6 @@ class Coordinator:
             held, align.held = align.held, []
             for args in held:
                 self._deliver(*args)
-        self._schedule(self._settings.interval_s)
 
     def spout_synced(self, rt: TaskRuntime) -> None:
         """A spout answered a command: inject a pending barrier of a plain spout."""
@@ -390,6 +417,8 @@ class Coordinator:
         self, target: int, channel: int, epoch: int, offsets: Mapping[str, Any]
     ) -> None:
         align = self._align[target]
+        if channel not in align.channels:
+            return  # a barrier that went round a cycle
         align.arrived.add(channel)
         align.offsets.update(offsets)
         if align.arrived < align.channels:
@@ -485,9 +514,24 @@ class Coordinator:
     # -- failures ----------------------------------------------------------------------
 
     def task_died(self, rt: TaskRuntime) -> None:
-        """A task died: roll the whole topology back to the last committed epoch."""
+        """A task died: roll the whole topology back to the last committed epoch.
+
+        Without stateful bolts and replayable spouts there is nothing to roll
+        back: the open epoch is abandoned (its barriers died with the task) and
+        only the dead task restarts, as Storm restarts only a dead worker.
+        """
         index = self._index[rt.task_id]
         cause = f"{rt.component.name}:{index}"
+        if not self.rolls_back:
+            logger.warning(
+                "%s died; nothing to roll back (no stateful bolt, no replayable "
+                "spout): only it restarts",
+                cause,
+            )
+            if self._current is not None:
+                self._drop_epoch()
+                self._schedule(self._settings.interval_s)
+            return
         self.rollback(cause, rt.component.name, index, rt.task_id)
 
     def rollback(

@@ -21,6 +21,7 @@ __all__ = [
     "RoutingError",
     "Router",
     "assign_task_ids",
+    "back_edges",
     "task_context",
 ]
 
@@ -33,6 +34,43 @@ class RoutingError(StormBridgeError, ValueError):
 
 def _java_order(component_id: str) -> bytes:
     return component_id.encode("utf-16-be")  # String.compareTo compares UTF-16 units
+
+
+def back_edges(topology: LoadedTopology) -> frozenset[tuple[str, str]]:
+    """Return the subscriptions ``(source, subscriber)`` that close a cycle.
+
+    A depth-first walk from the spouts (in definition order) finds them: an
+    edge to a component still on the walk's path goes back. Barriers do not
+    travel on them, so a bolt never waits for a barrier that only its own
+    output could bring (a cycle would hold its tuples forever). The price: a
+    tuple on such an edge when the barrier passes counts in the next epoch, so
+    a rollback to this one loses it, as Flink loses records in its iterations.
+    """
+    subscribers: dict[str, list[str]] = {name: [] for name in topology.components}
+    for comp in topology.components.values():
+        for source in dict.fromkeys(sub.source for sub in comp.inputs):
+            if source in subscribers:
+                subscribers[source].append(comp.name)
+    loops: set[tuple[str, str]] = set()
+    done: set[str] = set()
+    for root, comp in topology.components.items():
+        if comp.kind != "spout" or root in done:
+            continue
+        path = {root}
+        stack = [(root, iter(subscribers[root]))]
+        while stack:
+            name, rest = stack[-1]
+            nxt = next(rest, None)
+            if nxt is None:
+                stack.pop()
+                path.discard(name)
+                done.add(name)
+            elif nxt in path:
+                loops.add((name, nxt))
+            elif nxt not in done:
+                path.add(nxt)
+                stack.append((nxt, iter(subscribers[nxt])))
+    return frozenset(loops)
 
 
 def assign_task_ids(topology: LoadedTopology, acker_tasks: int) -> dict[int, str]:

@@ -69,6 +69,12 @@ def _check_encodable(
         raise TopologyError(msg) from exc
 
 
+def _last_line(text: str) -> str:
+    """The last non-blank line of a reported error (a traceback's exception)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
 class Engine:
     """Runs one topology's tasks as multilang subprocesses (not thread-safe).
 
@@ -268,7 +274,10 @@ class Engine:
             if rt.process is not None:
                 code = rt.process.reap(_REAP_WAIT_S)
                 last = rt.process.last_stderr_line(_REAP_WAIT_S)
-            # the last stderr line of a Python task is its uncaught exception
+            # the last stderr line of a Python task is its uncaught exception;
+            # pystorm's run loop logs and reports it to the cluster instead
+            if not last and rt.last_error:
+                last = _last_line(rt.last_error)
             detail = f"subprocess exited with status {code}" + (
                 f": {last}" if last else ""
             )
@@ -303,11 +312,15 @@ class Engine:
         name, task, text = rt.component.name, rt.task_id, msg.msg or ""
         if msg.command == "log":
             level = _PY_LEVELS.get(msg.level, logging.INFO)
+            if level >= logging.ERROR:
+                # pystorm logs an exception that ends its run loop at ERROR
+                rt.last_error = text
             task_logger.log(level, "component %s task %s: %s", name, task, text)
             self._record(
                 EventKind.LOG, rt, text, level=LOG_LEVELS.get(msg.level, "INFO")
             )
         elif msg.command == "error":
+            rt.last_error = text
             self.journal.counters[name].errors += 1
             task_logger.error("component %s task %s reported: %s", name, task, text)
             self._record(EventKind.COMPONENT_ERROR, rt, text)

@@ -301,8 +301,11 @@ class LocalCluster:
             coordinator = self._engine.coordinator
             if coordinator is None:
                 return None
+            upcoming = coordinator.next_epoch
             if coordinator.open_epoch():
-                return coordinator.in_flight
+                # without stateful bolts and replayable spouts an epoch may
+                # commit at once, before open_epoch returns
+                return upcoming
             current = coordinator.in_flight
             return None if current is None else current + 1
 

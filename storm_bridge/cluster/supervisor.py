@@ -177,6 +177,7 @@ class Supervisor:
         rt.incarnation += 1
         rt.reset_protocol_state()
         rt.pid = None
+        rt.last_error = None
         process = self._launcher.process(rt)
         rt.process = process
         try:

@@ -85,6 +85,9 @@ class TaskRuntime:
         dry_since: Spouts: when the first of those calls was answered.
         next_at: Spouts: earliest clock reading for the next ``next``.
         wake_at: Spouts: when a scheduled wake-up will pump it, if any.
+        last_error: The last error the current subprocess reported (an
+            ``error`` command or an ERROR log), which tells why it exits when
+            its stderr is silent.
     """
 
     task_id: int
@@ -109,6 +112,7 @@ class TaskRuntime:
     dry_since: float | None = None
     next_at: float = 0.0
     wake_at: float | None = None
+    last_error: str | None = None
 
     @property
     def is_spout(self) -> bool:

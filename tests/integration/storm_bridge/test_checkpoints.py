@@ -126,3 +126,67 @@ def test_a_task_death_rolls_every_task_back(checkpointed: Any) -> None:
     kept = ("__acker", "plain")  # a plain spout cannot seek: it keeps running
     assert recycled == {t for t in others if cluster.task_to_component[t] not in kept}
     assert finish(cluster) > first
+
+
+def test_without_state_to_roll_back_only_the_dead_task_restarts(
+    tmp_path: Path,
+) -> None:
+    # plain spout, plain counting bolts: nothing to restore or seek, so as on
+    # Storm a dead task restarts alone and the other bolts keep their counts
+    words = [w for w in ("ant", "bee", "cat", "dog", "eel", "fox") for _ in range(4)]
+    conf = {"sbt.sentences": words, "sbt.pause_s": 1.0, "sbt.out_dir": str(tmp_path)}
+    settings = CheckpointSettings(MemoryHooks(), interval_s=0.05, first_epoch=10)
+    cluster = LocalCluster(TOPOLOGIES / "sbt_paused.py", conf, checkpoint=settings)
+    try:
+        cluster.start()
+        # kill a counter while the spout pauses half-way: the other counter
+        # has counted the first half and must go on from there
+        half = len(words) // 2
+        assert cluster.wait_for(
+            lambda c: c.counters()["count_bolt"].acked >= half, TIMEOUT_S
+        )
+        victim, survivor = cluster.task_ids("count_bolt")
+        cluster.kill_task(victim)
+        # the death is noticed asynchronously: idle before it would be too soon
+        assert cluster.wait_for(
+            lambda c: bool(c.events(EventKind.TASK_DIED, "count_bolt")), TIMEOUT_S
+        )
+        assert finish(cluster) >= 10
+        assert cluster.events(EventKind.TASK_RECYCLED) == []
+        assert cluster.with_coordinator(lambda k: k.recoveries) == []
+        restarted = {e.task_id for e in cluster.events(EventKind.TASK_RESTARTED)}
+        assert restarted == {victim}
+    finally:
+        cluster.stop()
+    counted: dict[str, int] = {}
+    for line in (tmp_path / f"count-{survivor}.txt").read_text().splitlines():
+        word, count = line.rsplit(" ", 1)
+        counted[word] = max(counted.get(word, 0), int(count))
+    assert counted
+    assert all(n == words.count(word) for word, n in counted.items())
+
+
+def test_barriers_do_not_wait_on_a_cycle(tmp_path: Path) -> None:
+    # countdown reads its own output back through relay: waiting for relay's
+    # barrier before forwarding its own would hold its tuples forever
+    words = [w for w in ("ant", "bee", "cat", "dog") for _ in range(5)]
+    conf = {"sbt.sentences": words, "sbt.pause_s": 0.5, "sbt.out_dir": str(tmp_path)}
+    settings = CheckpointSettings(MemoryHooks(), interval_s=0.05, first_epoch=10)
+    cluster = LocalCluster(TOPOLOGIES / "sbt_cycle.py", conf, checkpoint=settings)
+    try:
+        cluster.start()
+        assert finish(cluster) > 10
+        counters = cluster.counters()
+        assert (counters["halved_spout"].acked, counters["halved_spout"].failed) == (
+            len(words),
+            0,
+        )
+        assert counters["relay"].acked == 3 * len(words)
+    finally:
+        cluster.stop()
+    counted: dict[str, int] = {}
+    for path in tmp_path.glob("count-*.txt"):
+        for line in path.read_text().splitlines():
+            word, count = line.rsplit(" ", 1)
+            counted[word] = max(counted.get(word, 0), int(count))
+    assert counted == {w: words.count(w) for w in set(words)}

@@ -147,8 +147,11 @@ def test_poison_tuple_fails_and_reports_its_values(
     assert counters["sentence_spout"].failed == 1
     (error,) = cluster.errors()
     assert isinstance(error, TaskExitedError)
+    # pystorm reports the exception and exits with a silent stderr: the exit
+    # still says why, since the report may list only the first deaths
     assert str(error) == (
-        f"component 'faulty_bolt' task {faulty_task}: subprocess exited with status 1"
+        f"component 'faulty_bolt' task {faulty_task}: subprocess exited with "
+        "status 1: ValueError: cannot digest 'poison'"
     )
     check_only_the_fault_was_lost(
         cluster, sentences, "poison", faulty_task, read_counts
@@ -208,3 +211,22 @@ def test_tuples_of_a_dead_task_fail_back(
     assert (spout.failed, spout.timed_out) == (2, 0 if fail_lost else 2)
     lost = cluster.events(EventKind.TUPLES_LOST, "silent_bolt")
     assert [e.data["count"] for e in lost] == [2]
+
+
+def test_a_task_that_cannot_read_a_tuple_says_why_it_exited(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    # without topology.testing.always.try.serialize Storm delivers a tuple
+    # one value short; pystorm's reader fails, logs it and exits silently on
+    # stderr: the exit must still name the exception
+    cluster = make_cluster("sbt_short", {"sbt.sentences": ["hello"]})
+    cluster.start()
+    assert cluster.wait_for(lambda c: bool(c.errors()), IDLE_TIMEOUT_S)
+    error = cluster.errors()[0]
+    assert isinstance(error, TaskExitedError)
+    record_task = cluster.task_ids("record_bolt")[0]
+    assert str(error) == (
+        f"component 'record_bolt' task {record_task}: subprocess exited with "
+        "status 1: TypeError: Short_BoltDefaultTuple.__new__() missing 1 required "
+        "positional argument: 'n'"
+    )

@@ -19,6 +19,7 @@ import pytest
 
 from sr3.config import Sr3Config, ZkConfig
 from sr3_cli.lab import Lab
+from storm_bridge.errors import StormBridgeError
 from storm_bridge.runner import RunOptions, TaskKill, run_topology
 from storm_bridge.topology import load_topology
 from storm_bridge.wiring import RingAccess
@@ -97,4 +98,17 @@ def test_a_task_that_dies_at_start_is_reported_with_its_exception(
     assert any(
         "ValueError: invalid literal for int() with base 10: 'abc'" in e
         for e in report.errors
+    )
+
+
+def test_a_kill_after_the_end_of_the_run_is_refused(ring: RingAccess) -> None:
+    # the run would otherwise wait for the kill, far beyond --duration
+    options = RunOptions(
+        duration_s=1.0, conf=CONF, kills=[TaskKill("count", 0, at_s=20.0)]
+    )
+    with pytest.raises(StormBridgeError) as info:
+        run_topology(WORDCOUNT, ring=ring, options=options)
+    assert str(info.value) == (
+        "--kill count:0@20 is not before the end of the run (--duration 1); "
+        "kill earlier or run longer"
     )

@@ -48,6 +48,25 @@ def test_a_streamparse_project_layout_runs(
     assert read_counts() == dict(Counter(WORDS))
 
 
+def test_streams_nothing_subscribes_to_are_outputs(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    # a bolt whose default stream goes nowhere outputs it even though another
+    # bolt reads its `loud` stream; a named stream nobody reads is an output too
+    sentences = ["hello world!", "bye world!", "hello again"]
+    cluster = make_cluster("sbt_partial_sinks", {"sbt.sentences": sentences})
+    cluster.start()
+    assert cluster.run_until_idle(IDLE_TIMEOUT_S)
+    words = {w for s in sentences for w in s.split()}
+    loud = {w.upper() for w in words if w.endswith("!")}
+    assert cluster.outputs() == {
+        "loud_sink": {},
+        "split_bolt": {json.dumps([w]): [w] for w in sorted(words)},
+        "split_too:loud": {json.dumps([w]): [w] for w in sorted(loud)},
+        "word_sink": {},
+    }
+
+
 @pytest.mark.zk
 @pytest.mark.slow
 def test_a_batching_bolt_before_a_stateful_one_stays_exactly_once(lab: Lab) -> None:

@@ -12,6 +12,7 @@ from storm_bridge.cluster.context import (
     Router,
     RoutingError,
     assign_task_ids,
+    back_edges,
     task_context,
 )
 from storm_bridge.groupings import IntegerBoxing, fields_task_index
@@ -126,3 +127,29 @@ def test_groupers_reset_with_the_task(router: Router) -> None:
     picks = [router.targets(6, "default", [w]) for w in "abc"]
     router.reset_task(6)
     assert [router.targets(6, "default", [w]) for w in "abc"] == picks
+
+
+CYCLE = """
+from streamparse import Grouping, Topology
+from streamparse.thrift import GlobalStreamId
+from {helpers} import CountBolt, WordSpout
+
+class Loop(Topology):
+    words = WordSpout.spec()
+    head = CountBolt.spec(
+        inputs={{
+            words: Grouping.SHUFFLE,
+            GlobalStreamId(componentId="tail", streamId="default"): Grouping.SHUFFLE,
+        }}
+    )
+    tail = CountBolt.spec(name="tail", inputs=[head])
+    after = CountBolt.spec(inputs=[tail])
+"""
+
+
+def test_back_edges_are_the_subscriptions_that_close_a_cycle(
+    write_topology: Callable[..., Path], topology: LoadedTopology
+) -> None:
+    assert back_edges(topology) == frozenset()
+    loop = load_topology(write_topology(CYCLE))
+    assert back_edges(loop) == {("tail", "head")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Callable, Mapping
@@ -18,6 +19,8 @@ from storm_bridge.outputs import (
     LastOutputs,
     key_json,
     output_key_indexes,
+    output_name,
+    output_streams,
     sink_components,
 )
 from storm_bridge.topology import (
@@ -202,6 +205,67 @@ def test_other_streams_and_components_are_ignored() -> None:
     outputs.add("count", BARRIER_STREAM, [7, {"owner": "count/0"}])
     outputs.add("split", "default", ["pear"])  # not a sink
     assert outputs.to_dict() == {"count": {'["pear"]': ["pear", "mon", 1]}}
+
+
+def _alerting_topology(config: Mapping[str, Any] | None = None) -> LoadedTopology:
+    # check's default stream feeds nobody; its alerts stream feeds page
+    check = _component("check", sources=("lines",), config=config)
+    check.outputs["alerts"] = OutputStream("alerts", ("level", "word"))
+    page = dataclasses.replace(
+        _component("page", sources=("check",)),
+        inputs=(InputInfo("check", "alerts", SHUFFLE),),
+    )
+    return _topology(_component("lines", fields=("line",)), check, page)
+
+
+def test_output_streams_are_the_streams_nothing_subscribes_to() -> None:
+    assert output_streams(_alerting_topology()) == (
+        ("check", "default"),
+        ("page", "default"),
+    )
+    assert output_name("check", "default") == "check"
+    assert output_name("check", "alerts") == "check:alerts"
+
+
+def test_a_default_stream_nothing_reads_is_an_output_beside_a_read_stream() -> None:
+    outputs = LastOutputs(_alerting_topology())
+    outputs.add("check", "default", ["pear", "mon", 1])
+    outputs.add("check", "alerts", ["high", "pear"])  # page reads it
+    assert outputs.to_dict() == {
+        "check": {'["pear"]': ["pear", "mon", 1]},
+        "page": {},
+    }
+
+
+def test_a_named_stream_without_the_key_fields_is_keyed_by_its_first() -> None:
+    topology = _count_topology({KEY_FIELDS_KEY: "count"})
+    topology.components["count"].outputs["alerts"] = OutputStream(
+        "alerts", ("level", "word")
+    )
+    outputs = LastOutputs(topology)
+    outputs.add("count", "alerts", ["high", "pear"])
+    outputs.add("count", "alerts", ["high", "plum"])
+    outputs.add("count", "default", ["pear", "mon", 3])
+    assert outputs.to_dict() == {
+        "count": {"[3]": ["pear", "mon", 3]},
+        "count:alerts": {'["high"]': ["high", "plum"]},
+    }
+
+
+def test_a_topology_wide_key_only_binds_the_sinks_default_streams() -> None:
+    # "level" fits page's default stream; check's default stream lacks it
+    topology = _alerting_topology()
+    page = topology.components["page"]
+    page.outputs["default"] = OutputStream("default", ("word", "level"))
+    outputs = LastOutputs(topology, {KEY_FIELDS_KEY: "level"})
+    outputs.add("check", "default", ["pear", "mon", 1])
+    outputs.add("page", "default", ["pear", "high"])
+    assert outputs.to_dict() == {
+        "check": {'["pear"]': ["pear", "mon", 1]},
+        "page": {'["high"]': ["pear", "high"]},
+    }
+    with pytest.raises(ConfigError, match="'page'"):
+        LastOutputs(topology, {KEY_FIELDS_KEY: "day"})
 
 
 def test_to_dict_is_a_copy_with_components_sorted() -> None:

@@ -1,0 +1,53 @@
+"""Checkpoint barriers shared by the stateful components and the local cluster.
+
+Barriers travel on the stream :data:`BARRIER_STREAM`, which stateful bolts and
+replayable spouts declare in their spec, so Storm's context and Thrift
+definition stay valid. Stateful tasks report restores and durable snapshots as
+``metrics`` commands named :data:`RESTORED_METRIC` and :data:`SNAPSHOT_METRIC`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from streamparse import Stream
+
+__all__ = [
+    "BARRIER_COMMAND",
+    "BARRIER_FIELDS",
+    "BARRIER_STREAM",
+    "RESTORED_METRIC",
+    "SNAPSHOT_METRIC",
+    "task_index",
+    "with_barrier",
+]
+
+#: Stream carrying checkpoint barriers (ALL towards downstream tasks).
+BARRIER_STREAM: Final = "__sr3_barrier"
+#: Fields of a barrier tuple: the epoch and what the sender reports.
+BARRIER_FIELDS: Final = ("epoch", "info")
+#: Spout command asking a replayable spout to emit a barrier (``id`` = epoch).
+BARRIER_COMMAND: Final = "sr3_barrier"
+#: ``metrics`` name a stateful task sends once its state is restored.
+RESTORED_METRIC: Final = "sr3.restored"
+#: ``metrics`` name a stateful task sends once its snapshot of an epoch is durable.
+SNAPSHOT_METRIC: Final = "sr3.snapshot"
+
+
+def with_barrier(outputs: Any) -> list[Any]:
+    """Return a component's declared outputs with the barrier stream added."""
+    declared = list(outputs or [])
+    if not any(isinstance(o, Stream) and o.name == BARRIER_STREAM for o in declared):
+        declared.append(Stream(fields=list(BARRIER_FIELDS), name=BARRIER_STREAM))
+    return declared
+
+
+def task_index(context: Mapping[str, Any]) -> tuple[int, int]:
+    """Return (index of this task among its component's tasks, task count)."""
+    component = context["componentid"]
+    task_id = int(context["taskid"])
+    tasks = sorted(
+        int(t) for t, c in context["task->component"].items() if c == component
+    )
+    return tasks.index(task_id), len(tasks)

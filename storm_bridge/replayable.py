@@ -1,0 +1,254 @@
+"""``ReplayableSpout``: a spout whose emits carry offsets, so it can replay.
+
+With ``sr3.checkpoint.mode=native`` (a real Storm cluster) it runs the ZooKeeper
+protocol of :mod:`storm_bridge.native` itself; on the local cluster it answers
+the coordinator's barrier commands.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any, ClassVar, Final
+
+from streamparse import Spout
+
+from storm_bridge.barriers import (
+    BARRIER_COMMAND,
+    BARRIER_STREAM,
+    task_index,
+    with_barrier,
+)
+from storm_bridge.native import NATIVE, checkpoint_mode
+
+__all__ = ["ReplayableSpout"]
+
+logger = logging.getLogger(__name__)
+
+_INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
+_TIMEOUT_KEY: Final = "sr3.checkpoint.timeout.s"
+_COORDINATOR_POLL_S: Final = 0.02
+
+
+def _collect_manifests(ring: Any, epoch: int, owners: list[str]) -> None:
+    """Forget what committed ``epoch`` made unreachable (native mode)."""
+    ring.collect_committed(owners, epoch)
+
+
+class ReplayableSpout(Spout):
+    """A spout whose emits carry offsets, so it can replay from a committed one.
+
+    Users implement :meth:`seek` and ``next_tuple`` and emit with
+    ``self.emit(values, offset=n)``. On start (and after every rollback) the
+    spout is sought to the offset of the last committed epoch, or to None when
+    nothing was committed; ``seek`` runs after ``initialize``.
+    """
+
+    sr3_stateful: ClassVar[bool] = True
+    sr3_replayable: ClassVar[bool] = True
+    _sr3_offset: Any = None
+
+    @classmethod
+    def spec(cls, name: Any = None, par: Any = None, config: Any = None) -> Any:
+        """Return the streamparse spec, the barrier stream declared.
+
+        Args:
+            name: Component id (default: the Topology attribute name).
+            par: Parallelism.
+            config: Component-specific Storm conf.
+        """
+        from streamparse.dsl.spout import ShellSpoutSpec  # noqa: PLC0415
+
+        return ShellSpoutSpec(
+            cls,
+            command="streamparse_run",
+            script=f"{cls.__module__}.{cls.__name__}",
+            name=name,
+            par=par,
+            config=config,
+            outputs=with_barrier(cls.outputs),
+        )
+
+    def seek(self, offset: Any) -> None:
+        """Position the source so the next emit follows ``offset`` (None: start).
+
+        Raises:
+            NotImplementedError: the subclass does not implement it.
+        """
+        raise NotImplementedError
+
+    def emit(
+        self,
+        tup: Any,
+        offset: Any = None,
+        tup_id: Any = None,
+        stream: Any = None,
+        direct_task: Any = None,
+        need_task_ids: bool = False,
+    ) -> Any:
+        """Emit ``tup``; ``offset`` (msgpack-able, increasing) marks its position.
+
+        In native checkpoint mode the emit gets a message id, so Storm tracks its
+        tree (``tup_id``, if given, is what ``ack``/``fail`` receive).
+        """
+        agent = getattr(self, "_sr3_agent", None)
+        if agent is not None and stream != BARRIER_STREAM:
+            tup_id = agent.track(self._sr3_offset, tup_id, offset)
+        if offset is not None:
+            self._sr3_offset = offset
+        return super().emit(
+            tup,
+            tup_id=tup_id,
+            stream=stream,
+            direct_task=direct_task,
+            need_task_ids=need_task_ids,
+        )
+
+    def _setup_component(self, storm_conf: Any, context: Any) -> None:
+        super()._setup_component(storm_conf, context)
+        self._sr3_offset = None
+        self._sr3_sought = False
+        index, _count = task_index(context)
+        self._sr3_name = f"{context['componentid']}/{index}"
+        self._sr3_start_offset: Any = None
+        self._sr3_start_epoch: int | None = None
+        from storm_bridge.wiring import RingAccess  # noqa: PLC0415
+
+        self._sr3_agent: Any = None
+        ring = RingAccess.from_conf(storm_conf)
+        native = ring is not None and checkpoint_mode(storm_conf) == NATIVE
+        if ring is not None:
+            try:
+                record = ring.committed(str(storm_conf["topology.name"]))
+            finally:
+                if not native:
+                    ring.close()
+            if record is not None:
+                self._sr3_start_epoch = record.epoch
+                self._sr3_start_offset = record.offsets.get(self._sr3_name)
+        if native and ring is not None:
+            self._sr3_native_setup(ring, storm_conf, index)
+
+    def _sr3_native_setup(self, ring: Any, storm_conf: Any, index: int) -> None:
+        from storm_bridge.native import (  # noqa: PLC0415
+            SPOUT,
+            CoordinatorThread,
+            NativeCoordinator,
+            SpoutAgent,
+            seconds,
+        )
+        from zk.epochs import ZkEpochStore  # noqa: PLC0415
+
+        topology = str(storm_conf["topology.name"])
+        store = ZkEpochStore(ring.session, topology)
+        restarted = store.register(SPOUT, self._sr3_name)
+        bumped = restarted and store.control() is not None
+        agent = SpoutAgent(name=self._sr3_name, bumped=bumped)
+        if bumped:
+            agent.min_generation = store.bump_generation()
+            logger.info("spout %s restarted: rollback requested", self._sr3_name)
+        self._sr3_ring = ring
+        self._sr3_store = store
+        self._sr3_topology = topology
+        store.watch_control(agent.on_control)
+        self._sr3_agent = agent
+        if index == 0:
+            coordinator = NativeCoordinator(
+                store=store,
+                log=ring.checkpoints,
+                topology=topology,
+                interval_s=seconds(storm_conf, _INTERVAL_KEY, 1.0),
+                timeout_s=seconds(storm_conf, _TIMEOUT_KEY, 60.0),
+                clock=time.monotonic,
+                collect=functools.partial(_collect_manifests, ring),
+            )
+            CoordinatorThread(
+                store=store,
+                coordinator=coordinator,
+                name=self._sr3_name,
+                poll_s=_COORDINATOR_POLL_S,
+            ).start()
+
+    def _sr3_native_next(self) -> None:
+        """``next`` in native mode: emit, or hold still and report (module doc)."""
+        from zk.epochs import Phase  # noqa: PLC0415
+
+        agent = self._sr3_agent
+        control = agent.control
+        if control is None or control.generation < agent.min_generation:
+            if control is None and not agent.bumped:
+                self.next_tuple()
+            return
+        if (
+            agent.generation is None
+            and not agent.bumped
+            and not agent.rewinding(control)
+        ):
+            agent.generation = control.generation
+        if agent.rewinds(control):
+            self._sr3_rewind()
+            agent.generation = control.generation
+        if control.phase is Phase.RUNNING:
+            replay, offset = agent.take_replay()
+            if replay:
+                self.seek(offset)
+                self._sr3_offset = offset
+            self.next_tuple()
+            return
+        if agent.pending:
+            return
+        step = control.step()
+        ready = control.phase is Phase.ROLLBACK or (
+            control.phase is Phase.PAUSE and agent.generation == control.generation
+        )
+        if ready and agent.report_once(step):
+            offset = agent.resume_offset(self._sr3_offset)
+            self._sr3_store.report(step, self._sr3_name, {"offset": offset})
+
+    def _sr3_rewind(self) -> None:
+        """Seek to the committed epoch's offset (a rollback ended)."""
+        record = self._sr3_ring.committed(self._sr3_topology)
+        offset = None if record is None else record.offsets.get(self._sr3_name)
+        self.seek(offset)
+        self._sr3_offset = offset
+        self._sr3_agent.reset()
+        logger.info("spout %s rewound to offset %r", self._sr3_name, offset)
+
+    def _run(self) -> None:
+        if not self._sr3_sought:
+            self._sr3_sought = True
+            self.seek(self._sr3_start_offset)
+            self._sr3_offset = self._sr3_start_offset
+        cmd = self.read_command()
+        command = cmd["command"]
+        agent = self._sr3_agent
+        if command == BARRIER_COMMAND:
+            info = {"offset": self._sr3_offset, "spout": self._sr3_name}
+            Spout.emit(self, [cmd["id"], info], stream=BARRIER_STREAM)
+        elif command == "next":
+            if agent is None:
+                self.next_tuple()
+            else:
+                self._sr3_native_next()
+        elif command == "ack":
+            if agent is None:
+                self.ack(cmd["id"])
+            else:
+                user_id = agent.acked(cmd["id"])
+                if user_id is not None:
+                    self.ack(user_id)
+        elif command == "fail":
+            if agent is None:
+                self.fail(cmd["id"])
+            else:
+                user_id = agent.failed(cmd["id"])
+                if user_id is not None:
+                    self.fail(user_id)
+        elif command == "activate":
+            self.activate()
+        elif command == "deactivate":
+            self.deactivate()
+        else:
+            self.logger.error("Received invalid command from Storm: %r", cmd)
+        self.send_message({"command": "sync"})

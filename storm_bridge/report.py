@@ -1,0 +1,182 @@
+"""What ``sr3 run`` reports on the Storm engine: :class:`RunReport` and its parts.
+
+Counters per component, checkpoints (local coordinator or native protocol),
+every recovery with its timeline, the committed state and the last output per
+key of each sink (``--json`` prints :meth:`RunReport.to_dict`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from storm_bridge.cluster.checkpoints import Coordinator, Recovery
+from storm_bridge.cluster.events import ComponentCounters
+from storm_bridge.native import NATIVE
+from storm_bridge.topology import LoadedTopology
+from storm_bridge.wiring import RingAccess
+from zk.epochs import ZkEpochStore
+
+__all__ = [
+    "RunReport",
+    "checkpoint_dict",
+    "counter_dict",
+    "native_checkpoints",
+    "recovery_dict",
+    "state_summary",
+]
+
+_MAX_ERRORS: Final = 20
+
+
+@dataclass
+class RunReport:
+    """What a run did; :meth:`to_dict` is the ``--json`` output.
+
+    ``seconds`` leaves out the quiet period ``--until-idle`` waits to tell a
+    dry spout from a pausing one (``sr3.idle.quiet.s``).
+    """
+
+    topology: str
+    seconds: float
+    idle: bool
+    counters: dict[str, dict[str, int]]
+    checkpoints: dict[str, Any]
+    recoveries: list[dict[str, Any]]
+    state: dict[str, Any]
+    errors: list[str]
+    #: Last output per key of each sink: ``{component: {json key: values}}``.
+    outputs: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+
+    @property
+    def processed(self) -> int:
+        """Tuples acked by bolts."""
+        return sum(c["bolt_acked"] for c in self.counters.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-friendly dict."""
+        spouts = sum(c["spout_emitted"] for c in self.counters.values())
+        seconds = max(self.seconds, 1e-9)
+        return {
+            "topology": self.topology,
+            "engine": "storm",
+            "seconds": round(self.seconds, 3),
+            "idle": self.idle,
+            "throughput": {
+                "tuples_per_s": round(self.processed / seconds, 1),
+                "spout_tuples_per_s": round(spouts / seconds, 1),
+                "bolt_tuples": self.processed,
+                "spout_tuples": spouts,
+            },
+            "checkpoints": self.checkpoints,
+            "recoveries": self.recoveries,
+            "state": self.state,
+            "outputs": self.outputs,
+            "counters": self.counters,
+            "errors": self.errors[:_MAX_ERRORS],
+            "error_count": len(self.errors),
+        }
+
+
+def recovery_dict(
+    recovery: Recovery, kill_times: Mapping[str, float], started: float
+) -> dict[str, Any]:
+    """Return a rollback's report entry, its timeline from the first kill on."""
+    first_cause = recovery.cause.split(",")[0]
+    failed_at = kill_times.get(first_cause, recovery.detected_at)
+    restores = recovery.restores
+    mechanisms = sorted({str(r.get("mechanism")) for r in restores.values()})
+    used = sorted({str(r.get("used")) for r in restores.values()})
+    detect_s = round(max(0.0, recovery.detected_at - failed_at), 4)
+    restore_s = replay_s = None
+    if recovery.restored_at is not None:
+        restore_s = round(recovery.restored_at - recovery.detected_at, 4)
+        if recovery.resumed_at is not None:
+            replay_s = round(recovery.resumed_at - recovery.restored_at, 4)
+    timeline = {"detect_s": detect_s, "restore_s": restore_s, "replay_s": replay_s}
+    # detect: failure to detection; restore: rollback to every stateful task
+    # restored; replay: to the first epoch committed after the rollback.
+    phases = [
+        {"phase": "detect", "seconds": detect_s},
+        {"phase": "restore", "seconds": restore_s},
+        {"phase": "replay", "seconds": replay_s},
+    ]
+    return {
+        "cause": recovery.cause,
+        "component": recovery.component,
+        "task": recovery.task_index,
+        "task_id": recovery.task_id,
+        "at_s": round(recovery.detected_at - started, 3),
+        "mechanism": ",".join(mechanisms) or "none",
+        "used": ",".join(used) or "none",
+        "timeline": timeline,
+        "phases": phases,
+        "restored_bytes": sum(int(r.get("bytes", 0)) for r in restores.values()),
+        "restores": restores,
+    }
+
+
+def checkpoint_dict(coordinator: Coordinator, interval_s: float) -> dict[str, Any]:
+    """Return the report's checkpoints of the local coordinator."""
+    durations = [e.duration_s for e in coordinator.committed]
+    return {
+        "interval_s": interval_s,
+        "count": len(coordinator.committed),
+        "last_committed_epoch": coordinator.last_committed,
+        "mean_duration_s": round(statistics.fmean(durations), 4) if durations else None,
+        "max_duration_s": round(max(durations), 4) if durations else None,
+        "abandoned": coordinator.abandoned,
+    }
+
+
+def native_checkpoints(
+    ring: RingAccess, store: ZkEpochStore, topology: str, interval_s: float
+) -> dict[str, Any]:
+    """Return the report's checkpoints of the native protocol (ZooKeeper stats)."""
+    control = store.control()
+    stats = dict(control.stats) if control is not None else {}
+    record = ring.committed(topology)
+    commits = int(stats.get("commits", 0))
+    total = float(stats.get("pause_total_s", 0.0))
+    return {
+        "mode": NATIVE,
+        "interval_s": interval_s,
+        "count": commits,
+        "last_committed_epoch": None if record is None else record.epoch,
+        "mean_duration_s": round(total / commits, 4) if commits else None,
+        "max_duration_s": stats.get("pause_max_s") if commits else None,
+        "rollbacks": int(stats.get("rollbacks", 0)),
+        "abandoned": 0,
+    }
+
+
+def counter_dict(
+    topology: LoadedTopology, counters: Mapping[str, ComponentCounters]
+) -> dict[str, dict[str, int]]:
+    """Return the report's counters of each component."""
+    return {
+        name: {
+            "spout_emitted": c.emitted
+            if topology.components[name].kind == "spout"
+            else 0,
+            "bolt_acked": c.acked if topology.components[name].kind == "bolt" else 0,
+            "emitted": c.emitted,
+            "acked": c.acked,
+            "failed": c.failed,
+            "restarts": c.restarts,
+            "errors": c.errors,
+        }
+        for name, c in counters.items()
+    }
+
+
+def state_summary(ring: RingAccess, topology: LoadedTopology) -> dict[str, Any]:
+    """Return the committed epoch and key count of each stateful bolt."""
+    bolts = [
+        name
+        for name in topology.stateful_components
+        if topology.components[name].kind == "bolt"
+    ]
+    return ring.state_summary(topology.name, bolts)

@@ -1,0 +1,428 @@
+"""``StatefulBolt``: a bolt with keyed state checkpointed to the SR3 ring.
+
+While ``process`` runs, ``self.state`` is the dict-like state of the tuple's
+key. On the local cluster the bolt snapshots its state when an aligned barrier
+arrives; with ``sr3.checkpoint.mode=native`` it follows the ZooKeeper protocol
+of :mod:`storm_bridge.native`.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, ClassVar, Final
+
+from pystorm.component import Tuple as StormTuple
+from streamparse import Bolt
+
+from sr3.state import KeyedState, KeyState
+from storm_bridge.barriers import (
+    BARRIER_STREAM,
+    RESTORED_METRIC,
+    SNAPSHOT_METRIC,
+    task_index,
+    with_barrier,
+)
+from storm_bridge.errors import StormBridgeError
+from storm_bridge.groupings import fields_task_index
+from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode
+
+__all__ = ["StateKeyError", "StatefulBolt"]
+
+logger = logging.getLogger(__name__)
+
+_DEFAULT_KEY_GROUPS: Final = 256
+_DEFAULT_CHAIN: Final = 8
+_TICK_KEY: Final = "topology.tick.tuple.freq.secs"
+
+
+class StateKeyError(StormBridgeError, KeyError):
+    """A tuple reached a stateful bolt without a key (no fields grouping)."""
+
+
+def _route(key: tuple[Any, ...], *, tasks: int) -> int:
+    """Return the task Storm's fields grouping sends ``key`` to among ``tasks``."""
+    return fields_task_index(list(key), tasks)
+
+
+class StatefulBolt(Bolt):
+    """A bolt with keyed state checkpointed to the SR3 ring.
+
+    Users override ``initialize`` and ``process``. While ``process`` runs,
+    ``self.state`` is the dict-like state of the tuple's key: by default the
+    values of the fields of the fields grouping feeding the bolt; override
+    :meth:`state_key` to choose another. State values must be msgpack-able.
+
+    Component conf: ``sr3.state.key.groups`` (G, default 256, fixed on first
+    deployment), ``sr3.recovery.mechanism`` (star, line, tree or auto),
+    ``sr3.checkpoint.max.chain.length`` (deltas before a full snapshot).
+
+    A tuple whose ``process`` raises is failed and reported with its values; the
+    task keeps running (its other keys are unaffected; what ``process`` wrote to
+    the key's state before raising stays). A failed checkpoint (ring write or
+    manifest publish) ends the task instead, which rolls the topology back.
+    """
+
+    sr3_stateful: ClassVar[bool] = True
+    exit_on_exception = False
+
+    @classmethod
+    def spec(
+        cls, name: Any = None, inputs: Any = None, par: Any = None, config: Any = None
+    ) -> Any:
+        """Return the streamparse spec, the barrier stream declared.
+
+        Args:
+            name: Component id (default: the Topology attribute name).
+            inputs: Subscriptions, as for any streamparse bolt.
+            par: Parallelism.
+            config: Component-specific Storm conf.
+        """
+        from streamparse.dsl.bolt import ShellBoltSpec  # noqa: PLC0415
+
+        if config and checkpoint_mode(config) == NATIVE and _TICK_KEY not in config:
+            # native mode: a tick each second also wakes an idle task up
+            config = {**config, _TICK_KEY: 1}
+        return ShellBoltSpec(
+            cls,
+            command="streamparse_run",
+            script=f"{cls.__module__}.{cls.__name__}",
+            name=name,
+            inputs=inputs,
+            par=par,
+            config=config,
+            outputs=with_barrier(cls.outputs),
+        )
+
+    @property
+    def state(self) -> KeyState:
+        """The state of the current tuple's key (only valid inside ``process``).
+
+        Raises:
+            StateKeyError: no tuple is being processed.
+        """
+        current = self._sr3_current
+        if current is None:
+            msg = (
+                f"component {self._sr3_component!r} task {self._sr3_task}: "
+                "self.state is scoped to a tuple's key; use it inside process()"
+            )
+            raise StateKeyError(msg)
+        return current
+
+    @property
+    def keyed_state(self) -> KeyedState:
+        """All the keyed state of this task (for iteration and tests)."""
+        return self._sr3_keyed
+
+    def state_key(self, tup: StormTuple) -> tuple[Any, ...]:
+        """Return the key of ``tup``: the values of its fields grouping's fields.
+
+        Raises:
+            StateKeyError: the tuple did not arrive through a fields grouping.
+        """
+        fields = self._sr3_key_fields.get((tup.component, tup.stream))
+        if fields is None:
+            msg = (
+                f"component {self._sr3_component!r} task {self._sr3_task}: tuple "
+                f"from {tup.component!r} stream {tup.stream!r} has no key: "
+                "subscribe with Grouping.fields(...) or override state_key(tup)"
+            )
+            raise StateKeyError(msg)
+        values = tup.values
+        return tuple(values[i] for i in fields)
+
+    def _setup_component(self, storm_conf: Any, context: Any) -> None:
+        super()._setup_component(storm_conf, context)
+        self._sr3_current: KeyState | None = None
+        self._sr3_component = str(context["componentid"])
+        self._sr3_task = int(context["taskid"])
+        self._sr3_topology = str(storm_conf.get("topology.name", ""))
+        index, count = task_index(context)
+        self._sr3_owner = f"{self._sr3_topology}/{self._sr3_component}/{index}"
+        self._sr3_key_fields = self._grouping_fields(context)
+        groups = int(storm_conf.get("sr3.state.key.groups") or _DEFAULT_KEY_GROUPS)
+        self._sr3_groups = groups
+        # Storm's fields grouping (deepHashCode mod tasks) decides which keys a
+        # task sees, not key-group ranges: a task may touch any key group, and
+        # its snapshot holds exactly the keys routed to it.
+        self._sr3_keyed = KeyedState(groups)
+        self._sr3_max_chain = int(
+            storm_conf.get("sr3.checkpoint.max.chain.length") or _DEFAULT_CHAIN
+        )
+        self._sr3_chain = 0
+        self._sr3_failed: BaseException | None = None
+        self._sr3_pending: Future[None] | None = None
+        self._sr3_writer = ThreadPoolExecutor(1, thread_name_prefix="sr3-snapshot")
+        mechanism = str(storm_conf.get("sr3.recovery.mechanism") or "auto")
+        self._sr3_mechanism = mechanism
+        self._sr3_agent: BoltAgent | None = None
+        self._sr3_lock = threading.Lock()
+        self._sr3_dropped = 0
+        from storm_bridge.wiring import RingAccess  # noqa: PLC0415
+
+        self._sr3_ring = RingAccess.from_conf(storm_conf)
+        params: dict[str, Any] = {"owner": self._sr3_owner, "epoch": None}
+        if self._sr3_ring is not None:
+            record = self._sr3_ring.committed(self._sr3_topology)
+            self._sr3_keyed, report = self._sr3_ring.restore_task(
+                topology=self._sr3_topology,
+                component=self._sr3_component,
+                index=index,
+                tasks=count,
+                record=record,
+                key_group_count=groups,
+                mechanism=mechanism,
+                route=functools.partial(_route, tasks=count),
+            )
+            params.update(report.to_dict())
+        else:
+            # No ring (sr3.zk.hosts unset): state lives in memory only.
+            params.update(mechanism=mechanism, used="none", shards=0, bytes=0)
+        self.send_message(
+            {"command": "metrics", "name": RESTORED_METRIC, "params": params}
+        )
+        if self._sr3_ring is not None and checkpoint_mode(storm_conf) == NATIVE:
+            self._sr3_native_setup()
+
+    def _sr3_native_setup(self) -> None:
+        from storm_bridge.native import OWNER  # noqa: PLC0415
+        from zk.epochs import ZkEpochStore  # noqa: PLC0415
+
+        ring = self._sr3_ring
+        if ring is None:
+            return
+        store = ZkEpochStore(ring.session, self._sr3_topology)
+        restarted = store.register(OWNER, self._sr3_owner)
+        bumped = restarted and store.control() is not None
+        agent = BoltAgent(bumped=bumped)
+        if bumped:
+            agent.min_generation = store.bump_generation()
+            logger.info("owner %s restarted: rollback requested", self._sr3_owner)
+        self._sr3_store = store
+        self._sr3_agent = agent
+        executor = ThreadPoolExecutor(1, thread_name_prefix="sr3-native")
+
+        def changed(control: Any) -> None:
+            # watch callbacks run on kazoo's thread: hand the work over
+            executor.submit(self._sr3_on_control, control)
+
+        store.watch_control(changed)
+
+    def _sr3_on_control(self, control: Any) -> None:
+        """Act on a control record (native mode, on the ``sr3-native`` thread)."""
+        agent = self._sr3_agent
+        if agent is None:
+            return
+        with self._sr3_lock:
+            action = agent.action(control)
+            if action is None:
+                return
+            try:
+                if action == BoltAgent.SNAPSHOT:
+                    report = self._sr3_native_snapshot(control)
+                else:
+                    report = self._sr3_native_restore()
+                self._sr3_store.report(control.step(), self._sr3_owner, report)
+            except Exception as exc:
+                # the task dies at its next tuple (a heartbeat at the latest),
+                # and its restart rolls the topology back
+                logger.exception("owner %s: %s failed", self._sr3_owner, action)
+                self._sr3_failed = exc
+                return
+            agent.done(control, action)
+
+    def _sr3_native_snapshot(self, control: Any) -> dict[str, Any]:
+        ring = self._sr3_ring
+        if ring is None:
+            return {}
+        full = self._sr3_chain == 0 or self._sr3_chain >= self._sr3_max_chain
+        blobs = self._sr3_keyed.snapshot(incremental=not full)
+        kind = "full" if full else "delta"
+        written = ring.write(
+            owner=self._sr3_owner,
+            epoch=control.epoch,
+            key_group_count=self._sr3_groups,
+            key_groups=blobs.items(),
+            kind=kind,
+            offsets=dict(control.offsets),
+        )
+        self._sr3_keyed.mark_clean()
+        self._sr3_chain = 1 if full else self._sr3_chain + 1
+        return {
+            "epoch": control.epoch,
+            "kind": kind,
+            "key_groups": len(blobs),
+            "bytes": written.bytes_written,
+        }
+
+    def _sr3_native_restore(self) -> dict[str, Any]:
+        ring = self._sr3_ring
+        if ring is None:
+            return {}
+        record = ring.committed(self._sr3_topology)
+        self._sr3_keyed, report = ring.restore(
+            self._sr3_owner,
+            record,
+            key_group_count=self._sr3_groups,
+            mechanism=self._sr3_mechanism,
+        )
+        self._sr3_chain = 0
+        logger.info("owner %s restored epoch %s", self._sr3_owner, report.epoch)
+        return {**report.to_dict(), "dropped": self._sr3_dropped}
+
+    @staticmethod
+    def _grouping_fields(
+        context: Mapping[str, Any],
+    ) -> dict[tuple[str, str], list[int]]:
+        found: dict[tuple[str, str], list[int]] = {}
+        groupings = context.get("source->stream->grouping", {})
+        all_fields = context.get("source->stream->fields", {})
+        for source, streams in groupings.items():
+            for stream, grouping in streams.items():
+                if str(grouping.get("type", "")).upper() != "FIELDS":
+                    continue
+                names = list(all_fields.get(source, {}).get(stream, []))
+                found[(source, stream)] = [names.index(f) for f in grouping["fields"]]
+        return found
+
+    def _run(self) -> None:
+        failed = self._sr3_failed
+        if failed is not None:
+            # A lost snapshot must not stall every later epoch: die, so the
+            # cluster rolls back (pystorm reports the error, then exits).
+            self.exit_on_exception = True
+            raise failed
+        tup = self.read_tuple()
+        if self._sr3_agent is None:
+            self._sr3_dispatch(tup)
+            return
+        with self._sr3_lock:
+            if self._sr3_straggler(tup):
+                self._sr3_dropped += 1
+                if self.auto_ack:
+                    self.ack(tup)
+                return
+            self._sr3_dispatch(tup)
+
+    def _sr3_straggler(self, tup: StormTuple) -> bool:
+        """Whether ``tup`` is a data tuple of a rolled-back generation (native)."""
+        agent = self._sr3_agent
+        if agent is None or agent.awaiting is None:
+            return False
+        if self.is_heartbeat(tup) or self.is_tick(tup):
+            return False
+        # spouts are still paused until RUNNING: check the latest record
+        return not agent.resumed(self._sr3_store.control(fresh=True))
+
+    def _sr3_dispatch(self, tup: StormTuple) -> None:
+        self._current_tups = [tup]
+        if self.is_heartbeat(tup):
+            self.send_message({"command": "sync"})
+        elif tup.stream == BARRIER_STREAM:
+            self._current_tups = []
+            try:
+                self._checkpoint(tup)
+            except Exception:
+                self.exit_on_exception = True
+                raise
+        elif self.is_tick(tup):
+            self.process_tick(tup)
+            if self.auto_ack:
+                self.ack(tup)
+        else:
+            current = self._sr3_current = self._sr3_keyed.for_key(self.state_key(tup))
+            saved = current.saved()
+            try:
+                self.process(tup)
+            except Exception:
+                # a tuple that fails leaves no trace in the state: its replay
+                # (or the dead-letter policy) starts from the state before it
+                current.restore(saved)
+                raise
+            finally:
+                self._sr3_current = None
+            if self.auto_ack:
+                self.ack(tup)
+        self._current_tups = []
+
+    def _checkpoint(self, tup: StormTuple) -> None:
+        """Capture the state, forward the barrier, write the snapshot in the background.
+
+        The capture (encoding the changed key groups) happens here, between two
+        tuples; the barrier goes downstream at once; the ring write and manifest
+        publish run on a writer thread, which reports the snapshot when done. The
+        next checkpoint first waits for that write, then forgets what it held.
+        """
+        epoch, info = int(tup.values[0]), dict(tup.values[1] or {})
+        self._sr3_settle()
+        owner = self._sr3_owner
+        if self._sr3_ring is None:
+            self.emit([epoch, {"owner": owner}], stream=BARRIER_STREAM, anchors=[])
+            self._sr3_report({"epoch": epoch, "owner": owner, "bytes": 0})
+            return
+        started = time.perf_counter()
+        full = self._sr3_chain == 0 or self._sr3_chain >= self._sr3_max_chain
+        blobs = self._sr3_keyed.snapshot(incremental=not full)
+        self._sr3_chain = 1 if full else self._sr3_chain + 1
+        capture_s = time.perf_counter() - started
+        self.emit([epoch, {"owner": owner}], stream=BARRIER_STREAM, anchors=[])
+        self._sr3_pending = self._sr3_writer.submit(
+            self._sr3_write,
+            epoch,
+            blobs,
+            "full" if full else "delta",
+            dict(info.get("offsets") or {}),
+            capture_s,
+        )
+
+    def _sr3_settle(self) -> None:
+        pending, self._sr3_pending = self._sr3_pending, None
+        if pending is not None:
+            pending.result()
+            self._sr3_keyed.mark_clean()
+
+    def _sr3_write(
+        self,
+        epoch: int,
+        blobs: dict[int, bytes],
+        kind: str,
+        offsets: dict[str, Any],
+        capture_s: float,
+    ) -> None:
+        ring = self._sr3_ring
+        if ring is None:
+            return
+        started = time.perf_counter()
+        try:
+            written = ring.write(
+                owner=self._sr3_owner,
+                epoch=epoch,
+                key_group_count=self._sr3_groups,
+                key_groups=blobs.items(),
+                kind=kind,
+                offsets=offsets,
+            )
+        except Exception as exc:
+            self._sr3_failed = exc
+            raise
+        self._sr3_report(
+            {
+                "epoch": epoch,
+                "owner": self._sr3_owner,
+                "kind": kind,
+                "key_groups": len(blobs),
+                "bytes": written.bytes_written,
+                "capture_s": round(capture_s, 6),
+                "write_s": round(time.perf_counter() - started, 6),
+            }
+        )
+
+    def _sr3_report(self, params: dict[str, Any]) -> None:
+        self.send_message(
+            {"command": "metrics", "name": SNAPSHOT_METRIC, "params": params}
+        )
