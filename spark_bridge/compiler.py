@@ -96,6 +96,8 @@ class Plan:
         bolts: Bolt ids, in a topological (data-flow) order.
         stateful: The stateful bolts, in data-flow order.
         sinks: Components nothing subscribes to: their emits reach the sink.
+        outputs: ``(component, stream)`` pairs nothing subscribes to, of any
+            component: their emits reach the sink too (the report's outputs).
         output_mode: The query's output mode (``"update"`` or ``"append"``).
         session_conf: Spark confs to set before the query starts.
     """
@@ -105,6 +107,7 @@ class Plan:
     bolts: tuple[str, ...]
     stateful: tuple[str, ...]
     sinks: tuple[str, ...]
+    outputs: tuple[tuple[str, str], ...]
     output_mode: str
     session_conf: dict[str, str]
 
@@ -116,7 +119,7 @@ class Plan:
             for name in self.bolts[position + 1 :]
             for sub in components[name].inputs
         )
-        return Routing(later, frozenset(self.sinks))
+        return Routing(later | frozenset(self.outputs), frozenset(self.sinks))
 
 
 def _unsupported(topology: LoadedTopology, component: str, why: str) -> Exception:
@@ -202,6 +205,15 @@ def plan_topology(topology: LoadedTopology) -> Plan:
     stateful = tuple(b for b in bolts if topology.components[b].stateful)
     subscribed = {sub.source for b in bolts for sub in topology.components[b].inputs}
     sinks = tuple(c for c in topology.components if c not in subscribed)
+    streams = {
+        (sub.source, sub.stream) for b in bolts for sub in topology.components[b].inputs
+    }
+    outputs = tuple(
+        (name, stream)
+        for name, comp in topology.components.items()
+        for stream in comp.outputs
+        if not stream.startswith("__") and (name, stream) not in streams
+    )
     several = len(stateful) > 1
     return Plan(
         topology=topology,
@@ -209,6 +221,7 @@ def plan_topology(topology: LoadedTopology) -> Plan:
         bolts=tuple(bolts),
         stateful=stateful,
         sinks=sinks,
+        outputs=outputs,
         output_mode="append" if several else "update",
         session_conf=dict(_ROCKSDB) if several else {},
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
@@ -22,6 +23,7 @@ from pystorm.bolt import BatchingBolt
 from pystorm.bolt import Bolt as StormBolt
 from pystorm.component import Tuple as StormTuple
 
+from spark_bridge.context import storm_conf, storm_context
 from spark_bridge.errors import ComponentError, UnsupportedTopologyError
 from spark_bridge.rows import storm_values
 from sr3.state import KeyState
@@ -44,8 +46,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_STREAM: Final = "default"
 #: Storm conf key of the tick tuple period (the value a tick tuple carries).
 TICK_FREQ_KEY: Final = "topology.tick.tuple.freq.secs"
-#: Conf keys the bridge removes: they would make storm_bridge open its own ring.
-_STORM_RING_KEYS: Final = ("sr3.zk.hosts",)
+#: Storm conf key: check that emits have as many values as their stream's fields.
+SANITY_CHECK_KEY: Final = "topology.testing.always.try.serialize"
 _LOG_LEVELS: Final = {
     0: logging.DEBUG,
     1: logging.DEBUG,
@@ -91,58 +93,6 @@ class _Discard(io.StringIO):
         return len(s)
 
 
-def storm_conf(
-    topology: LoadedTopology, component: str, overrides: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Return the Storm conf a task of ``component`` would receive.
-
-    Topology config, then the component config, then ``overrides``; the
-    ``sr3.zk.hosts`` key is dropped so storm_bridge does not open a ring itself.
-    """
-    conf: dict[str, Any] = dict(topology.config)
-    conf.update(topology.components[component].config)
-    conf.update(overrides)
-    for key in _STORM_RING_KEYS:
-        conf.pop(key, None)
-    conf["topology.name"] = topology.name
-    return conf
-
-
-def storm_context(
-    topology: LoadedTopology, component: str, index: int
-) -> dict[str, Any]:
-    """Return the handshake ``context`` of task ``index`` of ``component``.
-
-    Task ids are numbered from 1 in definition order, ``tasks`` per component.
-    """
-    task_to_component: dict[str, str] = {}
-    own: list[int] = []
-    next_id = 1
-    for name, comp in topology.components.items():
-        for _ in range(comp.tasks):
-            task_to_component[str(next_id)] = name
-            if name == component:
-                own.append(next_id)
-            next_id += 1
-    comp = topology.components[component]
-    sources: dict[str, dict[str, Any]] = {}
-    source_fields: dict[str, dict[str, list[str]]] = {}
-    for sub in comp.inputs:
-        sources.setdefault(sub.source, {})[sub.stream] = sub.grouping.to_context()
-        fields = topology.components[sub.source].outputs[sub.stream].fields
-        source_fields.setdefault(sub.source, {})[sub.stream] = list(fields)
-    return {
-        "task->component": task_to_component,
-        "taskid": own[index % len(own)],
-        "componentid": component,
-        "streams": list(comp.outputs),
-        "stream->outputfields": {s: list(o.fields) for s, o in comp.outputs.items()},
-        "stream->target->grouping": {},
-        "source->stream->grouping": sources,
-        "source->stream->fields": source_fields,
-    }
-
-
 class _Host:
     """Shared set-up of a hosted spout or bolt."""
 
@@ -159,7 +109,7 @@ class _Host:
         self._log = logging.getLogger(f"spark_bridge.component.{component}")
         info = topology.components[component]
         conf = storm_conf(topology, component, overrides)
-        context = storm_context(topology, component, index)
+        context = storm_context(topology, component, index, overrides)
         instance: Any = info.component_cls(
             input_stream=_Discard(), output_stream=_Discard(), rdb_signal=None
         )
@@ -184,6 +134,9 @@ class _Host:
             )
             raise ComponentError(msg) from exc
         self.tick_freq_s = conf.get(TICK_FREQ_KEY) or 1
+        #: stream -> field count of every declared output stream
+        self._widths = {name: len(out.fields) for name, out in info.outputs.items()}
+        self._sanity = bool(conf.get(SANITY_CHECK_KEY))
 
     def _message(self, message: Any) -> None:
         if not isinstance(message, dict):
@@ -194,6 +147,40 @@ class _Host:
             self._log.log(level, "%s", message.get("msg"))
         elif command == "error":
             self._log.error("%s", message.get("msg"))
+
+    def _check_emit(self, stream: str, values: Any) -> None:
+        """Refuse an emit that pystorm or Storm's executor refuses on Storm.
+
+        Raises:
+            TypeError: ``values`` is not a list or tuple (pystorm's check).
+            ComponentError: ``stream`` is not declared, or, with Storm's
+                ``topology.testing.always.try.serialize``, the tuple's width is
+                not the stream's field count.
+        """
+        if not isinstance(values, list | tuple):
+            msg = (
+                "All Tuples must be either lists or tuples, received "
+                f"{type(values)!r} instead."
+            )
+            raise TypeError(msg)
+        width = self._widths.get(stream)
+        if width is None:
+            declared = sorted(s for s in self._widths if not s.startswith("__"))
+            msg = (
+                f"component {self.component!r} task {self.index}: emit of "
+                f"{values!r} on stream {stream!r} failed: Unknown stream ID: "
+                f"{stream!r} (declared: {declared}); declare the stream in the "
+                "class's outputs (streamparse Stream(fields, name=...))"
+            )
+            raise ComponentError(msg)
+        if self._sanity and width != len(values):
+            msg = (
+                f"component {self.component!r} task {self.index}: emit of "
+                f"{values!r} on stream {stream!r} failed: Tuple created with wrong "
+                f"number of fields. Expected {width} fields but got {len(values)} "
+                f"fields ({SANITY_CHECK_KEY} is on)"
+            )
+            raise ComponentError(msg)
 
     def _direct(self, direct_task: Any) -> None:
         if direct_task is not None:
@@ -256,8 +243,30 @@ class SpoutHost(_Host):
             )
             raise ComponentError(msg)
         stream_id = str(stream or DEFAULT_STREAM)
-        self.emits.append(Emit(stream_id, storm_values(tup), offset))
+        self._check_emit(stream_id, tup)
+        self.emits.append(Emit(stream_id, storm_values(tup), self._json(offset)))
         return [] if need_task_ids else None
+
+    def _json(self, offset: Any) -> Any:
+        """Return ``offset`` as Spark's JSON offset log gives it back.
+
+        A tuple offset comes back as a list (and a dict's int keys as strings),
+        so replays compare the offsets they reach in that form.
+
+        Raises:
+            ComponentError: the offset is not JSON-able.
+        """
+        if isinstance(offset, int | float | str):
+            return offset
+        try:
+            return json.loads(json.dumps(offset))
+        except (TypeError, ValueError) as exc:
+            msg = (
+                f"spout {self.component!r} task {self.index} emitted offset "
+                f"{offset!r}, which Spark cannot keep in its JSON offset log "
+                f"({exc}); use numbers, strings, lists or dicts of them"
+            )
+            raise ComponentError(msg) from exc
 
     def seek(self, offset: Any) -> None:
         """Seek the spout so its next emit follows ``offset`` (None: the start)."""
@@ -303,7 +312,9 @@ class BoltHost(_Host):
         del anchors
         if direct_task is not None:
             self._direct(direct_task)
-        self.emits.append(Emit(str(stream or DEFAULT_STREAM), storm_values(tup)))
+        stream_id = str(stream or DEFAULT_STREAM)
+        self._check_emit(stream_id, tup)
+        self.emits.append(Emit(stream_id, storm_values(tup)))
         return [] if need_task_ids else None
 
     def _read_tuple(self) -> StormTuple:

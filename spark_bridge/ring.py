@@ -24,7 +24,8 @@ non-empty deltas the owner is compacted: its committed state is read back from
 the ring, the batch's changes folded in, and a FULL epoch written; older epochs
 and unreferenced shards are then collected in the background.
 
-Executor side, the data source ``sr3_restore`` (:class:`RestoreSource`): when a
+Executor side, the data source ``sr3_restore`` (:class:`RestoreSource`, in
+:mod:`spark_bridge.restore`, re-exported here): when a
 query starts on an empty Spark checkpoint, its first micro-batch reads one
 partition per owner of the committed epoch; each partition restores its owner
 through star, line or tree recovery (``sr3.recovery.mechanism`` of the
@@ -34,36 +35,27 @@ Spark's state store, plus one ``info`` row carrying the restore's report.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit
-from pyspark.sql.types import StructType
-
-from spark_bridge.rows import INFO, RESTORE, ROW_SCHEMA
+from spark_bridge.restore import RESTORE_SOURCE, RestoreSource, restore_options
 from sr3.codec import (
     decode_key,
     decode_value,
     encode_key,
     encode_key_group_delta_raw,
     encode_key_group_raw,
-    encode_value,
 )
 from sr3.errors import ConfigError
 from sr3.keygroups import key_group_of_encoded
 from sr3.manifest import Manifest
-from sr3.state import KeyedState
 from storm_bridge.groupings import fields_task_index
 from storm_bridge.topology import LoadedTopology
-from zk.access import RingAccess, config_from_conf
+from zk.access import RingAccess
 from zk.checkpoints import CommitRecord
 
 __all__ = [
@@ -79,8 +71,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Format name of the restore data source.
-RESTORE_SOURCE: Final = "sr3_restore"
 #: ``engine`` recorded in commit records written by the Spark engine.
 ENGINE: Final = "spark"
 _DEFAULT_KEY_GROUPS: Final = 256
@@ -447,155 +437,3 @@ class BatchCommitter:
     def close(self) -> None:
         """Wait for background collection to finish."""
         self._collector.shutdown(wait=True)
-
-
-# -- restore source (executors) ---------------------------------------------------
-
-
-def restore_options(
-    *,
-    record: CommitRecord,
-    owners: Sequence[Owner],
-    ring_conf: Mapping[str, Any],
-    secret_file: Path | None,
-) -> dict[str, str]:
-    """Return the ``sr3_restore`` options restoring ``owners`` at ``record``'s epoch.
-
-    Every owner the record names for a stateful component of ``owners`` is
-    restored, also when the component now runs with another task count. The
-    ring secret never goes into the options (they are visible in Spark's
-    plans): ``secret_file`` names a file holding it, readable by the executors.
-    """
-    components = {o.component: o for o in owners}
-    restored = []
-    for name in sorted(record.owners):
-        topology, _sep, rest = name.partition("/")
-        component = rest.rpartition("/")[0]
-        owner = components.get(component)
-        if owner is not None and name.startswith(f"{topology}/{component}/"):
-            # every committed owner: a rescaled component's keys come from all
-            restored.append(
-                {
-                    "name": name,
-                    "component": component,
-                    "key_groups": owner.key_groups,
-                    "mechanism": owner.mechanism,
-                }
-            )
-    return {
-        "epoch": str(record.epoch),
-        "owners": json.dumps(restored),
-        "ring": json.dumps(dict(ring_conf)),
-        "secretFile": "" if secret_file is None else str(secret_file),
-    }
-
-
-@dataclass(frozen=True)
-class _OwnerPartition(InputPartition):
-    name: str
-    component: str
-    key_groups: int
-    mechanism: str
-
-
-class _RestoreReader(DataSourceStreamReader):
-    """One micro-batch: a partition per owner; then nothing more."""
-
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self._epoch = int(options["epoch"])
-        self._owners = json.loads(options["owners"])
-        self._ring = json.loads(options["ring"])
-        self._secret_file = options.get("secretFile") or ""
-
-    def initialOffset(self) -> dict[str, Any]:  # noqa: N802 (Spark's name)
-        """Return the offset before the restore."""
-        return {"epoch": self._epoch, "restored": False}
-
-    def latestOffset(  # noqa: N802 (Spark's name)
-        self, start: dict[str, Any], limit: ReadLimit
-    ) -> dict[str, Any]:
-        """Return the offset after the restore (all at once, whatever the limit)."""
-        del start, limit
-        return {"epoch": self._epoch, "restored": True}
-
-    def partitions(  # noqa: D102 (documented by Spark)
-        self, start: dict[str, Any], end: dict[str, Any]
-    ) -> Sequence[InputPartition]:
-        if start.get("restored") or not end.get("restored"):
-            return []
-        return [
-            _OwnerPartition(
-                o["name"], o["component"], int(o["key_groups"]), o["mechanism"]
-            )
-            for o in self._owners
-        ]
-
-    def commit(self, end: dict[str, Any]) -> None:  # noqa: D102
-        del end
-
-    def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        """Restore one owner from the ring; yield its keys as ``restore`` rows."""
-        if not isinstance(partition, _OwnerPartition):
-            msg = f"sr3_restore cannot read a {type(partition).__name__} partition"
-            raise TypeError(msg)
-        conf = dict(self._ring)
-        if self._secret_file:
-            path = Path(self._secret_file)
-            try:
-                conf["sr3.node.secret"] = path.read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                msg = (
-                    f"sr3_restore: cannot read the ring secret file {path} ({exc}); "
-                    "it must be readable at the same path on every executor"
-                )
-                raise ConfigError(msg) from exc
-        access = RingAccess(config_from_conf(conf))
-        try:
-            record = CommitRecord(epoch=self._epoch, owners=(partition.name,))
-            state, report = access.restore(
-                partition.name,
-                record,
-                key_group_count=partition.key_groups,
-                mechanism=partition.mechanism,
-            )
-        finally:
-            access.close()
-        return _restore_rows(partition, state, report.to_dict())
-
-
-def _restore_rows(
-    partition: _OwnerPartition, state: KeyedState, report: Mapping[str, Any]
-) -> Iterator[tuple[Any, ...]]:
-    component = partition.component
-    keys = 0
-    for key, fields in state.items():
-        keys += 1
-        yield (
-            component,
-            "",
-            RESTORE,
-            None,
-            encode_key(key),
-            encode_value(fields),
-            "",
-        )
-    info = {"restore": partition.name, "keys": keys, "pid": os.getpid(), **report}
-    yield (component, partition.name, INFO, None, None, encode_value(info), "")
-
-
-class RestoreSource(DataSource):
-    """Data source ``sr3_restore``: options from :func:`restore_options`."""
-
-    @classmethod
-    def name(cls) -> str:
-        """Return the format name."""
-        return RESTORE_SOURCE
-
-    def schema(self) -> str:
-        """Return the bridge's row schema."""
-        return ROW_SCHEMA
-
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
-        """Return the reader restoring the owners the options name."""
-        del schema
-        return _RestoreReader(self.options)

@@ -1,12 +1,12 @@
 """Run a topology file as a Structured Streaming query, SR3 as its recovery core.
 
-The query's sink is ``foreachBatch``: each micro-batch's rows (the sink
-components' emits, the stateful bolts' changed keys, spout offsets, dead
-letters) are written as parquet to ``<checkpoint_dir>/sink/batch_id=<n>``,
-overwriting on a re-run of the same batch, so the sink is idempotent. With a
-ring (:class:`zk.access.RingAccess`), the batch's changed keys are then written
-to the ring and the batch committed in ZooKeeper as an SR3 epoch
-(:mod:`spark_bridge.ring`) before Spark commits it.
+The query's sink is ``foreachBatch`` (:mod:`spark_bridge.sink`): each
+micro-batch's rows (the outputs' emits, the stateful bolts' changed keys, spout
+offsets, dead letters) are written as parquet to
+``<checkpoint_dir>/sink/batch_id=<n>``, overwriting on a re-run of the same
+batch, so the sink is idempotent. With a ring (:class:`zk.access.RingAccess`),
+the batch's changed keys are then written to the ring and the batch committed
+in ZooKeeper as an SR3 epoch (:mod:`spark_bridge.ring`) before Spark commits it.
 
 Starting points, as ``sr3 run`` on the Storm engine:
 
@@ -19,8 +19,9 @@ Starting points, as ``sr3 run`` on the Storm engine:
 - an empty checkpoint without ``resume``: empty state, an empty epoch is
   committed above every epoch published before.
 
-:func:`final_state` folds the sink's state rows, newest batch last, into the
-format of ``sr3 state dump --json`` (a run without a ring has only those).
+:func:`final_state` (from :mod:`spark_bridge.sink`, re-exported) folds the
+sink's state rows, newest batch last, into the format of ``sr3 state dump
+--json`` (a run without a ring has only those).
 """
 
 from __future__ import annotations
@@ -28,18 +29,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import statistics
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -47,16 +45,13 @@ from pyspark.sql.streaming.query import StreamingQuery
 from spark_bridge.compiler import Plan, build_frame, plan_topology
 from spark_bridge.errors import QueryFailedError, SparkBridgeError
 from spark_bridge.ring import (
-    ENGINE,
     RESTORE_SOURCE,
     BatchCommitter,
     RestoreSource,
     restore_options,
     stateful_owners,
 )
-from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
-from sr3.codec import decode_key, decode_value
-from storm_bridge.outputs import LastOutputs, sink_components
+from spark_bridge.sink import SINK_DIR, BatchSink, build_report, final_state
 from storm_bridge.topology import LoadedTopology, load_topology
 from zk.access import RingAccess
 from zk.checkpoints import CommitRecord
@@ -65,13 +60,10 @@ __all__ = ["final_state", "run_topology", "spark_session"]
 
 logger = logging.getLogger(__name__)
 
-_SINK_DIR: Final = "sink"
 _SPARK_DIR: Final = "spark"
 _QUERY_FILE: Final = "sr3-query.json"
 _SECRET_FILE: Final = "sr3-secret"  # noqa: S105 (a file name)
-_BATCH_PREFIX: Final = "batch_id="
 _REPO_ROOT: Final = str(Path(__file__).resolve().parent.parent)
-_MAX_DEAD: Final = 20
 _PROGRESS_KEPT: Final = "100000"
 
 
@@ -96,109 +88,6 @@ def spark_session(master: str | None = "local[2]", *, app_name: str) -> SparkSes
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .getOrCreate()
     )
-
-
-@dataclass
-class _BatchSink:
-    """``foreachBatch`` function: parquet sink, then the ring commit."""
-
-    sink_dir: Path
-    committer: BatchCommitter | None
-    spouts: frozenset[str]
-    #: batch id -> seconds of the ring writes and commit
-    sr3_seconds: dict[int, float] = field(default_factory=dict)
-    #: batch id -> wall seconds of the whole foreachBatch call
-    sink_seconds: dict[int, float] = field(default_factory=dict)
-    infos: list[dict[str, Any]] = field(default_factory=list)
-    #: micro-batches committed by this run
-    committed: int = 0
-
-    def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        started = time.perf_counter()
-        target = self.sink_dir / f"{_BATCH_PREFIX}{batch_id}"
-        frame.write.mode("overwrite").parquet(str(target))
-        changes: dict[str, dict[bytes, bytes | None]] = {}
-        offsets: dict[str, Any] = {}
-        # only state, offset and info rows matter here: emits are most rows
-        for row in _read_batch(target, emits=False):
-            kind = row["kind"]
-            if kind == STATE:
-                blob = row["state"]
-                changes.setdefault(row["component"], {})[row["key"]] = blob
-            elif kind == OFFSET and row["component"] in self.spouts:
-                offsets[f"{row['component']}/{row['stream']}"] = decode_value(
-                    row["values"]
-                )
-            elif kind == INFO and row["state"] is not None:
-                self.infos.append(dict(decode_value(row["state"])))
-        if self.committer is not None:
-            report = self.committer.commit(batch_id, changes, offsets)
-            self.sr3_seconds[batch_id] = report.seconds
-        self.sink_seconds[batch_id] = time.perf_counter() - started
-        self.committed += 1
-
-
-def _read_batch(directory: Path, *, emits: bool = True) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for part in sorted(directory.glob("*.parquet")):
-        table = pq.read_table(part)
-        if not emits:
-            table = table.filter(pc.field("kind") != EMIT)
-        rows.extend(table.to_pylist())
-    return rows
-
-
-def _batches(sink_dir: Path) -> list[tuple[int, list[dict[str, Any]]]]:
-    found: list[tuple[int, list[dict[str, Any]]]] = []
-    if not sink_dir.is_dir():
-        return found
-    for child in sink_dir.iterdir():
-        if child.name.startswith(_BATCH_PREFIX):
-            batch = int(child.name.removeprefix(_BATCH_PREFIX))
-            found.append((batch, _read_batch(child)))
-    return sorted(found, key=lambda item: item[0])
-
-
-def final_state(
-    checkpoint_dir: str | Path, component: str | None = None
-) -> dict[str, dict[str, Any]]:
-    """Return a stateful bolt's state as the sink recorded it, as ``sr3 state dump``.
-
-    Only keys changed by this checkpoint's batches are in the sink: a query
-    that restored state from the ring has the rest in the ring
-    (``sr3 state dump``).
-
-    Args:
-        checkpoint_dir: The ``checkpoint_dir`` the topology ran with.
-        component: The stateful bolt (default: the only one with state rows).
-
-    Returns:
-        ``{json.dumps(list(key)): fields}``, sorted by key; deleted keys absent.
-
-    Raises:
-        SparkBridgeError: ``component`` is None and several bolts wrote state.
-    """
-    latest: dict[bytes, Any] = {}
-    seen: set[str] = set()
-    for _batch, rows in _batches(Path(checkpoint_dir) / _SINK_DIR):
-        for row in rows:
-            if row["kind"] != STATE:
-                continue
-            seen.add(row["component"])
-            if component is None or row["component"] == component:
-                latest[row["key"]] = row["state"]
-    if component is None and len(seen) > 1:
-        msg = (
-            f"{checkpoint_dir} holds the state of {sorted(seen)}; "
-            "pass component= to choose one"
-        )
-        raise SparkBridgeError(msg)
-    state = {
-        json.dumps(list(decode_key(key))): decode_value(blob)
-        for key, blob in latest.items()
-        if blob is not None
-    }
-    return dict(sorted(state.items()))
 
 
 def _has_progress(spark_dir: Path) -> bool:
@@ -306,22 +195,6 @@ def _start(  # noqa: PLR0913 (the start's inputs)
     return start
 
 
-def _percentiles(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p90": None, "p99": None, "max": None}
-    ordered = sorted(values)
-
-    def pick(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
-
-    return {
-        "p50": pick(0.5),
-        "p90": pick(0.9),
-        "p99": pick(0.99),
-        "max": round(ordered[-1], 1),
-    }
-
-
 def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     path: str | Path,
     *,
@@ -384,7 +257,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         session.conf.set(key, value)
     session.conf.set("spark.sql.streaming.numRecentProgressUpdates", _PROGRESS_KEPT)
     root = Path(checkpoint_dir).resolve()
-    sink_dir = root / _SINK_DIR
+    sink_dir = root / SINK_DIR
     start = _start(session, topology, plan, overrides, root, ring, resume=resume)
     frame = build_frame(
         session,
@@ -394,7 +267,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         start_offsets=start.start_offsets,
         extra=start.extra,
     )
-    sink = _BatchSink(sink_dir, start.committer, frozenset(plan.spouts))
+    sink = BatchSink(sink_dir, start.committer, frozenset(plan.spouts))
     query = (
         frame.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(root / _SPARK_DIR))
@@ -422,12 +295,13 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         if start.committer is not None:
             start.committer.close()
     seconds = time.monotonic() - started
-    return _report(
+    return build_report(
         topology=topology,
         plan=plan,
         session=session,
         sink=sink,
-        start=start,
+        started_from=start.how,
+        commits=[] if start.committer is None else start.committer.commits,
         ring=ring,
         progress=progress,
         overrides=overrides,
@@ -440,7 +314,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
 
 def _wait(
     query: StreamingQuery,
-    sink: _BatchSink,
+    sink: BatchSink,
     *,
     until_idle: bool,
     deadline: float | None,
@@ -485,141 +359,3 @@ def _cause(exc: Exception) -> str:
         if name.startswith("spark_bridge.errors.") and text:
             return f"{text}\n"
     return ""
-
-
-def _report(  # noqa: PLR0913 (everything the report shows)
-    *,
-    topology: LoadedTopology,
-    plan: Plan,
-    session: SparkSession,
-    sink: _BatchSink,
-    start: _Start,
-    ring: RingAccess | None,
-    progress: Sequence[Any],
-    overrides: Mapping[str, Any],
-    root: Path,
-    seconds: float,
-    session_s: float,
-    idle: bool,
-) -> dict[str, Any]:
-    batches = _batches(root / _SINK_DIR)
-    sinks = sink_components(topology)
-    outputs = LastOutputs(topology, overrides)
-    emitted: dict[str, int] = dict.fromkeys(sinks, 0)
-    dead: list[dict[str, Any]] = []
-    dead_count = 0
-    for _batch, rows in batches:
-        ordered = sorted(
-            (r for r in rows if r["kind"] in (EMIT, DEAD)), key=lambda r: r["seq"] or ""
-        )
-        for row in ordered:
-            if row["kind"] == DEAD:
-                dead_count += 1
-                if len(dead) < _MAX_DEAD:
-                    info = dict(decode_value(row["state"])) if row["state"] else {}
-                    dead.append(
-                        {
-                            "component": row["component"],
-                            "values": decode_value(row["values"]),
-                            **info,
-                        }
-                    )
-            elif row["component"] in emitted:
-                emitted[row["component"]] += 1
-                outputs.add(
-                    row["component"], row["stream"], decode_value(row["values"])
-                )
-    active = [p for p in progress if int(p["numInputRows"]) > 0]
-    ran = {int(p["batchId"]) for p in progress}
-    # offset, restore and info rows are input rows to Spark, not spout tuples
-    offset_rows = sum(
-        1
-        for batch, rows in batches
-        if batch in ran
-        for row in rows
-        if row["kind"] == OFFSET
-    )
-    input_rows = sum(int(p["numInputRows"]) for p in progress) - offset_rows
-    latencies = [float(p["durationMs"].get("triggerExecution", 0)) for p in active]
-    sr3_total = sum(sink.sr3_seconds.values())
-    batch_total = sum(latencies) / 1000.0
-    commits = [] if start.committer is None else start.committer.commits
-    written = [c for c in commits if c.epoch is not None]
-    durations = [c.seconds for c in written]
-    state: dict[str, Any] = {}
-    if ring is not None:
-        state = ring.state_summary(topology.name, plan.stateful)
-    else:
-        for name in plan.stateful:
-            state[name] = {"epoch": None, "keys": len(final_state(root, name))}
-    recoveries = []
-    if sink.infos:
-        restores = {str(i["restore"]): i for i in sink.infos}
-        used = sorted({str(i.get("used")) for i in sink.infos})
-        mechanisms = sorted({str(i.get("mechanism")) for i in sink.infos})
-        restore_s = max(float(i.get("seconds", 0.0)) for i in sink.infos)
-        recoveries.append(
-            {
-                "cause": start.how,
-                "component": ",".join(plan.stateful),
-                "at_s": 0.0,
-                "mechanism": ",".join(mechanisms),
-                "used": ",".join(used),
-                "timeline": {"detect_s": 0.0, "restore_s": restore_s, "replay_s": None},
-                "restored_bytes": sum(int(i.get("bytes", 0)) for i in sink.infos),
-                "restored_keys": sum(int(i.get("keys", 0)) for i in sink.infos),
-                "restores": restores,
-            }
-        )
-    spout_rows = input_rows - sum(1 + int(i.get("keys", 0)) for i in sink.infos)
-    running = seconds - session_s
-    return {
-        "topology": topology.name,
-        "engine": ENGINE,
-        "master": session.sparkContext.master,
-        "seconds": round(seconds, 3),
-        # a Spark application starts its session once: rates leave it out
-        "session_start_s": round(session_s, 3),
-        "idle": idle,
-        "started_from": start.how,
-        "throughput": {
-            "tuples_per_s": round(spout_rows / running, 1) if running > 0 else 0.0,
-            "spout_tuples_per_s": round(spout_rows / running, 1)
-            if running > 0
-            else 0.0,
-            "spout_tuples": spout_rows,
-            "bolt_tuples": None,
-        },
-        "components": [*plan.spouts, *plan.bolts],
-        "stateful": list(plan.stateful),
-        "input_rows": spout_rows,
-        "emitted": dict(sorted(emitted.items())),
-        "state_keys": sum(int(v.get("keys", 0)) for v in state.values()),
-        "batches": len(active),
-        "micro_batches": {
-            "count": len(active),
-            "latency_ms": _percentiles(latencies),
-            "sr3_seconds": round(sr3_total, 4),
-            "sr3_share": round(sr3_total / batch_total, 4) if batch_total else None,
-        },
-        "checkpoints": {
-            "count": len(written),
-            "last_committed_epoch": written[-1].epoch if written else None,
-            "mean_duration_s": round(statistics.fmean(durations), 4)
-            if durations
-            else None,
-            "max_duration_s": round(max(durations), 4) if durations else None,
-            "compactions": sum(len(c.compacted) for c in written),
-            "bytes": sum(c.bytes_written for c in written),
-        },
-        "recoveries": recoveries,
-        "state": state,
-        "outputs": outputs.to_dict(),
-        "counters": {
-            name: {"emitted": count} for name, count in sorted(emitted.items())
-        },
-        "dead_letters": {"count": dead_count, "first": dead},
-        "errors": [],
-        "error_count": 0,
-        "checkpoint_dir": str(root),
-    }

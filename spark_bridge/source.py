@@ -14,7 +14,8 @@ before the first emit), so any JSON-able spout offset fits Spark's offset log.
 The ``startOffsets`` option (JSON ``{"spout/task index": offset}``, as SR3
 commit records store spout offsets) makes the listed tasks start after those
 offsets instead. Each partition's rows end with an ``offset`` row carrying the
-task's end offset; the ``k``-th emit of task ``t`` has seq ``f"{k:09d}.{t:04d}"``.
+task's end offset (and, as its state, the partition's tuple count); the
+``k``-th emit of task ``t`` has seq ``f"{k:09d}.{t:04d}"``.
 """
 
 from __future__ import annotations
@@ -180,14 +181,16 @@ class SpoutStreamReader(DataSourceStreamReader):
                         f"spout {ref.component!r} task {partition.index} emitted "
                         f"{emit.values!r} at offset {emit.offset!r}, which Spark "
                         f"cannot carry ({exc}); tuples travel as msgpack: emit "
-                        "integers of at most 64 bits, str, float, bool, None, "
-                        "lists and dicts (big numbers as strings)"
+                        "str, int, float, bool, None, lists and dicts, as "
+                        "Storm's JSON multilang carries them"
                     )
                     raise ComponentError(msg) from exc
                 rows.append((ref.component, emit.stream, EMIT, values, None, None, seq))
         offset = encode_value(end)
+        # the offset row's state is the partition's tuple count (the report's)
+        count = encode_value(len(rows))
         rows.append(
-            (ref.component, str(partition.index), OFFSET, offset, None, None, "")
+            (ref.component, str(partition.index), OFFSET, offset, None, count, "")
         )
         while len(_read_hosts) >= _KEPT_HOSTS:
             del _read_hosts[next(iter(_read_hosts))]
