@@ -107,6 +107,22 @@ def _require(ok: bool, key: str, value: object, hint: str) -> None:
         raise ConfigError(msg)
 
 
+#: Longest duration a ``*.s`` key takes (about 11.6 days): ZooKeeper carries a
+#: session timeout as int32 milliseconds, and sockets and waits overflow time_t
+#: long before inf.
+MAX_DURATION_S = 1_000_000.0
+
+
+def _require_duration(
+    value: float, key: str, *, zero_ok: bool = False, note: str = ""
+) -> None:
+    low = value >= 0 if zero_ok else value > 0
+    ok = math.isfinite(value) and low and value <= MAX_DURATION_S
+    bound = ">= 0" if zero_ok else "> 0"
+    hint = f"use {bound} and <= {MAX_DURATION_S:.0f} seconds{note}"
+    _require(ok, key, value, hint)
+
+
 @dataclass(frozen=True)
 class RingConfig:
     """Placement on the hash ring.
@@ -181,15 +197,8 @@ class NodeConfig:
             self.max_frame_bytes,
             "use at least 64KiB",
         )
-        _require(
-            self.io_timeout_s > 0, "sr3.node.io.timeout.s", self.io_timeout_s, "use > 0"
-        )
-        _require(
-            self.connect_timeout_s > 0,
-            "sr3.node.connect.timeout.s",
-            self.connect_timeout_s,
-            "use > 0",
-        )
+        _require_duration(self.io_timeout_s, "sr3.node.io.timeout.s")
+        _require_duration(self.connect_timeout_s, "sr3.node.connect.timeout.s")
         _require(
             4096 <= self.chunk_bytes < self.max_frame_bytes,
             "sr3.node.chunk.bytes",
@@ -225,18 +234,8 @@ class ZkConfig:
             self.chroot,
             "use an absolute path without a trailing slash, as /sr3/default",
         )
-        _require(
-            self.session_timeout_s > 0,
-            "sr3.zk.session.timeout.s",
-            self.session_timeout_s,
-            "use > 0",
-        )
-        _require(
-            self.connect_timeout_s > 0,
-            "sr3.zk.connect.timeout.s",
-            self.connect_timeout_s,
-            "use > 0",
-        )
+        _require_duration(self.session_timeout_s, "sr3.zk.session.timeout.s")
+        _require_duration(self.connect_timeout_s, "sr3.zk.connect.timeout.s")
         _require(
             self.digest == "" or ":" in self.digest,
             "sr3.zk.digest",
@@ -266,24 +265,19 @@ class RepairConfig:
     scrub_interval_s: float = 600.0
 
     def __post_init__(self) -> None:
-        _require(self.grace_s >= 0, "sr3.repair.grace.s", self.grace_s, "use >= 0")
-        _require(
-            self.scan_interval_s > 0,
-            "sr3.repair.scan.interval.s",
-            self.scan_interval_s,
-            "use > 0",
-        )
+        _require_duration(self.grace_s, "sr3.repair.grace.s", zero_ok=True)
+        _require_duration(self.scan_interval_s, "sr3.repair.scan.interval.s")
         _require(
             self.parallel_copies >= 1,
             "sr3.repair.parallel.copies",
             self.parallel_copies,
             "use >= 1",
         )
-        _require(
-            self.scrub_interval_s >= 0,
-            "sr3.repair.scrub.interval.s",
+        _require_duration(
             self.scrub_interval_s,
-            "use >= 0 (0 disables scrubbing)",
+            "sr3.repair.scrub.interval.s",
+            zero_ok=True,
+            note=" (0 disables scrubbing)",
         )
 
 
@@ -324,6 +318,8 @@ class RecoveryConfig:
             self.max_chain_length,
             "use >= 1",
         )
+        if self.latency_target_s is not None:
+            _require_duration(self.latency_target_s, "sr3.recovery.latency.target.s")
 
 
 def _to_bool(value: object) -> bool:

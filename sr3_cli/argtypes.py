@@ -13,6 +13,8 @@ from collections.abc import Callable
 __all__ = [
     "at_least",
     "fraction",
+    "int_between",
+    "nonempty",
     "positive_seconds",
     "tcp_port",
 ]
@@ -33,6 +35,31 @@ def at_least(low: int) -> Callable[[str], int]:
 
     parse.__name__ = f"integer >= {low}"
     return parse
+
+
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """Return a type accepting integers in ``low..high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            msg = f"{text!r} is not a whole number in {low}..{high}"
+            raise argparse.ArgumentTypeError(msg)
+        return value
+
+    parse.__name__ = f"integer in {low}..{high}"
+    return parse
+
+
+def nonempty(text: str) -> str:
+    """A non-empty name (an owner, topology, component or node id)."""
+    if not text:
+        msg = "must not be empty; give a name"
+        raise argparse.ArgumentTypeError(msg)
+    return text
 
 
 def _finite(text: str) -> float | None:

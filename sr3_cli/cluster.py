@@ -170,15 +170,18 @@ def check_secret(cluster: Cluster, source: str) -> None:
         return
 
 
-def checked_config(args: argparse.Namespace) -> Sr3Config:
+def checked_config(args: argparse.Namespace, *, create: bool = True) -> Sr3Config:
     """Return :func:`cluster_config` once a live ring node accepted its secret.
+
+    Read-only commands pass ``create=False``, as to :func:`open_cluster`.
 
     Raises:
         ConfigError: see :func:`cluster_config` and :func:`check_secret`.
-        CoordinationError: ZooKeeper cannot be reached.
+        CoordinationError: ZooKeeper cannot be reached (or, without
+            ``create``, the chroot does not exist).
     """
     config = cluster_config(args)
-    with open_cluster(config) as cluster:
+    with open_cluster(config, create=create) as cluster:
         check_secret(cluster, secret_source(args))
     return config
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 import shutil
 import time
@@ -64,12 +65,19 @@ def lab_up(args: argparse.Namespace) -> int:
     if root.exists() and not root.is_dir():
         msg = f"lab dir {root} is a file; give `sr3 lab up --dir` a directory"
         raise ConfigError(msg)
-    root.mkdir(parents=True, exist_ok=True)
     if Lab.exists(root):
         lab = Lab.load(root)  # a corrupt lab.json is refused, never overwritten
     else:
         lab = Lab(root=root)
-        lab.save()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            lab.save()
+        except OSError as exc:
+            msg = (
+                f"cannot create a lab in {root}: {exc}; give `sr3 lab up --dir` a "
+                "directory you can write"
+            )
+            raise ConfigError(msg) from exc
     wanted = args.nodes or len(lab.nodes) or _DEFAULT_LAB_NODES
     if wanted < len(lab.nodes):
         print(
@@ -136,10 +144,24 @@ def lab_restart(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:  # a host name
+        return False
+
+
 def node(args: argparse.Namespace) -> int:
     """``sr3 node``: run one ring node in the foreground."""
     from zk.node import NodeOptions, run_node  # noqa: PLC0415 - heavy, node only
 
+    if _unspecified(args.host):
+        msg = (
+            f"--host {args.host} binds every interface but is no address other "
+            "nodes and clients can reach; give this machine's address on the "
+            "ring's network (--host is bound and announced)"
+        )
+        raise ConfigError(msg)
     base = Sr3Config.from_env()
     secret = read_secret(args.secret_file) or base.node.secret
     data_dir: Path = args.data_dir.resolve()

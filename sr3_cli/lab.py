@@ -315,7 +315,15 @@ class Lab:
             node = self._node(node_id)
             if node.alive:
                 continue
-            Path(node.data_dir).mkdir(parents=True, exist_ok=True)
+            try:
+                Path(node.data_dir).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                msg = (
+                    f"cannot use {node_id}'s data dir {node.data_dir}: {exc}; move "
+                    "whatever is there away (the node starts empty and repair "
+                    "copies its replicas back)"
+                )
+                raise ConfigError(msg) from exc
             cmd = [
                 sys.executable, "-m", "sr3_cli", "--log-level", log_level,
                 "node", "--zk", self.zk_hosts, "--chroot", self.chroot,

@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 from typing import NoReturn
 
 from sr3.errors import SR3Error
-from sr3_cli.argtypes import at_least, fraction, tcp_port
+from sr3_cli.argtypes import at_least, fraction, int_between, nonempty, tcp_port
 from sr3_cli.output import JSON_HELP, emit_error
 
 __all__ = ["build_parser", "main"]
@@ -20,14 +23,48 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[argparse.Namespace], int]
 
+#: Largest ``sr3 node --capacity``: 100 units of 2048 vnodes take a client
+#: about 0.3 s to place; a million would take the whole ring down.
+MAX_CAPACITY = 100
 #: Exit codes: 0 success, 1 a check failed (``--verify``, a run not idle) or an
 #: internal error, 2 bad input or an unreachable ring (the message says which).
 EXIT_USAGE = 2
 EXIT_INTERNAL = 1
+#: Ctrl-C (SIGINT), as a shell reports a command it interrupted: 128 + 2.
+EXIT_INTERRUPTED = 130
+#: SIGTERM (``kill``, ``timeout``, a cancelled CI job): 128 + 15.
+EXIT_TERMINATED = 143
+E_INTERRUPTED = "interrupted ({how}){hint}"
+#: What an interrupted command left behind, by its first word(s).
+_INTERRUPTED_HINTS = {
+    "snapshot put": (
+        "; an epoch commits at its end in one ZooKeeper transaction, so the one "
+        "being written is committed whole or not at all (`sr3 snapshot get` "
+        "shows the latest): run it again"
+    ),
+    "lab": "; the lab may be partly started or stopped: run the command again",
+    "run": (
+        "; epochs committed before stay committed: `sr3 run --resume` goes on "
+        "from the last one"
+    ),
+}
 E_INTERNAL = (
     "internal error: {kind}: {exc} (rerun with --log-level DEBUG for the "
     "traceback, and report it)"
 )
+
+
+class TerminatedError(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as Ctrl-C is.
+
+    Without it the interpreter dies at once and a command's ``finally`` blocks
+    never run: ``sr3 run`` without a lab would leave its embedded ZooKeeper and
+    ring nodes running (they are in sessions of their own) and its temp dir.
+    """
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise TerminatedError
 
 
 class UsageError(Exception):
@@ -123,10 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--data-dir", required=True, type=Path)
     node.add_argument("--zone", default=None, help="failure zone label")
     node.add_argument(
-        "--node-id", default=None, help="id on first start (kept in data dir)"
+        "--node-id",
+        type=nonempty,
+        default=None,
+        help="id on first start (kept in data dir)",
     )
     node.add_argument(
-        "--capacity", type=at_least(1), default=1, help="relative ring weight"
+        "--capacity",
+        # each unit is sr3.ring.vnodes (2048) ring points that every client and
+        # node hashes and sorts on each membership change
+        type=int_between(1, MAX_CAPACITY),
+        default=1,
+        help=f"relative ring weight, 1..{MAX_CAPACITY} (default 1)",
     )
     node.add_argument("--secret-file", default=None, help="shared ring secret")
     node.set_defaults(handler=commands.node)
@@ -143,12 +188,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     put = snap.add_parser("put", help="write a synthetic snapshot through the ring")
     commands.add_cluster_args(put)
-    put.add_argument("--owner", required=True)
+    put.add_argument("--owner", required=True, type=nonempty)
     put.add_argument("--size", required=True, help="total bytes, as 200MB or 1GiB")
     put.add_argument(
         "--keys", type=at_least(1), default=None, help="key count (default size/1KiB)"
     )
-    put.add_argument("--seed", type=int, default=0)
+    put.add_argument(
+        "--seed",
+        # stored in the manifest, whose msgpack ints are 64-bit
+        type=int_between(-(2**63), 2**64 - 1),
+        default=0,
+        help="seed of the values (default 0)",
+    )
     put.add_argument(
         "--epochs", type=at_least(1), default=1, help="1 full epoch + deltas"
     )
@@ -165,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         "get", help="recover a snapshot from the ring by star, line or tree"
     )
     commands.add_cluster_args(get)
-    get.add_argument("--owner", required=True)
+    get.add_argument("--owner", required=True, type=nonempty)
     get.add_argument(
         "--epoch", type=at_least(1), default=None, help="default: latest committed"
     )
@@ -219,8 +270,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     A failure never ends in a traceback: bad input, a missing lab or an
     unreachable ring print ``sr3: error: ...`` on stderr and return 2; with
     ``--json``, stdout also gets ``{"error": {"type", "message", "exit_code"}}``.
+    Ctrl-C, whenever it comes (even while the command's modules load), prints
+    one line and returns 130; SIGTERM the same with 143, after the command's
+    clean-up ran.
     """
     words = list(sys.argv[1:] if argv is None else argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    # only the main thread may set a handler (main() called from a thread: not)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
+    try:
+        return _run(words)
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, TerminatedError)
+        how = "SIGTERM" if terminated else "Ctrl-C"
+        return _fail(
+            E_INTERRUPTED.format(how=how, hint=_interrupted_hint(words)),
+            as_json=_want_json(words),
+            kind=type(exc).__name__,
+            code=EXIT_TERMINATED if terminated else EXIT_INTERRUPTED,
+        )
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted_hint(words: list[str]) -> str:
+    """Say what an interrupted command left behind (its words may not parse)."""
+    plain = [
+        w
+        for i, w in enumerate(words)
+        if not w.startswith("-") and (i == 0 or words[i - 1] != "--log-level")
+    ]
+    for n in (2, 1):
+        hint = _INTERRUPTED_HINTS.get(" ".join(plain[:n]))
+        if hint is not None:
+            return hint
+    return ""
+
+
+def _run(words: list[str]) -> int:
     as_json = _want_json(words)
     parser = build_parser()
     try:
@@ -252,8 +340,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
     except OSError as exc:  # a path or socket of the command line: it names it
         return _fail(str(exc), as_json=as_json, kind=type(exc).__name__, code=2)
-    except KeyboardInterrupt:
-        return 130
     except Exception as exc:
         logger.debug("sr3 %s failed", args.command, exc_info=True)
         kind = type(exc).__name__

@@ -20,6 +20,7 @@ from sr3.codec import (
     merge_key_group_blobs,
 )
 from sr3.config import parse_size
+from sr3.errors import ConfigError
 from sr3.manifest import Manifest
 from sr3.recovery import Recoverer, RecoveryContext, RecoveryResult
 from sr3.snapshot import SnapshotWriter
@@ -254,10 +255,37 @@ def run_put(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_epoch(cluster: Cluster, owner: str, epoch: int) -> None:
+    """Refuse an ``--epoch`` the owner does not have, naming those it has.
+
+    Raises:
+        ConfigError: no such committed epoch of ``owner``.
+    """
+    epochs = cluster.manifests.epochs(owner)
+    if epoch in epochs:
+        return
+    if not epochs:
+        msg = f"owner {owner!r} has no committed snapshot to recover; write one"
+    elif epoch > max(epochs):
+        msg = (
+            f"owner {owner!r} has no epoch {epoch} yet: its latest committed epoch "
+            f"is {max(epochs)}; drop --epoch to read the latest"
+        )
+    else:
+        msg = (
+            f"epoch {epoch} of owner {owner!r} was garbage-collected once a later "
+            f"full epoch committed; its committed epochs are "
+            f"{', '.join(map(str, epochs))}"
+        )
+    raise ConfigError(msg)
+
+
 def run_get(args: argparse.Namespace) -> int:
     """Recover a snapshot (optionally verifying it); exit 1 on any mismatch."""
     with open_cluster(cluster_config(args), create=False) as cluster:
         check_secret(cluster, secret_source(args))
+        if args.epoch is not None:
+            _check_epoch(cluster, args.owner, args.epoch)
         got = recover_snapshot(
             cluster,
             args.owner,

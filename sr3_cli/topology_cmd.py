@@ -16,7 +16,7 @@ from typing import Any
 
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
-from sr3_cli.argtypes import at_least, positive_seconds
+from sr3_cli.argtypes import at_least, nonempty, positive_seconds
 from sr3_cli.cluster import add_cluster_args, checked_config
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
@@ -265,7 +265,7 @@ def state_dump(args: argparse.Namespace) -> int:
     Prints ``{key: {name: value}}`` as JSON, each key a JSON list of its values
     (with or without ``--json``; without it, a summary line goes to stderr).
     """
-    ring = RingAccess(checked_config(args))
+    ring = RingAccess(checked_config(args, create=False), create=False)
     try:
         epoch, rows = ring.committed_dump(args.topology, args.component)
     finally:
@@ -363,8 +363,8 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     state = sub.add_parser("state", help="committed state of topologies")
     state_sub = state.add_subparsers(dest="state_command", required=True)
     dump = state_sub.add_parser("dump", help="print a component's committed state")
-    dump.add_argument("--topology", required=True)
-    dump.add_argument("--component", required=True)
+    dump.add_argument("--topology", required=True, type=nonempty)
+    dump.add_argument("--component", required=True, type=nonempty)
     add_cluster_args(dump)
     dump.add_argument("--json", action="store_true", help=JSON_HELP)
     dump.set_defaults(handler=state_dump)

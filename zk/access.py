@@ -97,11 +97,13 @@ class RingAccess:
 
     Args:
         config: Where ZooKeeper is and how to reach the ring nodes.
+        create: Create a missing chroot (writers); readers pass False, so a
+            mistyped chroot is an error instead of a new empty cluster.
     """
 
-    def __init__(self, config: Sr3Config) -> None:
+    def __init__(self, config: Sr3Config, *, create: bool = True) -> None:
         self.config = config
-        self.session: ZkSession = connect(config.zk)
+        self.session: ZkSession = connect(config.zk, create=create)
         self.pool = ClientPool(config.node)
         self.membership = ZkMembership(self.session)
         self.members = LiveMembers(self.membership)

@@ -330,7 +330,8 @@ def _ensure_chroot(config: ZkConfig, hosts: str, *, create: bool = True) -> None
         auth_data=auth,
         connection_retry=_retry(max_tries=-1, deadline=None),
     )
-    _start(client, config, hosts, f"create chroot {config.chroot}")
+    what = f"{'create' if create else 'look up'} chroot {config.chroot}"
+    _start(client, config, hosts, what)
     try:
         # Parents are shared by every cluster on the ensemble, so only the
         # chroot itself carries this cluster's digest ACL.
@@ -350,7 +351,6 @@ def _ensure_chroot(config: ZkConfig, hosts: str, *, create: bool = True) -> None
     except NodeExistsError:
         logger.debug("chroot %s was created concurrently", config.chroot)
     except KazooException as exc:
-        what = f"create chroot {config.chroot}"
         raise translate_error(what, config.chroot, hosts, exc) from exc
     finally:
         client.stop()

@@ -8,6 +8,7 @@ coordinator adopts its intact replicas instead of copying them again.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
 import os
 import re
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from sr3.client import ClientPool
 from sr3.config import Sr3Config
-from sr3.errors import ConfigError
+from sr3.errors import AuthenticationError, ConfigError, StorageError
 from sr3.ports import NodeInfo
 from sr3.recovery import RelayFaults, RelayOps
 from sr3.repair import RepairCoordinator, Scrubber
@@ -31,11 +32,12 @@ from zk.election import ZkElection
 from zk.manifests import ZkManifestStore
 from zk.membership import ZkMembership
 
-__all__ = ["NodeOptions", "load_node_id", "run_node"]
+__all__ = ["NodeOptions", "load_node_id", "lock_data_dir", "run_node"]
 
 logger = logging.getLogger(__name__)
 
 _NODE_ID_FILE = "node_id"
+_LOCK_FILE = "lock"
 _NODE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: Test-only relay fault injection, as ``delay_s=0.01,abort_after_frames=20``.
 RELAY_FAULTS_ENV = "SR3_TEST_RELAY_FAULTS"
@@ -64,15 +66,54 @@ class NodeOptions:
     capacity: int = 1
 
 
+E_DATA_DIR = (
+    "cannot use --data-dir {data_dir}: {exc}; give the node a directory it can "
+    "create and write (check its owner, mode and free space)"
+)
+E_DATA_DIR_IN_USE = (
+    "--data-dir {data_dir} is in use by another ring node (pid {pid}); stop that "
+    "node first, or give this one its own --data-dir"
+)
+E_AUTH_REFUSED = (
+    "ring node {other} at {address} refused the secret of node {node}, so it "
+    "could hold no replica; give this node the ring's secret: --secret-file "
+    "FILE (a lab keeps it in LAB_DIR/secret) or SR3_NODE_SECRET"
+)
+E_STORED_ID = (
+    "{path} holds {stored!r}, not a node id (letters, digits, '.', '_' or '-', "
+    "at most 64): it is damaged. Write the node's id into it (as `sr3 status` "
+    "listed it), or move the data dir away to start a new node"
+)
+
+
+def _read_stored_id(path: Path) -> str:
+    with path.open("rb") as f:
+        head = f.read(256)  # an id has at most 64 characters
+    stored = head.decode("utf-8", errors="replace").strip()
+    if not _NODE_ID_RE.fullmatch(stored):
+        msg = E_STORED_ID.format(path=path, stored=stored)
+        raise ConfigError(msg)
+    return stored
+
+
 def load_node_id(data_dir: Path, requested: str | None) -> str:
     """Return the node id stored in ``data_dir``, creating it on first start.
 
     Raises:
-        ConfigError: the requested id is malformed or differs from the stored one.
+        ConfigError: the requested id is malformed or differs from the stored
+            one, the stored one is damaged, or the data dir cannot be written.
     """
+    try:
+        return _load_node_id(data_dir, requested)
+    except OSError as exc:
+        msg = E_DATA_DIR.format(data_dir=data_dir, exc=exc)
+        raise ConfigError(msg) from exc
+
+
+def _load_node_id(data_dir: Path, requested: str | None) -> str:
     path = data_dir / _NODE_ID_FILE
     if path.exists():
-        stored = path.read_text(encoding="utf-8").strip()
+        stored = _read_stored_id(path)
         if requested is not None and requested != stored:
             msg = (
                 f"data dir {data_dir} belongs to node {stored!r}, not {requested!r}; "
@@ -81,7 +122,7 @@ def load_node_id(data_dir: Path, requested: str | None) -> str:
             raise ConfigError(msg)
         return stored
     node_id = requested or f"node-{secrets.token_hex(4)}"
-    if not _NODE_ID_RE.match(node_id):
+    if not _NODE_ID_RE.fullmatch(node_id):
         msg = f"node id {node_id!r} is invalid; use letters, digits, '.', '_' or '-'"
         raise ConfigError(msg)
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -98,11 +139,46 @@ def run_node(config: Sr3Config, options: NodeOptions) -> None:
         ConfigError: bad options.
         CoordinationError: ZooKeeper could not be reached.
     """
-    options.data_dir.mkdir(parents=True, exist_ok=True)
     node_id = load_node_id(options.data_dir, options.node_id)
-    store = ReplicaStore(options.data_dir)
-    faults = RelayFaults.parse(os.environ.get(RELAY_FAULTS_ENV, ""))
-    asyncio.run(_serve(config, options, node_id, store, faults))
+    lock = lock_data_dir(options.data_dir)
+    try:
+        store = ReplicaStore(options.data_dir)
+        faults = RelayFaults.parse(os.environ.get(RELAY_FAULTS_ENV, ""))
+        asyncio.run(_serve(config, options, node_id, store, faults))
+    finally:
+        os.close(lock)  # releases the lock
+
+
+def lock_data_dir(data_dir: Path) -> int:
+    """Lock ``data_dir`` for this process; return the descriptor that holds it.
+
+    A second node on the same dir would remove the first one's in-flight temp
+    files and quarantine replicas under it at its start-up scan, so it is
+    refused before it reads anything. The lock (``flock`` on ``data_dir/lock``)
+    goes with the process, however it ends; the file keeps the holder's pid.
+
+    Raises:
+        ConfigError: another process holds the lock, or it cannot be taken.
+    """
+    path = data_dir / _LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        msg = E_DATA_DIR.format(data_dir=data_dir, exc=exc)
+        raise ConfigError(msg) from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
+        os.close(fd)
+        if not isinstance(exc, BlockingIOError):
+            msg = E_DATA_DIR.format(data_dir=data_dir, exc=exc)
+            raise ConfigError(msg) from exc
+        msg = E_DATA_DIR_IN_USE.format(data_dir=data_dir, pid=holder or "unknown")
+        raise ConfigError(msg) from exc
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def _refuse_live_namesake(membership: ZkMembership, info: NodeInfo) -> None:
@@ -134,6 +210,36 @@ def _refuse_live_namesake(membership: ZkMembership, info: NodeInfo) -> None:
         "give each node its own --node-id and --data-dir (or stop that node first)"
     )
     raise ConfigError(msg)
+
+
+def _refuse_foreign_secret(
+    membership: ZkMembership, pool: ClientPool, node_id: str
+) -> None:
+    """Refuse to join a ring whose nodes refuse this node's secret.
+
+    Such a node would hold no replica: every write and repair copy to it fails
+    authentication, so the shards placed on it stay under-replicated while it
+    looks alive. The first live member that answers decides; an empty ring or
+    members that cannot be reached let the node start.
+
+    Raises:
+        ConfigError: a live member refused this node's secret.
+    """
+    for other_id, info in sorted(membership.members().items()):
+        if other_id == node_id:
+            continue
+        try:
+            with pool.client(info) as client:
+                client.ping()
+        except AuthenticationError as exc:
+            msg = E_AUTH_REFUSED.format(
+                node=node_id, other=other_id, address=info.address
+            )
+            raise ConfigError(msg) from exc
+        except StorageError as exc:
+            logger.info("secret check: %s did not answer: %s", other_id, exc)
+            continue
+        return
 
 
 async def _serve(
@@ -181,6 +287,7 @@ async def _serve(
     scrub_thread = threading.Thread(target=scrubber.run, name="sr3-scrub", daemon=True)
     try:
         await asyncio.to_thread(_refuse_live_namesake, membership, info)
+        await asyncio.to_thread(_refuse_foreign_secret, membership, pool, node_id)
         await asyncio.to_thread(membership.register, info)
         election.start()
         membership.watch(repair.notify)

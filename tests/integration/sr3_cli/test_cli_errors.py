@@ -61,6 +61,7 @@ def test_unreachable_zookeeper_fails_with_the_fix(tmp_path: Path) -> None:
         proc = sr3(*args, "--zk", zk, env=fast)
         assert proc.returncode == 2, proc.stderr
         assert f"no ZooKeeper session with {zk}" in proc.stderr
+        assert "create chroot" not in proc.stderr  # a read creates nothing
         assert "kazoo" not in proc.stderr  # one message, not every retry
         error = json.loads(proc.stdout)["error"]
         assert "check sr3.zk.hosts" in error["message"]
@@ -184,10 +185,12 @@ def test_a_run_refused_for_a_bad_kill_node_keeps_the_committed_state(
 
 
 def test_a_mistyped_chroot_is_named_and_not_created(lab: Lab) -> None:
+    dump = ["state", "dump", "--topology", "t", "--component", "c"]
     for _ in range(2):  # the first read must not have created it
-        proc = sr3("status", "--chroot", "/typo", lab=lab)
-        assert proc.returncode == 2
-        assert "its chroot znode /typo does not exist" in proc.stderr
+        for read in (["status"], dump):
+            proc = sr3(*read, "--chroot", "/typo", lab=lab)
+            assert proc.returncode == 2
+            assert "its chroot znode /typo does not exist" in proc.stderr
     got = sr3("snapshot", "get", "--owner", "x", "--chroot", "/typo", "--json", lab=lab)
     assert got.returncode == 2
     assert "/typo" in json.loads(got.stdout)["error"]["message"]

@@ -64,3 +64,20 @@ def test_zookeeper_connect_timeout_must_be_positive() -> None:
 
 def test_known_keys_round_trip() -> None:
     assert set(Sr3Config.known_keys()) == set(Sr3Config().to_mapping())
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("sr3.zk.session.timeout.s", "1e9"),
+        ("sr3.zk.connect.timeout.s", "inf"),
+        ("sr3.node.io.timeout.s", "1e12"),
+        ("sr3.node.connect.timeout.s", "nan"),
+        ("sr3.repair.grace.s", "-1"),
+        ("sr3.repair.scrub.interval.s", "1e300"),
+        ("sr3.recovery.latency.target.s", "0"),
+    ],
+)
+def test_durations_must_be_finite_and_bounded(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"{key}=.*<= 1000000 seconds"):
+        Sr3Config.from_mapping({key: value})

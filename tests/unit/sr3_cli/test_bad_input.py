@@ -65,13 +65,35 @@ def json_error(out: str) -> dict[str, object]:
             "0..1",
         ),
         (["snapshot", "get", "--owner", "x", "--epoch", "0"], ">= 1"),
+        (["snapshot", "get", "--owner", ""], "argument --owner: must not be empty"),
+        (
+            ["snapshot", "put", "--owner", "", "--size", "1MB"],
+            "argument --owner: must not be empty",
+        ),
+        (
+            ["state", "dump", "--topology", "", "--component", "c"],
+            "argument --topology: must not be empty",
+        ),
+        (
+            ["node", *CLOSED_ZK, "--data-dir", "d", "--node-id", ""],
+            "argument --node-id: must not be empty",
+        ),
+        (
+            ["snapshot", "put", "--owner", "x", "--size", "1MB"]
+            + ["--seed", str(2**70)],
+            "argument --seed: '1180591620717411303424' is not a whole number in",
+        ),
         (["status", "--zk", "::::"], "HOST:PORT"),
         (["status", "--zk", "127.0.0.1:99999"], "HOST:PORT"),
         (["lab", "up", "--nodes", "0"], ">= 1"),
         (["lab", "up", "--nodes", "-2"], ">= 1"),
         (["lab", "up", "--spark", "--spark-cores", "0"], ">= 1"),
         (["node", *CLOSED_ZK, "--data-dir", "d", "--port", "70000"], "TCP port"),
-        (["node", *CLOSED_ZK, "--data-dir", "d", "--capacity", "0"], ">= 1"),
+        (["node", *CLOSED_ZK, "--data-dir", "d", "--capacity", "0"], "in 1..100"),
+        (
+            ["node", *CLOSED_ZK, "--data-dir", "d", "--capacity", "1000000"],
+            "argument --capacity: '1000000' is not a whole number in 1..100",
+        ),
         (["run", WORDCOUNT, "--duration", "-1"], "seconds > 0"),
         (["run", WORDCOUNT, "--until-idle", "--timeout", "0"], "seconds > 0"),
         (["run", WORDCOUNT, "--until-idle", "-o", "sr3.nosuch.key=1"], "unknown sr3"),
@@ -331,3 +353,41 @@ def test_demo_wipes_the_default_dir_an_earlier_demo_left(tmp_path: Path) -> None
     _check_wipeable(tmp_path, default=True)  # no error
     with pytest.raises(ConfigError, match="not a demo lab"):
         _check_wipeable(tmp_path, default=False)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "key"),
+    [
+        ("SR3_ZK_SESSION_TIMEOUT_S", "1e9", "sr3.zk.session.timeout.s"),
+        ("SR3_ZK_CONNECT_TIMEOUT_S", "1e12", "sr3.zk.connect.timeout.s"),
+        ("SR3_NODE_IO_TIMEOUT_S", "inf", "sr3.node.io.timeout.s"),
+    ],
+)
+def test_durations_too_long_to_wait_are_named(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
+    key: str,
+) -> None:
+    # ZooKeeper takes a session timeout as int32 milliseconds; waits overflow
+    # time_t: each ended in a traceback or an "internal error" before
+    monkeypatch.setenv(variable, value)
+    code, out, err = run_cli(capsys, "status", *CLOSED_ZK, "--json")
+    assert code == 2
+    assert f"sr3 config {key}=" in err
+    assert "<= 1000000 seconds" in str(json_error(out)["message"])
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::"])  # noqa: S104 - the point
+def test_a_node_refuses_a_wildcard_host_it_would_announce(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, host: str
+) -> None:
+    # other machines would dial 0.0.0.0, i.e. themselves
+    data_dir = tmp_path / "n"
+    code, _, err = run_cli(
+        capsys, "node", *CLOSED_ZK, "--data-dir", str(data_dir), "--host", host
+    )
+    assert code == 2
+    assert f"--host {host} binds every interface but is no address" in err
+    assert not data_dir.exists()
