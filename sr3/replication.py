@@ -121,6 +121,15 @@ class ReplicatedStore:
                 self._ring_key = key
             return self._ring, live
 
+    def preference_list(self, shard_id: str) -> list[str]:
+        """The nodes a shard's replicas go to over the live ring, first choice first.
+
+        Raises:
+            StorageError: no ring node is alive.
+        """
+        ring, _ = self.ring()
+        return ring.preference_list(shard_id, self._config.replication_factor)
+
     def put(self, shard: ShardMeta, data: bytes) -> ShardMeta:
         """Write a shard to its preference list; return it with the acking holders.
 

@@ -1,9 +1,10 @@
-"""Writing an owner's snapshot into the ring and reading it back.
+"""Writing an owner's snapshot into the ring; the reader is re-exported here.
 
 A snapshot arrives as a stream of encoded key groups. The writer packs consecutive
 key groups into shards up to ``max_shard_bytes``, writes each shard through the
 replicated store while the next is being packed (a bounded number in flight), and
-publishes the manifest only after every shard met its write quorum. A delta epoch
+publishes the manifest only after every shard met its write quorum; a write that
+fails before that deletes the replicas it wrote. A delta epoch
 lists the shards of its base chain followed by its own.
 
 Incremental snapshots: :meth:`SnapshotWriter.write_epoch` writes a DELTA epoch (only
@@ -12,32 +13,24 @@ more than ``max_chain_length`` deltas (``sr3.checkpoint.max.chain.length``); the
 it compacts by writing a FULL epoch, a new base. Once a new base commits, older
 epochs and every shard no remaining manifest references are garbage-collected:
 their records are dropped from the manifest store, then their replicas deleted.
+Reading a snapshot back is :mod:`sr3.snapshot_reader`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any
 
-from sr3.codec import decode_shard, encode_shard
-from sr3.errors import (
-    ChecksumError,
-    ConfigError,
-    CoordinationError,
-    RecoveryError,
-    StorageError,
-)
+from sr3.codec import encode_shard
+from sr3.errors import ConfigError, StorageError
 from sr3.manifest import Manifest, ShardMeta, shard_id_for
-from sr3.ports import ManifestStore
+from sr3.ports import ManifestStore, NodeInfo
 from sr3.replication import ReplicatedStore
+from sr3.snapshot_reader import FetchedShard, SnapshotReader
 from sr3.storage import crc32
 
 __all__ = [
@@ -74,69 +67,6 @@ class WriteReport:
     seconds: float
     kind: str = "full"
     gc: GcReport | None = None
-
-
-@dataclass
-class FetchedShard:
-    """A shard read back: its metadata, the node that served it, its key groups."""
-
-    meta: ShardMeta
-    served_by: str
-    key_groups: dict[int, bytes | memoryview] = field(default_factory=dict)
-
-
-class _StreamClosedError(Exception):
-    """The consumer of :meth:`SnapshotReader.stream` left; its pumps stop."""
-
-
-class _Buffers:
-    """One holder's receive buffers for :meth:`SnapshotReader.stream`.
-
-    The pump thread takes a buffer per payload (at most ``count`` lent at once,
-    then it waits); the consumer gives each back once it moved on. A buffer
-    the consumer still holds views of is never reused: a fresh one replaces it.
-    """
-
-    def __init__(self, count: int, size: int) -> None:
-        self._size = max(size, 1)
-        self._free: queue.SimpleQueue[bytearray | None] = queue.SimpleQueue()
-        for _ in range(count):
-            self._free.put(bytearray())  # allocated when first taken
-
-    def take(self, size: int) -> memoryview:
-        """Return a writable view of exactly ``size`` bytes (pump thread).
-
-        Raises:
-            _StreamClosedError: the consumer left.
-        """
-        buf = self._free.get()
-        if buf is None:
-            self._free.put(None)
-            raise _StreamClosedError
-        if len(buf) < size or not buf:
-            buf = bytearray(max(size, self._size))
-        with memoryview(buf) as whole:
-            return whole[:size]
-
-    def give_back(self, view: memoryview) -> None:
-        """Release a view the consumer is done with; reuse its buffer if free."""
-        buf = view.obj
-        try:
-            view.release()
-            if not isinstance(buf, bytearray):
-                buf = bytearray()
-            else:  # resizing fails while any view or export of the buffer is alive
-                buf.append(buf.pop())
-        except BufferError:
-            buf = bytearray()
-        self._free.put(buf)
-
-    def close(self) -> None:
-        """Make waiting and later :meth:`take` calls raise _StreamClosedError."""
-        self._free.put(None)
-
-
-_Streamed = tuple[ShardMeta, bytes | memoryview, _Buffers | None]
 
 
 class SnapshotWriter:
@@ -278,7 +208,16 @@ class SnapshotWriter:
             if base is None:
                 msg = f"owner {owner!r} has no committed epoch to apply a delta to"
                 raise ConfigError(msg)
-        shards = self._write_shards(owner, epoch, kind, key_groups, progress)
+        submitted: list[ShardMeta] = []
+        try:
+            shards = self._write_shards(
+                owner, epoch, kind, key_groups, progress, submitted
+            )
+        except BaseException:
+            # nothing refers to these replicas yet (the manifest is published only
+            # after every shard): left on the nodes, they would never be collected
+            self._discard(submitted)
+            raise
         prior = () if base is None else base.shard_ids
         manifest = Manifest(
             owner=owner,
@@ -352,32 +291,64 @@ class SnapshotWriter:
 
     def _delete_replicas(self, garbage: list[ShardMeta], report: GcReport) -> None:
         _, live = self._store.ring()
-        targets = [(m, h) for m in garbage for h in m.holders if h in live]
+        targets = [(m.shard_id, h) for m in garbage for h in m.holders if h in live]
         report.replicas_failed += sum(
             1 for m in garbage for h in m.holders if h not in live
         )
+        deleted = self._delete_each(targets, live, "gc")
+        report.replicas_deleted += deleted
+        report.replicas_failed += len(targets) - deleted
 
-        def delete(item: tuple[ShardMeta, str]) -> bool:
-            meta, holder = item
+    def _discard(self, written: list[ShardMeta]) -> None:
+        """Delete, best effort, the replicas of an epoch whose write failed.
+
+        A failed put may have reached some of its preference list: every node of
+        the list is asked.
+        """
+        if not written:
+            return
+        try:
+            _, live = self._store.ring()
+            targets = [
+                (m.shard_id, h)
+                for m in written
+                for h in self._store.preference_list(m.shard_id)
+                if h in live
+            ]
+        except StorageError:
+            return  # no node alive: nothing to reach
+        deleted = self._delete_each(targets, live, "failed write")
+        logger.info(
+            "failed write of %s epoch %d: %d replicas of %d shards deleted",
+            written[0].owner,
+            written[0].epoch,
+            deleted,
+            len(written),
+        )
+
+    def _delete_each(
+        self, targets: list[tuple[str, str]], live: Mapping[str, NodeInfo], why: str
+    ) -> int:
+        """Delete each (shard id, node) replica; return how many went."""
+
+        def delete(item: tuple[str, str]) -> bool:
+            shard_id, holder = item
             try:
                 with self._store.pool.client(live[holder]) as client:
-                    client.delete(meta.shard_id)
+                    client.delete(shard_id)
             except StorageError as exc:
                 logger.warning(
-                    "gc: replica of %s on %s not deleted: %s",
-                    meta.shard_id,
+                    "%s: replica of %s on %s not deleted: %s",
+                    why,
+                    shard_id,
                     holder,
                     exc,
                 )
                 return False
             return True
 
-        with ThreadPoolExecutor(8, thread_name_prefix="sr3-gc") as pool:
-            for ok in pool.map(delete, targets):
-                if ok:
-                    report.replicas_deleted += 1
-                else:
-                    report.replicas_failed += 1
+        with ThreadPoolExecutor(8, thread_name_prefix="sr3-delete") as pool:
+            return sum(pool.map(delete, targets))
 
     def _write_shards(
         self,
@@ -386,6 +357,7 @@ class SnapshotWriter:
         kind: str,
         key_groups: Iterable[tuple[int, bytes]],
         progress: Progress | None,
+        submitted: list[ShardMeta],
     ) -> list[ShardMeta]:
         pending: list[Future[ShardMeta]] = []
         done: list[ShardMeta] = []
@@ -405,6 +377,7 @@ class SnapshotWriter:
                 )
                 while len(pending) >= self._in_flight:
                     done.append(pending.pop(0).result())
+                submitted.append(meta)
                 pending.append(pool.submit(self._store.put, meta, data))
                 if progress is not None:
                     progress(len(data))
@@ -424,173 +397,3 @@ class SnapshotWriter:
             size += len(blob)
         if batch:
             yield batch
-
-
-class SnapshotReader:
-    """Reads an owner's committed snapshot from the ring, all shards in parallel.
-
-    This is the plain parallel fetch used by ``sr3 snapshot get`` and repair
-    checks; ``sr3.recovery`` builds the star, line and tree structures.
-    """
-
-    def __init__(
-        self, *, store: ReplicatedStore, manifests: ManifestStore, parallel: int = 8
-    ) -> None:
-        self._store = store
-        self._manifests = manifests
-        self._parallel = parallel
-
-    def manifest(self, owner: str, epoch: int | None = None) -> Manifest:
-        """Return the manifest to read.
-
-        Raises:
-            RecoveryError: the owner has no committed epoch.
-        """
-        if epoch is not None:
-            return self._manifests.manifest(owner, epoch)
-        latest = self._manifests.latest(owner)
-        if latest is None:
-            msg = f"owner {owner!r} has no committed snapshot; write one first"
-            raise RecoveryError(msg)
-        return latest
-
-    def fetch(
-        self, manifest: Manifest, *, progress: Progress | None = None
-    ) -> Iterator[FetchedShard]:
-        """Yield the manifest's shards in manifest order, decoded but kept lazy.
-
-        Raises:
-            ShardNotFoundError: a shard has no live valid replica.
-            CoordinationError: a shard record is missing from the manifest store.
-        """
-        metas = self._manifests.shards(manifest.owner)
-        missing = [s for s in manifest.shard_ids if s not in metas]
-        if missing:
-            msg = (
-                f"manifest {manifest.owner}@{manifest.epoch} lists shards with no "
-                f"record: {missing}"
-            )
-            raise CoordinationError(msg)
-        # a bounded window of shards in flight: memory stays at a few shards when
-        # the caller consumes as it goes, instead of the whole snapshot
-        window = 2 * self._parallel
-        ids = iter(manifest.shard_ids)
-        with ThreadPoolExecutor(self._parallel, thread_name_prefix="sr3-read") as pool:
-            pending: deque[Future[FetchedShard]] = deque(
-                pool.submit(self._fetch_one, metas[sid]) for sid in islice(ids, window)
-            )
-            while pending:
-                shard = pending.popleft().result()
-                nxt = next(ids, None)
-                if nxt is not None:
-                    pending.append(pool.submit(self._fetch_one, metas[nxt]))
-                if progress is not None:
-                    progress(shard.meta.size)
-                yield shard
-                del shard
-
-    def stream(
-        self, manifest: Manifest, *, window: int = 4
-    ) -> Iterator[tuple[ShardMeta, bytes | memoryview]]:
-        """Yield every shard's checked payload as it arrives, in no fixed order.
-
-        Each shard is assigned to one live holder, spreading bytes evenly; one
-        pipelined connection per holder moves its shards (``window`` requests in
-        flight) straight into a few receive buffers of that holder, reused from
-        shard to shard. Shards a holder fails to serve are read through the
-        replicated store, which tries the other holders. For bulk reads that do
-        not need manifest order (copies, scans, benchmarks); :meth:`fetch` keeps
-        order and hands out payloads to keep.
-
-        A payload is a ``memoryview`` (or ``bytes``, when read through the store)
-        valid until the next shard is asked for: the view is then released (using
-        it raises ``ValueError``) and its buffer reused, unless the caller still
-        holds views or exports of it. Copy it (``bytes(data)``) to keep it.
-
-        Raises:
-            ShardNotFoundError: a shard has no live valid replica.
-            ChecksumError: a shard has no replica passing its crc32.
-        """
-        metas = self._manifests.shards(manifest.owner)
-        _, live = self._store.ring()
-        load: dict[str, int] = {}
-        plan: dict[str, list[ShardMeta]] = {}
-        orphans: list[ShardMeta] = []
-        for sid in manifest.shard_ids:
-            meta = metas[sid]
-            holders = [h for h in meta.holders if h in live]
-            if not holders:
-                orphans.append(meta)
-                continue
-            node = min(holders, key=lambda h: load.get(h, 0))
-            load[node] = load.get(node, 0) + meta.size
-            plan.setdefault(node, []).append(meta)
-        out: queue.Queue[_Streamed | Exception | None] = queue.Queue(
-            maxsize=2 * window * max(len(plan), 1)
-        )
-        pools = {
-            node: _Buffers(window + 1, max(m.size for m in shards))
-            for node, shards in plan.items()
-        }
-
-        def pump(node_id: str, shards: list[ShardMeta]) -> None:
-            done = 0
-            buffers = pools[node_id]
-            try:
-                try:
-                    with self._store.pool.client(live[node_id]) as client:
-                        ids = [m.shard_id for m in shards]
-                        got = client.get_many(ids, window=window, into=buffers.take)
-                        for (_, view), meta in zip(got, shards, strict=False):
-                            out.put((meta, view, buffers))
-                            done += 1
-                except (StorageError, ChecksumError) as exc:
-                    logger.info("stream from %s stopped: %s", node_id, exc)
-                for meta in shards[done:]:
-                    data, _ = self._store.get(meta)
-                    out.put((meta, data, None))
-            except _StreamClosedError:
-                return  # the consumer left: nobody reads the queue
-            except Exception as exc:  # a bug or an odd failure: the consumer raises it
-                out.put(exc)
-            out.put(None)
-
-        threads = [
-            threading.Thread(target=pump, args=item, daemon=True)
-            for item in plan.items()
-        ]
-        for t in threads:
-            t.start()
-        failure: Exception | None = None
-        try:
-            for meta in orphans:
-                data, _ = self._store.get(meta)
-                yield meta, data
-            running = len(threads)
-            while running:
-                item = out.get()
-                if item is None:
-                    running -= 1
-                elif isinstance(item, Exception):
-                    failure = failure or item
-                else:
-                    meta, payload, buffers = item
-                    if failure is None:
-                        yield meta, payload
-                    if buffers is not None and isinstance(payload, memoryview):
-                        buffers.give_back(payload)
-            for t in threads:
-                t.join()
-        finally:
-            for buffers in pools.values():
-                buffers.close()  # a pump waiting for a buffer stops
-        if failure is not None:
-            raise failure
-
-    def _fetch_one(self, meta: ShardMeta) -> FetchedShard:
-        data, outcome = self._store.get(meta)
-        # the client checked the payload against the manifest's crc32
-        decoded = decode_shard(data, shard_id=meta.shard_id, verified=True)
-        return FetchedShard(
-            meta=meta, served_by=outcome.served_by, key_groups=dict(decoded.key_groups)
-        )

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sr3.snapshot import _Buffers, _StreamClosedError
+from sr3.snapshot_reader import _Buffers, _StreamClosedError
 
 
 def test_a_released_buffer_is_reused_and_its_old_view_refuses_use() -> None:
