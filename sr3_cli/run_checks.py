@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
-from storm_bridge.cluster.settings import INTEGER_BOXING_KEY
+from storm_bridge.groupings import INTEGER_BOXING_KEY
 from storm_bridge.native import MODE_KEY
 from storm_bridge.outputs import KEY_FIELDS_KEY
 from storm_bridge.runner import INTERVAL_KEY, TIMEOUT_KEY, NodeKill, TaskKill

@@ -65,6 +65,27 @@ class IntegerBoxing(enum.Enum):
     LONG = "long"
     INTEGER = "integer"
 
+    @classmethod
+    def of(cls, conf: Mapping[str, Any]) -> IntegerBoxing:
+        """The boxing a topology conf asks for (``sr3.storm.json.integer.boxing``).
+
+        Raises:
+            ValueError: neither ``long`` nor ``integer``; the message names the fix.
+        """
+        name = conf.get(INTEGER_BOXING_KEY, cls.LONG.value)
+        try:
+            return cls(name)
+        except ValueError:
+            msg = (
+                f"conf {INTEGER_BOXING_KEY}={name!r} must be "
+                "'long' (Storm < 2.6) or 'integer' (Storm >= 2.6)"
+            )
+            raise ValueError(msg) from None
+
+
+#: Conf key choosing how JSON integers are hashed by fields groupings.
+INTEGER_BOXING_KEY: Final = "sr3.storm.json.integer.boxing"
+
 
 def _i32(value: int) -> int:
     value &= _MASK32

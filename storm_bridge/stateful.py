@@ -28,7 +28,7 @@ from storm_bridge.barriers import (
     with_barrier,
 )
 from storm_bridge.errors import StormBridgeError
-from storm_bridge.groupings import fields_task_index
+from storm_bridge.groupings import IntegerBoxing, fields_task_index
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode
 
 __all__ = ["StateKeyError", "StatefulBolt"]
@@ -44,9 +44,9 @@ class StateKeyError(StormBridgeError, KeyError):
     """A tuple reached a stateful bolt without a key (no fields grouping)."""
 
 
-def _route(key: tuple[Any, ...], *, tasks: int) -> int:
+def _route(key: tuple[Any, ...], *, tasks: int, boxing: IntegerBoxing) -> int:
     """Return the task Storm's fields grouping sends ``key`` to among ``tasks``."""
-    return fields_task_index(list(key), tasks)
+    return fields_task_index(list(key), tasks, boxing)
 
 
 class StatefulBolt(Bolt):
@@ -177,7 +177,10 @@ class StatefulBolt(Bolt):
                 record=record,
                 key_group_count=groups,
                 mechanism=mechanism,
-                route=functools.partial(_route, tasks=count),
+                # as the router hashes: a rescaled task keeps the keys it gets
+                route=functools.partial(
+                    _route, tasks=count, boxing=IntegerBoxing.of(storm_conf)
+                ),
             )
             params.update(report.to_dict())
         else:

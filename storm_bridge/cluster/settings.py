@@ -76,8 +76,6 @@ _STORM_KEY_PREFIXES: Final = (
     "dev.zookeeper.",
     "java.library.path",
 )
-#: Conf key choosing how JSON integers are hashed by fields groupings.
-INTEGER_BOXING_KEY: Final = "sr3.storm.json.integer.boxing"
 #: Conf key: how long a spout must emit nothing before ``--until-idle`` calls it dry.
 IDLE_QUIET_KEY: Final = "sr3.idle.quiet.s"
 _DEFAULT_IDLE_QUIET_S: Final = 2.0
@@ -172,15 +170,10 @@ class TaskSettings:
         pending = _optional_number(conf, "topology.max.spout.pending")
         tick = _optional_number(conf, "topology.tick.tuple.freq.secs")
         quiet = _optional_number(conf, IDLE_QUIET_KEY)
-        boxing_name = conf.get(INTEGER_BOXING_KEY, IntegerBoxing.LONG.value)
         try:
-            boxing = IntegerBoxing(boxing_name)
-        except ValueError:
-            msg = (
-                f"conf {INTEGER_BOXING_KEY}={boxing_name!r} must be "
-                "'long' (Storm < 2.6) or 'integer' (Storm >= 2.6)"
-            )
-            raise TopologyError(msg) from None
+            boxing = IntegerBoxing.of(conf)
+        except ValueError as exc:
+            raise TopologyError(str(exc)) from None
         return cls(
             subprocess_timeout_s=timeout,
             message_timeout_s=message_timeout,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,39 @@ def test_a_state_of_big_ints_survives_a_kill(lab: Lab) -> None:
     assert all(
         fields["history"][-1] == -products[key[0]] for key, fields in state.items()
     )
+
+
+@pytest.mark.parametrize("boxing", ["long", "integer"])
+def test_a_rescaled_bolt_keeps_every_key_under_either_integer_boxing(
+    lab: Lab, boxing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the router hashes int keys as Storm 2.6's json-smart does with `integer`;
+    # a task restored after a rescale kept the keys Long hashing sends it, so
+    # negative keys landed on one task and their counts on another
+    ring = RingAccess(lab.config(Sr3Config()))
+    conf = {"sr3.storm.json.integer.boxing": boxing}
+    topology = TOPOLOGIES / "sbt_boxed_keys.py"
+    try:
+        monkeypatch.setenv("SBT_COUNT_PAR", "2")
+        first = RunOptions(until_idle=True, conf={**conf, "sbt.count": 100})
+        run_topology(topology, ring=ring, options=first)
+        monkeypatch.setenv("SBT_COUNT_PAR", "3")
+        # load the topology file again, as a second `sr3 run` would
+        monkeypatch.delitem(sys.modules, "sbt_boxed_keys", raising=False)
+        again = RunOptions(
+            until_idle=True, resume=True, conf={**conf, "sbt.count": 200}
+        )
+        report = run_topology(topology, ring=ring, options=again)
+        _, state = ring.committed_state("sbt_boxed_keys", "count")
+        record = ring.committed("sbt_boxed_keys")
+    finally:
+        ring.close()
+    assert report.idle is True
+    assert record is not None
+    assert sorted(o for o in record.owners if "/count/" in o) == [
+        f"sbt_boxed_keys/count/{i}" for i in range(3)
+    ]
+    keys = [-3, -2, -1, 0, 1, 2, 3, 2**31, -(2**31) - 1, 10**12]
+    assert {key[0]: fields["n"] for key, fields in state.items()} == {
+        k: 20 for k in keys
+    }
