@@ -53,7 +53,7 @@ from sr3.codec import (
 from sr3.errors import ConfigError
 from sr3.keygroups import key_group_of_encoded
 from sr3.manifest import Manifest
-from storm_bridge.groupings import fields_task_index
+from storm_bridge.groupings import IntegerBoxing, fields_task_index
 from storm_bridge.topology import LoadedTopology
 from zk.access import RingAccess
 from zk.checkpoints import CommitRecord
@@ -186,6 +186,8 @@ class BatchCommitter:
         owners: The stateful owners (:func:`stateful_owners`).
         query_id: Identity of the Spark checkpoint (its query id).
         max_chain: Non-empty deltas before an owner is compacted.
+        boxing: How Storm's fields grouping hashes int keys, to place each key
+            with the Storm task that owns it.
     """
 
     def __init__(
@@ -196,6 +198,7 @@ class BatchCommitter:
         owners: Sequence[Owner],
         query_id: str,
         max_chain: int = _DEFAULT_CHAIN,
+        boxing: IntegerBoxing = IntegerBoxing.LONG,
     ) -> None:
         if max_chain < 1:
             msg = f"{_CHAIN}={max_chain}: use at least 1"
@@ -208,6 +211,7 @@ class BatchCommitter:
             self._by_component.setdefault(owner.component, []).append(owner)
         self._query = query_id
         self._max_chain = max_chain
+        self._boxing = boxing
         self._bases: dict[str, Manifest | None] = {}
         self._chain: dict[str, int] = {}
         self._offsets: dict[str, Any] = {}
@@ -291,7 +295,7 @@ class BatchCommitter:
                 continue
             tasks = owners[0].tasks
             for key, blob in keys.items():
-                index = fields_task_index(list(decode_key(key)), tasks)
+                index = fields_task_index(list(decode_key(key)), tasks, self._boxing)
                 per_owner[owners[index].name][key] = blob
         offsets = {**self._offsets, **offsets}
         report = BatchCommit(batch, epoch, keys=sum(len(c) for c in per_owner.values()))
@@ -403,7 +407,7 @@ class BatchCommitter:
                 old, record, key_group_count=owners[0].key_groups, mechanism="star"
             )
             for key, fields in state.items():
-                index = fields_task_index(list(key), len(owners))
+                index = fields_task_index(list(key), len(owners), self._boxing)
                 out[owners[index].name][encode_key(key)] = fields
         logger.info(
             "%s rescaled from %d to %d tasks: every task rewritten in full",

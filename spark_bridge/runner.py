@@ -52,6 +52,7 @@ from spark_bridge.ring import (
     stateful_owners,
 )
 from spark_bridge.sink import SINK_DIR, BatchSink, build_report, final_state
+from storm_bridge.groupings import IntegerBoxing
 from storm_bridge.topology import LoadedTopology, load_topology
 from zk.access import RingAccess
 from zk.checkpoints import CommitRecord
@@ -156,6 +157,7 @@ def _start(  # noqa: PLR0913 (the start's inputs)
         owners=owners,
         query_id=query,
         max_chain=max_chain,
+        boxing=IntegerBoxing.of({**topology.config, **conf}),
     )
     record = committer.open()
     start = _Start(committer=committer, record=record)

@@ -62,7 +62,7 @@ from spark_bridge.rows import (
 from sr3.codec import decode_value, encode_value
 from sr3.errors import ConfigError
 from sr3.state import KeyState
-from storm_bridge.groupings import fields_task_index
+from storm_bridge.groupings import IntegerBoxing, fields_task_index
 from storm_bridge.topology import LoadedTopology
 
 __all__ = [
@@ -150,6 +150,8 @@ class BoltStageBase:
             if sub.grouping.kind.value == _FIELDS
         }
         self.tasks = info.tasks
+        #: how Storm's router hashes int keys (``sr3.storm.json.integer.boxing``)
+        self.boxing = IntegerBoxing.of({**topology.config, **ref.conf})
         self.on_error = on_error or error_policy(topology, ref.component, ref.conf)
         self._hosts: dict[int, BoltHost] = {}
 
@@ -161,7 +163,7 @@ class BoltStageBase:
 
         An empty key (a global grouping) is the lowest task, as in Storm.
         """
-        return fields_task_index(key, self.tasks) if key else 0
+        return fields_task_index(key, self.tasks, self.boxing) if key else 0
 
     def host(self, index: int | None = None) -> BoltHost:
         """Return the hosted task ``index`` (default: partition id modulo tasks)."""

@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from sr3.errors import ConfigError
+
 __all__ = [
     "AllGrouper",
     "DirectGrouper",
@@ -70,7 +72,7 @@ class IntegerBoxing(enum.Enum):
         """The boxing a topology conf asks for (``sr3.storm.json.integer.boxing``).
 
         Raises:
-            ValueError: neither ``long`` nor ``integer``; the message names the fix.
+            ConfigError: neither ``long`` nor ``integer``; the message names the fix.
         """
         name = conf.get(INTEGER_BOXING_KEY, cls.LONG.value)
         try:
@@ -80,7 +82,7 @@ class IntegerBoxing(enum.Enum):
                 f"conf {INTEGER_BOXING_KEY}={name!r} must be "
                 "'long' (Storm < 2.6) or 'integer' (Storm >= 2.6)"
             )
-            raise ValueError(msg) from None
+            raise ConfigError(msg) from None
 
 
 #: Conf key choosing how JSON integers are hashed by fields groupings.

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from spark_bridge import UnsupportedTopologyError, final_state, plan_topology
 from sr3.codec import decode_value
-from storm_bridge.groupings import fields_task_index
+from storm_bridge.groupings import IntegerBoxing, fields_task_index
 from storm_bridge.topology import load_topology
 from tests.integration.spark_bridge.test_dag import TOPOLOGIES, emits, run, sink_rows
 
@@ -27,9 +27,9 @@ pytestmark = pytest.mark.spark
 N = 12
 
 
-def storm_task(k: int, tasks: int) -> int:
+def storm_task(k: int, tasks: int, boxing: IntegerBoxing = IntegerBoxing.LONG) -> int:
     """Return the task index Storm's fields grouping picks for key ``[k]``."""
-    return fields_task_index([k], tasks)
+    return fields_task_index([k], tasks, boxing)
 
 
 def test_fields_and_global_groupings_run_on_the_task_storm_picks(
@@ -44,6 +44,25 @@ def test_fields_and_global_groupings_run_on_the_task_storm_picks(
     assert sorted(map(tuple, emits(rows, "glob"))) == [(n, 0) for n in range(N)]
     assert final_state(checkpoint, "keyed") == {
         json.dumps([k]): {"tasks": [storm_task(k, 3)]} for k in range(3)
+    }
+
+
+def test_negative_int_keys_run_where_storm_2_6_sends_them(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Storm 2.6 parses JSON ints as Integer (sr3.storm.json.integer.boxing):
+    # key -1 then hashes to -1, not to Long's 0, and goes to another task
+    boxing = IntegerBoxing.INTEGER
+    conf = {"dag.n": N, "dag.key.shift": 2, "sr3.storm.json.integer.boxing": "integer"}
+    checkpoint = run(spark, "sb_dag_tasks", tmp_path, rows=3, **conf)
+    rows = sink_rows(checkpoint)
+
+    by_key = {n: storm_task(n % 3 - 2, 3, boxing) for n in range(N)}
+    assert by_key != {n: storm_task(n % 3 - 2, 3) for n in range(N)}
+    assert sorted(map(tuple, emits(rows, "fields"))) == sorted(by_key.items())
+    assert sorted(map(tuple, emits(rows, "keyed"))) == sorted(by_key.items())
+    assert final_state(checkpoint, "keyed") == {
+        json.dumps([k]): {"tasks": [storm_task(k, 3, boxing)]} for k in (-2, -1, 0)
     }
 
 

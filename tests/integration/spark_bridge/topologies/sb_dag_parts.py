@@ -26,6 +26,7 @@ class Numbers(ReplayableSpout):
         self.index, self.step = task_index(context)
         self.limit = int(conf.get("dag.n", 12))
         self.scale = int(conf.get("dag.scale", 1))
+        self.shift = int(conf.get("dag.key.shift", 0))  # negative keys when > 0
         self.next = self.index
 
     def seek(self, offset):
@@ -35,7 +36,7 @@ class Numbers(ReplayableSpout):
         if self.next < self.limit:
             n = self.next
             self.next += self.step
-            self.emit([n * self.scale, n % 3], offset=n)
+            self.emit([n * self.scale, n % 3 - self.shift], offset=n)
 
 
 class Double(Bolt):
