@@ -12,9 +12,8 @@ the same task sees on the Storm engine (and on a Storm cluster):
   components (the acker ``__acker`` included) sorted by id in Java string order
   and numbered from 1, plus the streams, groupings and fields around the task.
 
-The tables mirror ``storm_bridge.cluster.settings`` and
-``storm_bridge.cluster.context``, which the Spark bridge may not import (they
-are the Storm engine's runtime); a test checks that both agree.
+Both come from :mod:`storm_bridge.stormconf`, which the Storm engine builds its
+tasks' conf and context with.
 """
 
 from __future__ import annotations
@@ -22,6 +21,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from storm_bridge.stormconf import (
+    ACKER_COMPONENT,
+    COMPONENT_OVERRIDABLE_KEYS,
+    STORM_DEFAULTS,
+    assign_task_ids,
+    component_conf,
+    task_context,
+    topology_conf,
+)
 from storm_bridge.topology import LoadedTopology
 
 __all__ = [
@@ -33,56 +41,6 @@ __all__ = [
     "task_ids",
 ]
 
-ACKER_COMPONENT: Final = "__acker"
-#: The subset of Storm's ``defaults.yaml`` the Storm engine passes on.
-STORM_DEFAULTS: Final[Mapping[str, Any]] = {
-    "storm.cluster.mode": "local",
-    "supervisor.worker.timeout.secs": 30,
-    "topology.workers": 1,
-    "topology.acker.executors": None,
-    "topology.debug": False,
-    "topology.enable.message.timeouts": True,
-    "topology.max.spout.pending": None,
-    "topology.message.timeout.secs": 30,
-    "topology.multilang.serializer": "org.apache.storm.multilang.JsonSerializer",
-    "topology.shellbolt.max.pending": 100,
-    "topology.tick.tuple.freq.secs": None,
-    "topology.testing.always.try.serialize": False,
-}
-#: Storm keys a component's own conf may override (Storm drops the others).
-COMPONENT_OVERRIDABLE_KEYS: Final = frozenset(
-    {
-        "topology.debug",
-        "topology.max.spout.pending",
-        "topology.max.task.parallelism",
-        "topology.transactional.id",
-        "topology.tick.tuple.freq.secs",
-        "topology.sleep.spout.wait.strategy.time.ms",
-        "topology.spout.wait.strategy",
-        "topology.bolts.window.length.count",
-        "topology.bolts.window.length.duration.ms",
-        "topology.bolts.sliding.interval.count",
-        "topology.bolts.sliding.interval.duration.ms",
-        "topology.bolts.tuple.timestamp.max.lag.ms",
-        "topology.bolts.message.id.field.name",
-        "topology.state.provider",
-        "topology.state.provider.config",
-        "topology.bolts.late.tuple.stream",
-    }
-)
-_STORM_KEY_PREFIXES: Final = (
-    "topology.",
-    "storm.",
-    "supervisor.",
-    "nimbus.",
-    "worker.",
-    "drpc.",
-    "ui.",
-    "logviewer.",
-    "pacemaker.",
-    "dev.zookeeper.",
-    "java.library.path",
-)
 #: Conf keys the bridge removes: they would make storm_bridge open its own ring.
 _STORM_RING_KEYS: Final = ("sr3.zk.hosts",)
 
@@ -90,11 +48,7 @@ _STORM_RING_KEYS: Final = ("sr3.zk.hosts",)
 def _topology_conf(
     topology: LoadedTopology, overrides: Mapping[str, Any]
 ) -> dict[str, Any]:
-    conf = dict(STORM_DEFAULTS)
-    conf.update(topology.config)
-    conf.update(overrides)
-    conf["topology.name"] = topology.name
-    return conf
+    return topology_conf(topology.name, topology.config, overrides)
 
 
 def storm_conf(
@@ -105,17 +59,12 @@ def storm_conf(
     The ``sr3.zk.hosts`` key is dropped so storm_bridge does not open a ring
     itself: on Spark the bridge writes the state.
     """
-    conf = _topology_conf(topology, overrides)
-    for key, value in topology.components[component].config.items():
-        if key in COMPONENT_OVERRIDABLE_KEYS or not key.startswith(_STORM_KEY_PREFIXES):
-            conf[key] = value
+    conf = component_conf(
+        _topology_conf(topology, overrides), topology.components[component].config
+    )
     for key in _STORM_RING_KEYS:
         conf.pop(key, None)
     return conf
-
-
-def _java_order(component_id: str) -> bytes:
-    return component_id.encode("utf-16-be")  # String.compareTo compares UTF-16 units
 
 
 def _acker_tasks(conf: Mapping[str, Any]) -> int:
@@ -130,17 +79,7 @@ def _acker_tasks(conf: Mapping[str, Any]) -> int:
 
 def task_ids(topology: LoadedTopology, overrides: Mapping[str, Any]) -> dict[int, str]:
     """Return task id -> component id for every task, Storm's acker included."""
-    counts = {name: comp.tasks for name, comp in topology.components.items()}
-    ackers = _acker_tasks(_topology_conf(topology, overrides))
-    if ackers > 0:
-        counts[ACKER_COMPONENT] = ackers
-    ids: dict[int, str] = {}
-    next_id = 1
-    for name in sorted(counts, key=_java_order):
-        for _ in range(counts[name]):
-            ids[next_id] = name
-            next_id += 1
-    return ids
+    return assign_task_ids(topology, _acker_tasks(_topology_conf(topology, overrides)))
 
 
 def storm_context(
@@ -152,27 +91,4 @@ def storm_context(
     """Return the handshake ``context`` of task ``index`` of ``component``."""
     ids = task_ids(topology, overrides or {})
     own = [task for task, name in sorted(ids.items()) if name == component]
-    comp = topology.components[component]
-    targets: dict[str, dict[str, Any]] = {}
-    for other in topology.components.values():
-        for sub in other.inputs:
-            if sub.source == component:
-                targets.setdefault(sub.stream, {})[other.name] = (
-                    sub.grouping.to_context()
-                )
-    sources: dict[str, dict[str, Any]] = {}
-    source_fields: dict[str, dict[str, list[str]]] = {}
-    for sub in comp.inputs:
-        sources.setdefault(sub.source, {})[sub.stream] = sub.grouping.to_context()
-        fields = topology.components[sub.source].outputs[sub.stream].fields
-        source_fields.setdefault(sub.source, {})[sub.stream] = list(fields)
-    return {
-        "task->component": {str(t): c for t, c in ids.items()},
-        "taskid": own[index % len(own)],
-        "componentid": component,
-        "streams": list(comp.outputs),
-        "stream->outputfields": {s: list(o.fields) for s, o in comp.outputs.items()},
-        "stream->target->grouping": targets,
-        "source->stream->grouping": sources,
-        "source->stream->fields": source_fields,
-    }
+    return task_context(topology, own[index % len(own)], ids)

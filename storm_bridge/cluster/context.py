@@ -1,19 +1,19 @@
-"""Task ids, the per-task topology context of the handshake, and tuple routing.
+"""Tuple routing and the cycles barriers skip, for the local cluster.
 
-Task ids follow Storm's ``StormCommon.stormTaskInfo``: components (the acker
-``__acker`` included) sorted by id, Java string order, numbered from 1, each
-getting as many consecutive ids as it has tasks. The context is what
-``TopologyContext.toJSONString`` sends to a multilang subprocess.
+Task ids and the handshake context (Storm's ``StormCommon.stormTaskInfo`` and
+``TopologyContext.toJSONString``) are :mod:`storm_bridge.stormconf`'s, which the
+Spark bridge shares; they are re-exported here.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any
 
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.groupings import DirectGrouper, Grouper, IntegerBoxing, make_grouper
+from storm_bridge.stormconf import ACKER_COMPONENT, assign_task_ids, task_context
 from storm_bridge.topology import ComponentInfo, LoadedTopology
 
 __all__ = [
@@ -25,15 +25,9 @@ __all__ = [
     "task_context",
 ]
 
-ACKER_COMPONENT: Final = "__acker"
-
 
 class RoutingError(StormBridgeError, ValueError):
     """An emit Storm's ``Task.getOutgoingTasks`` would reject (the emitter dies)."""
-
-
-def _java_order(component_id: str) -> bytes:
-    return component_id.encode("utf-16-be")  # String.compareTo compares UTF-16 units
 
 
 def back_edges(topology: LoadedTopology) -> frozenset[tuple[str, str]]:
@@ -71,51 +65,6 @@ def back_edges(topology: LoadedTopology) -> frozenset[tuple[str, str]]:
                 path.add(nxt)
                 stack.append((nxt, iter(subscribers[nxt])))
     return frozenset(loops)
-
-
-def assign_task_ids(topology: LoadedTopology, acker_tasks: int) -> dict[int, str]:
-    """Return task id -> component id for every task, the acker's included."""
-    counts = {name: comp.tasks for name, comp in topology.components.items()}
-    if acker_tasks > 0:
-        counts[ACKER_COMPONENT] = acker_tasks
-    task_to_component: dict[int, str] = {}
-    next_id = 1
-    for name in sorted(counts, key=_java_order):
-        for _ in range(counts[name]):
-            task_to_component[next_id] = name
-            next_id += 1
-    return task_to_component
-
-
-def task_context(
-    topology: LoadedTopology, task_id: int, task_to_component: Mapping[int, str]
-) -> dict[str, Any]:
-    """Return the ``context`` map of the handshake for ``task_id``."""
-    name = task_to_component[task_id]
-    comp = topology.components[name]
-    targets: dict[str, dict[str, Any]] = {}
-    for other in topology.components.values():
-        for sub in other.inputs:
-            if sub.source == name:
-                targets.setdefault(sub.stream, {})[other.name] = (
-                    sub.grouping.to_context()
-                )
-    sources: dict[str, dict[str, Any]] = {}
-    source_fields: dict[str, dict[str, list[str]]] = {}
-    for sub in comp.inputs:
-        sources.setdefault(sub.source, {})[sub.stream] = sub.grouping.to_context()
-        fields = topology.components[sub.source].outputs[sub.stream].fields
-        source_fields.setdefault(sub.source, {})[sub.stream] = list(fields)
-    return {
-        "task->component": {str(t): c for t, c in task_to_component.items()},
-        "taskid": task_id,
-        "componentid": name,
-        "streams": list(comp.outputs),
-        "stream->outputfields": {s: list(o.fields) for s, o in comp.outputs.items()},
-        "stream->target->grouping": targets,
-        "source->stream->grouping": sources,
-        "source->stream->fields": source_fields,
-    }
 
 
 class Router:

@@ -16,6 +16,12 @@ from typing import Any, Final
 from sr3.errors import ConfigError
 from storm_bridge.errors import TopologyError
 from storm_bridge.groupings import IntegerBoxing
+from storm_bridge.stormconf import (
+    COMPONENT_OVERRIDABLE_KEYS,
+    STORM_DEFAULTS,
+    component_conf,
+    topology_conf,
+)
 
 __all__ = [
     "COMPONENT_OVERRIDABLE_KEYS",
@@ -26,85 +32,9 @@ __all__ = [
     "topology_conf",
 ]
 
-#: The subset of Storm's ``defaults.yaml`` the local cluster reads or passes on.
-STORM_DEFAULTS: Final[Mapping[str, Any]] = {
-    "storm.cluster.mode": "local",
-    "supervisor.worker.timeout.secs": 30,
-    "topology.workers": 1,
-    "topology.acker.executors": None,
-    "topology.debug": False,
-    "topology.enable.message.timeouts": True,
-    "topology.max.spout.pending": None,
-    "topology.message.timeout.secs": 30,
-    "topology.multilang.serializer": "org.apache.storm.multilang.JsonSerializer",
-    "topology.shellbolt.max.pending": 100,
-    "topology.tick.tuple.freq.secs": None,
-    "topology.testing.always.try.serialize": False,
-}
-
-#: Storm keys a component's own conf may override (everything else Storm drops).
-COMPONENT_OVERRIDABLE_KEYS: Final = frozenset(
-    {
-        "topology.debug",
-        "topology.max.spout.pending",
-        "topology.max.task.parallelism",
-        "topology.transactional.id",
-        "topology.tick.tuple.freq.secs",
-        "topology.sleep.spout.wait.strategy.time.ms",
-        "topology.spout.wait.strategy",
-        "topology.bolts.window.length.count",
-        "topology.bolts.window.length.duration.ms",
-        "topology.bolts.sliding.interval.count",
-        "topology.bolts.sliding.interval.duration.ms",
-        "topology.bolts.tuple.timestamp.max.lag.ms",
-        "topology.bolts.message.id.field.name",
-        "topology.state.provider",
-        "topology.state.provider.config",
-        "topology.bolts.late.tuple.stream",
-    }
-)
-_STORM_KEY_PREFIXES: Final = (
-    "topology.",
-    "storm.",
-    "supervisor.",
-    "nimbus.",
-    "worker.",
-    "drpc.",
-    "ui.",
-    "logviewer.",
-    "pacemaker.",
-    "dev.zookeeper.",
-    "java.library.path",
-)
 #: Conf key: how long a spout must emit nothing before ``--until-idle`` calls it dry.
 IDLE_QUIET_KEY: Final = "sr3.idle.quiet.s"
 _DEFAULT_IDLE_QUIET_S: Final = 2.0
-
-
-def topology_conf(
-    name: str, class_conf: Mapping[str, Any], overrides: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Return the topology-wide conf: defaults, class conf, overrides, name."""
-    conf = dict(STORM_DEFAULTS)
-    conf.update(class_conf)
-    conf.update(overrides)
-    conf["topology.name"] = name
-    return conf
-
-
-def _is_storm_key(key: str) -> bool:
-    return key.startswith(_STORM_KEY_PREFIXES)
-
-
-def component_conf(
-    topo_conf: Mapping[str, Any], own: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Return a component's effective conf, as Storm's executors compute it."""
-    conf = dict(topo_conf)
-    for key, value in own.items():
-        if key in COMPONENT_OVERRIDABLE_KEYS or not _is_storm_key(key):
-            conf[key] = value
-    return conf
 
 
 def _optional_number(conf: Mapping[str, Any], key: str) -> float | None:

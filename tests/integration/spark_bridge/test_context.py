@@ -17,7 +17,6 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_bridge import QueryFailedError, final_state, run_topology
-from spark_bridge.context import COMPONENT_OVERRIDABLE_KEYS, STORM_DEFAULTS
 from sr3.codec import decode_value
 from storm_bridge.cluster import settings
 from storm_bridge.cluster.context import assign_task_ids, task_context
@@ -66,11 +65,6 @@ def test_initialize_gets_the_storm_engines_conf_and_context(
     assert final_state(tmp_path / "ck", "alpha") == {
         json.dumps([k]): {"n": sum(n for n in range(6) if n % 3 == k)} for k in range(3)
     }
-
-
-def test_the_storm_tables_the_bridge_mirrors_agree_with_the_storm_engines() -> None:
-    assert dict(STORM_DEFAULTS) == dict(settings.STORM_DEFAULTS)
-    assert COMPONENT_OVERRIDABLE_KEYS == settings.COMPONENT_OVERRIDABLE_KEYS
 
 
 @pytest.mark.parametrize(
