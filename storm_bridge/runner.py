@@ -237,10 +237,15 @@ class _Run:
 
     def _node_left(self, node: str) -> None:
         cause = f"ring node {node}"
-        try:
-            self.cluster.rollback(cause)
-        except StormBridgeError as exc:
-            logger.warning("rollback after %s skipped: %s", cause, exc)
+        if self.cluster.with_coordinator(lambda c: c.rolls_back):
+            try:
+                self.cluster.rollback(cause)
+            except StormBridgeError as exc:
+                logger.warning("rollback after %s skipped: %s", cause, exc)
+        else:
+            # no stateful bolt, no replayable spout: no task keeps anything in
+            # the ring, and restarting them all would only lose their memory
+            logger.info("%s left the ring; nothing to roll back", cause)
         with self._nodes_handled:
             self._nodes_pending.discard(node)
             self._nodes_handled.notify_all()

@@ -252,8 +252,9 @@ class Supervisor:
     def _timeout(self, rt: TaskRuntime, silent_s: float) -> None:
         limit = rt.settings.subprocess_timeout_s
         detail = (
-            f"subprocess heartbeat timeout: silent for {silent_s:.1f} s, "
-            f"topology.subprocess.timeout.secs is {limit:g}"
+            f"subprocess heartbeat timeout: silent for {silent_s:.1f} s, over the "
+            f"{limit:g} s of topology.subprocess.timeout.secs (when unset, "
+            "supervisor.worker.timeout.secs); raise it for a task that blocks longer"
         )
         self.die(rt, SubprocessTimeoutError(rt.component.name, rt.task_id, detail))
 

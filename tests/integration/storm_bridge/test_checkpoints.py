@@ -13,8 +13,12 @@ from typing import Any
 
 import pytest
 
+from sr3.config import Sr3Config
+from sr3_cli.lab import Lab
 from storm_bridge.cluster import EventKind, LocalCluster
 from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+from storm_bridge.runner import NodeKill, RunOptions, run_topology
+from storm_bridge.wiring import RingAccess
 
 TOPOLOGIES = Path(__file__).parent / "topologies"
 
@@ -190,3 +194,34 @@ def test_barriers_do_not_wait_on_a_cycle(tmp_path: Path) -> None:
             word, count = line.rsplit(" ", 1)
             counted[word] = max(counted.get(word, 0), int(count))
     assert counted == {w: words.count(w) for w in set(words)}
+
+
+@pytest.mark.zk
+def test_without_state_a_ring_node_loss_restarts_nothing(
+    lab: Lab, tmp_path: Path
+) -> None:
+    # no task keeps anything in the ring: losing a ring node used to roll the
+    # whole topology back, restarting every task and losing the counts so far
+    words = [w for w in ("ant", "bee", "cat", "dog", "eel", "fox") for _ in range(4)]
+    conf = {"sbt.sentences": words, "sbt.pause_s": 1.0, "sbt.out_dir": str(tmp_path)}
+    ring = RingAccess(lab.config(Sr3Config()))
+    options = RunOptions(
+        until_idle=True,
+        conf=conf,
+        node_kills=[NodeKill("node-2", at_s=1.5)],
+        timeout_s=TIMEOUT_S,
+    )
+    try:
+        report = run_topology(
+            TOPOLOGIES / "sbt_paused.py",
+            ring=ring,
+            options=options,
+            kill_node=lambda node: lab.kill_nodes([node]),
+        )
+    finally:
+        ring.close()
+    assert report.idle is True
+    assert report.recoveries == []
+    assert sorted(report.outputs["count_bolt"].values()) == sorted(
+        [w, words.count(w)] for w in set(words)
+    )
