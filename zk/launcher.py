@@ -216,8 +216,9 @@ class EmbeddedZooKeeper:
         pid = self.detached_pid(self.data_dir)
         if pid is not None:
             msg = (
-                f"a detached ZooKeeper (pid {pid}) already runs in {self.data_dir}; "
-                "stop it first with EmbeddedZooKeeper.stop_detached (sr3 lab down)"
+                f"a ZooKeeper (pid {pid}) already runs in {self.data_dir}: another "
+                "lab uses this dir (`sr3 lab up` still starting, or a lab left up); "
+                "use another --dir, or stop that lab with `sr3 lab down`"
             )
             raise CoordinationError(msg)
         command = self._command()
