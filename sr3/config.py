@@ -257,12 +257,16 @@ class RepairConfig:
         scrub_interval_s: Each node re-reads every replica it holds this often,
             quarantining any that fails its checksum so repair replaces it
             (default 600 s; 0 disables scrubbing).
+        orphan_grace_s: A replica no shard record names (left by a writer that
+            died before publishing its manifest) is deleted once the coordinator
+            has seen it unnamed for this long (default 3600 s; 0 never deletes).
     """
 
     grace_s: float = 0.5
     scan_interval_s: float = 5.0
     parallel_copies: int = 8
     scrub_interval_s: float = 600.0
+    orphan_grace_s: float = 3600.0
 
     def __post_init__(self) -> None:
         _require_duration(self.grace_s, "sr3.repair.grace.s", zero_ok=True)
@@ -278,6 +282,12 @@ class RepairConfig:
             "sr3.repair.scrub.interval.s",
             zero_ok=True,
             note=" (0 disables scrubbing)",
+        )
+        _require_duration(
+            self.orphan_grace_s,
+            "sr3.repair.orphan.grace.s",
+            zero_ok=True,
+            note=" (0 never deletes unnamed replicas)",
         )
 
 
@@ -355,6 +365,7 @@ _KEYS: dict[str, tuple[str, str, Any]] = {
     "sr3.repair.scan.interval.s": ("repair", "scan_interval_s", float),
     "sr3.repair.parallel.copies": ("repair", "parallel_copies", int),
     "sr3.repair.scrub.interval.s": ("repair", "scrub_interval_s", float),
+    "sr3.repair.orphan.grace.s": ("repair", "orphan_grace_s", float),
     "sr3.recovery.mechanism": ("recovery", "mechanism", str),
     "sr3.recovery.tree.fanout": ("recovery", "tree_fanout", int),
     "sr3.checkpoint.max.chain.length": ("recovery", "max_chain_length", int),

@@ -42,6 +42,7 @@ class RepairReport:
     copied: int = 0
     adopted: int = 0
     deleted: int = 0
+    orphans_deleted: int = 0
     bytes_copied: int = 0
     lost: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
@@ -50,7 +51,7 @@ class RepairReport:
     @property
     def changed(self) -> bool:
         """Whether the pass moved, adopted or deleted anything."""
-        return bool(self.copied or self.adopted or self.deleted)
+        return bool(self.copied or self.adopted or self.deleted or self.orphans_deleted)
 
 
 def replication_health(
@@ -107,6 +108,8 @@ class RepairCoordinator:
         self._stop = threading.Event()
         self.last_report: RepairReport | None = None
         self._present: dict[str, dict[str, tuple[int, int]]] = {}
+        #: (node, shard id) of replicas no record names -> when first seen so
+        self._orphans: dict[tuple[str, str], float] = {}
 
     def notify(self, _members: Mapping[str, NodeInfo] | None = None) -> None:
         """Signal a membership change (usable as a membership watch callback)."""
@@ -135,12 +138,13 @@ class RepairCoordinator:
             if report.changed or report.lost:
                 logger.info(
                     "repair: %d shards, %d copied (%d bytes), %d adopted, "
-                    "%d deleted, %d lost, %d failed in %.2fs",
+                    "%d deleted, %d unnamed deleted, %d lost, %d failed in %.2fs",
                     report.shards,
                     report.copied,
                     report.bytes_copied,
                     report.adopted,
                     report.deleted,
+                    report.orphans_deleted,
                     len(report.lost),
                     len(report.failed),
                     report.seconds,
@@ -181,6 +185,9 @@ class RepairCoordinator:
             for meta in self._manifests.shards(owner).values():
                 report.shards += 1
                 work.append(meta)
+        # the inventory was listed before the records were read: a replica whose
+        # record exists by now is named in ``work``
+        self._sweep_orphans(live, {m.shard_id for m in work}, report)
         with ThreadPoolExecutor(
             self._config.parallel_copies, thread_name_prefix="sr3-repair"
         ) as pool:
@@ -245,6 +252,39 @@ class RepairCoordinator:
                     report.deleted += 1
         return report
 
+    def _sweep_orphans(
+        self, live: Mapping[str, NodeInfo], recorded: set[str], report: RepairReport
+    ) -> None:
+        """Delete replicas no shard record has named for ``orphan_grace_s``.
+
+        A writer publishes its manifest after every shard is written, so a
+        replica without a record is either being written (seconds) or was left
+        by a writer that died before publishing: nothing will ever read it.
+        """
+        grace = self._config.orphan_grace_s
+        if grace <= 0:
+            return
+        now = self._clock()
+        unnamed = {
+            (node_id, shard_id)
+            for node_id, index in self._present.items()
+            for shard_id in index
+            if shard_id not in recorded
+        }
+        self._orphans = {k: self._orphans.get(k, now) for k in unnamed}
+        for (node_id, shard_id), since in list(self._orphans.items()):
+            if now - since < grace or node_id not in live:
+                continue
+            if self._delete_id(live[node_id], shard_id):
+                logger.info(
+                    "deleted replica %s on %s: no shard record named it for %.0f s",
+                    shard_id,
+                    node_id,
+                    now - since,
+                )
+                report.orphans_deleted += 1
+                del self._orphans[(node_id, shard_id)]
+
     def _inventory(
         self, live: Mapping[str, NodeInfo]
     ) -> dict[str, dict[str, tuple[int, int]]]:
@@ -298,13 +338,14 @@ class RepairCoordinator:
         return False
 
     def _delete(self, node: NodeInfo, meta: ShardMeta) -> bool:
+        return self._delete_id(node, meta.shard_id)
+
+    def _delete_id(self, node: NodeInfo, shard_id: str) -> bool:
         try:
             with self._pool.client(node) as client:
-                return client.delete(meta.shard_id)
+                return client.delete(shard_id)
         except StorageError as exc:
-            logger.info(
-                "delete of %s on %s failed: %s", meta.shard_id, node.node_id, exc
-            )
+            logger.info("delete of %s on %s failed: %s", shard_id, node.node_id, exc)
             return False
 
 
