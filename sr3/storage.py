@@ -62,7 +62,7 @@ _VERIFY_CHUNK = 1024 * 1024
 
 _LIBDEFLATE = "libdeflate.so.0"
 _FAST_CRC_MIN_BYTES = 64 * 1024  # below this the ctypes call costs more than it saves
-_CrcFn = Callable[[int, "bytes | ctypes.Array[ctypes.c_char]", int], int]
+_CrcFn = Callable[[int, bytes | int, int], int]
 
 
 def _load_fast_crc32() -> _CrcFn | None:
@@ -103,11 +103,15 @@ def crc32(data: bytes | bytearray | memoryview, value: int = 0) -> int:
     if type(data) is bytes:
         return _fast_crc32(value, data, size)
     try:
-        # a pointer for ctypes; read-only or strided buffers refuse (zlib takes them)
-        window = (ctypes.c_char * size).from_buffer(data)
+        # the buffer's first byte, for its address: read-only or strided buffers
+        # refuse (zlib takes them). Not ``(c_char * size).from_buffer``: ctypes
+        # creates and caches an array type per size, 30 us each, for ever, and
+        # a socket reader sees thousands of sizes.
+        first = ctypes.c_char.from_buffer(data)
     except (TypeError, ValueError):
         return zlib.crc32(data, value)
-    return _fast_crc32(value, window, size)
+    # ``first`` holds the buffer exported until the call returns
+    return _fast_crc32(value, ctypes.addressof(first), size)
 
 
 @dataclass(frozen=True)
