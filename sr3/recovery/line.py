@@ -28,6 +28,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from sr3.buffers import fresh_buffer
 from sr3.config import NodeConfig
 from sr3.errors import ChecksumError, CodecError, ProtocolError, StorageError
 from sr3.manifest import ShardMeta
@@ -59,7 +60,7 @@ RELAY_CHUNK_BYTES = 8 * 1024 * 1024
 @dataclass
 class _Partial:
     meta: ShardMeta
-    buffer: bytearray  # the shard's size, filled in place chunk by chunk
+    buffer: memoryview  # the shard's size, filled in place chunk by chunk
     filled: int
     crc: int
     source: str
@@ -125,14 +126,14 @@ class LineRecovery(RecoveryStrategy):
             return None
         if off == 0:
             source = str(head.get("from"))
-            buffer = bytearray(meta.size)
+            buffer = fresh_buffer(meta.size)
             partial[meta.shard_id] = _Partial(meta, buffer, 0, 0, source)
         part = partial.get(meta.shard_id)
         if part is None or off != part.filled or off + size > meta.size:
             logger.warning("line: chunk of %s at %s out of order; dropped", sid, off)
             partial.pop(meta.shard_id, None)
             return None
-        with memoryview(part.buffer) as whole, whole[off : off + size] as view:
+        with part.buffer[off : off + size] as view:
             if isinstance(inline, bytes):
                 view[:] = inline
             else:
@@ -157,9 +158,7 @@ class LineRecovery(RecoveryStrategy):
             job.found_corrupt(part.source, meta.shard_id)
             return
         try:
-            job.assembly.add_shard(
-                meta.shard_id, memoryview(part.buffer), crc_checked=True
-            )
+            job.assembly.add_shard(meta.shard_id, part.buffer, crc_checked=True)
         except (ChecksumError, CodecError) as exc:
             logger.warning(
                 "line: %s from %s is corrupt: %s", meta.shard_id, part.source, exc
@@ -304,17 +303,20 @@ async def _relay(upstream: Upstream, sender: FrameSender, forwarded: set[str]) -
     Raises:
         NodeUnavailableError: the upstream failed.
     """
-    reading = asyncio.ensure_future(upstream.next_raw())
+    reading = asyncio.ensure_future(upstream.next_raw(reuse=True))
     try:
         while True:
             frame = await reading
             fields = frame.fields
             if fields.get("t") == "end":
                 return
-            reading = asyncio.ensure_future(upstream.next_raw())
+            reading = asyncio.ensure_future(upstream.next_raw(reuse=True))
             blob = frame.blob
             size = 0 if blob is None else blob.nbytes
             await sender.send_encoded(frame.data, blob_bytes=size)
+            # sent whole (a send that failed or was cancelled may still be
+            # writing from the buffer in its thread: that frame is not reused)
+            upstream.release(frame)
             if fields.get("t") == "shard" and fields.get("end"):
                 forwarded.add(str(fields.get("shard")))
     finally:

@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any
 
 from sr3 import wire
+from sr3.buffers import fresh_buffer
 from sr3.client import authenticate
 from sr3.config import NodeConfig
 from sr3.errors import (
@@ -178,8 +179,8 @@ class ShardLink:
             if length > self._config.max_frame_bytes:
                 msg = f"{where}: reply of {length} bytes exceeds the frame bound"
                 raise ProtocolError(msg)
-            body = bytearray(length)
-            running = _recv_checked(sock, memoryview(body), where, length - size)
+            body = fresh_buffer(length)  # R keeps it: the shard is a view of it
+            running = _recv_checked(sock, body, where, length - size)
         except (OSError, ProtocolError) as exc:
             self.close()
             msg = f"{where} failed: {exc}"
@@ -200,7 +201,7 @@ class ShardLink:
                             f"{crc:#010x}; read another replica"
                         )
                         raise ChecksumError(msg)
-                    return memoryview(body)[head_end + 5 :]
+                    return body[head_end + 5 :]
         frame = wire.decode_body(body)
         if frame.get("ok") is True:
             self.close()

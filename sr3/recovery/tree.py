@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sr3.buffers import fresh_buffer
 from sr3.errors import ProtocolError
 from sr3.recovery.base import RecoveryStrategy, TransferJob
 from sr3.recovery.chains import read_relay, relay_nodes
@@ -120,9 +121,8 @@ class TreeRecovery(RecoveryStrategy):
         def on_piece(stream: RelayStream, head: dict[str, Any], size: int) -> None:
             blob: object = head.get("data")
             if blob is None:
-                buffer = bytearray(size)
-                stream.recv_blob_into(memoryview(buffer))
-                blob = memoryview(buffer)
+                blob = fresh_buffer(size)  # R keeps it: the piece's blob
+                stream.recv_blob_into(blob)
             piece, crc = piece_of(head, blob, where)
             check_piece(piece, crc, where)
             job.assembly.add_piece(piece)
