@@ -46,9 +46,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.cpu import cores, own_cpu_s, pids_cpu_s  # noqa: E402
 from bench.recovery_baselines import (  # noqa: E402
     RedisServer,
-    raw_loopback,
+    raw_loopback_run,
     redis_load,
     redis_restore,
     spark_restart,
@@ -83,6 +84,7 @@ def scenario(
         "size_bytes": spec.total_bytes,
         "keys": spec.keys,
         "epochs": epochs,
+        "cores": cores(),
     }
 
 
@@ -104,7 +106,13 @@ def recover_once(
     kill: Callable[[list[str]], None],
     *,
     lazy: bool = True,
+    holder_pids: Callable[[], list[int | None]] = list,
 ) -> dict[str, Any]:
+    """Recover ``owner`` once; return its row (times, CPU seconds, timeline).
+
+    ``holder_pids`` gives the ring nodes' process ids: their CPU seconds during the
+    recovery go in ``holders_cpu_s`` and R's own in ``r_cpu_s``.
+    """
     plan: dict[str, Any] = {}
     killed: list[str] = []
 
@@ -115,7 +123,10 @@ def recover_once(
             killed.extend(victims(mechanism, plan, failures))
             kill(killed)
 
+    pids = holder_pids()
+    cpu_before = own_cpu_s(), pids_cpu_s(pids)
     result = recoverer.recover(owner, mechanism=mechanism, lazy=lazy, on_event=on_event)
+    r_cpu, holders_cpu = own_cpu_s() - cpu_before[0], pids_cpu_s(pids) - cpu_before[1]
     row = {
         "mechanism": mechanism if lazy else f"{mechanism}-eager",
         "chosen": result.mechanism,
@@ -129,6 +140,8 @@ def recover_once(
         "failed_holders": result.failed_holders,
         "reason": result.reason,
         "timeline": [s.to_dict() for s in result.timeline],
+        "r_cpu_s": round(r_cpu, 3),
+        "holders_cpu_s": round(holders_cpu, 3),
     }
     del result
     gc.collect()
@@ -152,6 +165,10 @@ class LoopbackRing:
     def kill(self, node_ids: list[str]) -> None:
         self.lab.kill_nodes(node_ids, signal.SIGKILL)
         self.killed += node_ids
+
+    def pids(self) -> list[int | None]:
+        """Process ids of the ring nodes now."""
+        return [node.pid for node in self.lab.nodes.values()]
 
     def heal(self) -> None:
         if self.killed:
@@ -210,7 +227,14 @@ def run_loopback(
                             flush=True,
                         )
                         base = scenario(shape, label, spec, epochs)
-                        auto = recover_once(recoverer, owner, "auto", 0, ring.kill)
+                        auto = recover_once(
+                            recoverer,
+                            owner,
+                            "auto",
+                            0,
+                            ring.kill,
+                            holder_pids=ring.pids,
+                        )
                         rows.append({**base, **auto})
                         _show(rows[-1])
                         for failures in args.failures:
@@ -224,13 +248,20 @@ def run_loopback(
                                         mech,
                                         failures,
                                         ring.kill,
+                                        holder_pids=ring.pids,
                                     ),
                                     after=ring.heal,
                                 )
                                 rows.append({**base, **row})
                                 _show(rows[-1])
                         eager = recover_once(
-                            recoverer, owner, "star", 0, ring.kill, lazy=False
+                            recoverer,
+                            owner,
+                            "star",
+                            0,
+                            ring.kill,
+                            lazy=False,
+                            holder_pids=ring.pids,
                         )
                         rows.append({**base, **eager})
                         _show(rows[-1])
@@ -298,9 +329,7 @@ def _baselines(
         for mechanism, keep in (("raw-loopback", True), ("raw-pretouched", False)):
             row = _median_of(
                 args.repeat,
-                lambda keep=keep: {
-                    "time_to_resume_s": raw_loopback(state_bytes, keep=keep)
-                },
+                lambda keep=keep: dict(raw_loopback_run(state_bytes, keep=keep)),
             )
             rows.append(
                 {

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -21,6 +22,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.cpu import own_cpu_s  # noqa: E402
+from sr3.buffers import fresh_buffer  # noqa: E402
 from sr3.codec import decode_key, decode_value, encode_key, encode_value  # noqa: E402
 from sr3.synthetic import SyntheticSpec, expected_value  # noqa: E402
 
@@ -37,20 +40,32 @@ def _raw_sender(port: int, total: int) -> None:
     payload = memoryview((block * (total // len(block) + 1))[:total])
     with socket.create_connection(("127.0.0.1", port)) as sock:
         sock.recv(1)  # the receiver's clock starts before it says go
+        started = own_cpu_s()
         sent = 0
         while sent < total:
             n = min(CHUNK, total - sent)
             sock.sendall(payload[sent : sent + n])
             sent += n
+        # the CPU the sending cost, for the receiver's report
+        sock.sendall(struct.pack("<d", own_cpu_s() - started))
 
 
 def raw_loopback(total: int, *, keep: bool = True) -> float:
-    """Seconds to receive ``total`` bytes from another process on one socket.
+    """Seconds to receive ``total`` bytes from another process on one socket."""
+    return float(raw_loopback_run(total, keep=keep)["time_to_resume_s"])
+
+
+def raw_loopback_run(total: int, *, keep: bool = True) -> dict[str, float]:
+    """Receive ``total`` bytes from another process on one socket.
+
+    Returns the seconds taken (``time_to_resume_s``), the receiver's CPU seconds
+    (``r_cpu_s``) and the sender's (``holders_cpu_s``), both while the clock ran.
 
     With ``keep`` (the baseline R is compared with) the receiver allocates a fresh
-    4 MiB buffer per 4 MiB received and keeps them all, as a recovering process
-    must keep every shard it receives; allocating and first touching 1 GB costs
-    0.4 to 1 s on these machines. Without it, everything lands in one buffer
+    4 MiB buffer per 4 MiB received (with :func:`sr3.buffers.fresh_buffer`, as R
+    does) and keeps them all, as a recovering process must keep every shard it
+    receives; allocating and first touching 1 GB costs 0.4 to 2 s on these
+    machines. Without it, everything lands in one buffer
     touched before the clock starts: the bound of the loopback link alone.
     """
     with socket.create_server(("127.0.0.1", 0)) as srv:
@@ -60,18 +75,18 @@ def raw_loopback(total: int, *, keep: bool = True) -> float:
         )
         proc.start()
         conn, _ = srv.accept()
-        kept: list[bytearray] = []
+        kept: list[memoryview] = []
         whole = None if keep else memoryview(bytearray(total))
         got = 0
         with conn:
             started = time.perf_counter()
+            cpu_started = own_cpu_s()
             conn.sendall(b"g")
             while got < total:
                 size = min(CHUNK, total - got)
                 if whole is None:
-                    buf = bytearray(size)
-                    kept.append(buf)
-                    view = memoryview(buf)
+                    view = fresh_buffer(size)  # as R allocates what it keeps
+                    kept.append(view)
                 else:
                     view = whole[got : got + size]
                 filled = 0
@@ -83,8 +98,12 @@ def raw_loopback(total: int, *, keep: bool = True) -> float:
                     filled += n
                 got += size
             seconds = time.perf_counter() - started
+            r_cpu = own_cpu_s() - cpu_started
+            tail = bytearray(8)
+            conn.recv_into(tail, 8, socket.MSG_WAITALL)
         proc.join()
-    return seconds
+    sender_cpu = struct.unpack("<d", tail)[0]
+    return {"time_to_resume_s": seconds, "r_cpu_s": r_cpu, "holders_cpu_s": sender_cpu}
 
 
 # --- Redis, as Storm's RedisKeyValueState keeps a task's state ----------------------

@@ -28,6 +28,9 @@ FIELDS = [
     "hgetall_s",
     "samples_s",
     "jvm_start_s",
+    "r_cpu_s",
+    "holders_cpu_s",
+    "cores",
     "reason",
 ]
 BASELINES = ("raw-loopback", "raw-pretouched", "redis", "spark-hdfs", "spark-rocksdb")
@@ -170,6 +173,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
             ]
             out.append("| " + " | ".join(cells) + " |")
     out += targets(rows)
+    out += cpu_bounds(rows)
     reasons = sorted(
         {
             (r["network"], r["size"], r["shape"], r["epochs"], r["reason"])
@@ -239,6 +243,57 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
             f"| {name} {t:.2f}s vs star {star:.2f}s | {t < star} |"
         )
     return out if found else []
+
+
+def cpu_bounds(rows: list[dict[str, Any]]) -> list[str]:
+    """Where the time goes at 1 GB: CPU seconds of R and of the holders (or the
+    raw sender), and the wall time that work cannot beat on this machine's cores.
+
+    A structure whose work divided by the cores exceeds a target's time cannot
+    meet that target here, however it is scheduled.
+    """
+    out: list[str] = []
+    for shape in ("small", "large"):
+        sel = _scenario(rows, "loopback", shape, 1, "1GB")
+        measured = [
+            r
+            for r in sel
+            if r.get("r_cpu_s") is not None
+            and r.get("failures", 0) == 0
+            and r["mechanism"] in (*RING, "raw-loopback")
+        ]
+        if not measured:
+            continue
+        if not out:
+            out += [
+                "",
+                "## CPU per recovery at 1 GB, and the bound it sets",
+                "",
+                "CPU seconds while the clock ran: R (the recovering process, every "
+                "thread) and the ring nodes (for raw: its sender). On `n` cores no "
+                "schedule finishes the work in less than total / n seconds.",
+                "",
+                "| shape | structure | resume s | R CPU s | holders CPU s "
+                "| total CPU s | cores | bound s (total / cores) | 10x redis needs s |",
+                "|" + "---|" * 9,
+            ]
+        redis = _t(sel, mechanism="redis")
+        for r in measured:
+            r_cpu, h_cpu = float(r["r_cpu_s"]), float(r["holders_cpu_s"])
+            n = int(r.get("cores") or 1)
+            cells = [
+                shape,
+                r["mechanism"],
+                _fmt(float(r["time_to_resume_s"])),
+                f"{r_cpu:.2f}",
+                f"{h_cpu:.2f}",
+                f"{r_cpu + h_cpu:.2f}",
+                str(n),
+                f"{(r_cpu + h_cpu) / n:.3f}",
+                "" if redis is None else _fmt(redis / 10),
+            ]
+            out.append("| " + " | ".join(cells) + " |")
+    return out
 
 
 def _redis_bounds(shape: str, sel: list[dict[str, Any]]) -> list[str]:
