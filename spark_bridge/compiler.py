@@ -22,8 +22,10 @@ How each DAG shape maps onto Spark. The whole topology is ONE row stream of
   where the partition is (no shuffle). The hosted instance is the task Storm
   would pick for FIELDS (``floorMod(deepHashCode)``) and global (task 0)
   groupings, the partition's for SHUFFLE, LOCAL_OR_SHUFFLE and NONE; ALL runs
-  the tuple through one bolt instance per task index. Bolts that emit on tick
-  tuples get one tick at the end of each partition of a micro-batch.
+  the tuple through one bolt instance per task index; a shuffle whose emitter
+  asked for task ids runs on the task it returned. Bolts Storm ticks
+  (``topology.tick.tuple.freq.secs``) get one tick at the end of each
+  partition of a micro-batch.
   DIRECT and CUSTOM groupings are rejected, and so is a
   ``TicklessBatchingBolt`` (its timer thread emits at any moment).
 - **stateful bolt** (FIELDS grouping on every input): a keying stage
@@ -33,7 +35,8 @@ How each DAG shape maps onto Spark. The whole topology is ONE row stream of
   or more each is ``transformWithStateInPandas`` in Append mode on the RocksDB
   state store (Spark allows one ``applyInPandasWithState`` per query), and
   :attr:`Plan.session_conf` says so. Pass-through rows get pseudo keys that
-  never touch state (:mod:`spark_bridge.keyed`).
+  never touch state (:mod:`spark_bridge.keyed`); a ticked stateful bolt gets
+  a tick group last in every partition (:mod:`spark_bridge.ticks`).
 
 Anything else raises :class:`UnsupportedTopologyError` naming the component, and
 a bad ``sr3.on.error`` raises :class:`sr3.errors.ConfigError`, before Spark starts.
@@ -70,6 +73,7 @@ from spark_bridge.stages import (
     Routing,
     error_policy,
 )
+from spark_bridge.ticks import SHUFFLE_PARTITIONS_KEY
 from storm_bridge.topology import LoadedTopology
 
 __all__ = ["Plan", "build_frame", "plan_topology"]
@@ -278,7 +282,8 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
         if name not in plan.stateful:
             pending.append(BoltStage(ref, routing))
             continue
-        pending.append(KeyStage(ref, routing))
+        partitions = int(spark.conf.get(SHUFFLE_PARTITIONS_KEY) or 200)
+        pending.append(KeyStage(ref, routing, partitions=partitions))
         fused = FusedStages(pending, KEYED_ARROW_SCHEMA)
         grouped = frame.mapInArrow(fused, KEYED_SCHEMA).groupBy(GROUP_COLUMN)
         pending = []

@@ -5,14 +5,14 @@ bridge synthesises the Storm ``conf`` and ``context`` of the handshake, calls
 ``_setup_component`` and ``initialize`` as pystorm's ``run`` does, and then
 drives it one step at a time. Emits are captured instead of written to Storm;
 the other multilang messages (ack, fail, sync, metrics) are dropped and ``log``
-messages go to Python logging. User classes run unchanged.
+messages go to Python logging. User classes run unchanged. Spouts are hosted
+by :class:`spark_bridge.spout_host.SpoutHost`, bolts by :class:`BoltHost`.
 """
 
 from __future__ import annotations
 
 import functools
 import io
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
@@ -25,20 +25,24 @@ from pystorm.component import Tuple as StormTuple
 
 from spark_bridge.context import storm_conf, storm_context
 from spark_bridge.errors import ComponentError, UnsupportedTopologyError
+from spark_bridge.routes import EmitRouter
 from spark_bridge.rows import storm_values
+from sr3.codec import decode_value, encode_value
 from sr3.state import KeyState
 from storm_bridge.components import StatefulBolt
 from storm_bridge.topology import LoadedTopology, load_topology
 
 __all__ = [
     "BoltHost",
+    "Host",
     "Emit",
     "Flushed",
-    "SpoutHost",
     "loaded_topology",
+    "emits_on_ticks",
     "spark_task",
     "storm_conf",
     "storm_context",
+    "ticks",
 ]
 
 logger = logging.getLogger(__name__)
@@ -64,11 +68,53 @@ class Emit(NamedTuple):
         stream: Stream id.
         values: The tuple's values.
         offset: The spout offset given with the emit (spouts only).
+        route: The tasks shuffle groupings picked when the emitter asked for
+            task ids (:mod:`spark_bridge.routes`), else None.
     """
 
     stream: str
     values: list[Any]
     offset: Any = None
+    route: bytes | None = None
+
+
+def emits_on_ticks(cls: type) -> bool:
+    """Whether a bolt class does anything on a tick tuple.
+
+    A ``BatchingBolt`` processes its batches; another bolt overrides
+    ``process_tick`` (a ``StatefulBolt`` included).
+    """
+    if issubclass(cls, BatchingBolt):
+        return True
+    return getattr(cls, "process_tick", None) is not StormBolt.process_tick
+
+
+def ticks(
+    topology: LoadedTopology, component: str, overrides: Mapping[str, Any]
+) -> bool:
+    """Whether ``component`` gets tick tuples that it acts on, as on Storm.
+
+    Storm ticks a bolt only when its conf sets ``topology.tick.tuple.freq.secs``
+    (the topology's, ``-o`` or the component's ``config=``).
+    """
+    info = topology.components[component]
+    if info.kind != "bolt":
+        return False
+    freq = tick_freq_s(storm_conf(topology, component, overrides))
+    return freq is not None and emits_on_ticks(info.component_cls)
+
+
+def tick_freq_s(conf: Mapping[str, Any]) -> float | None:
+    """Return a task's tick period: ``topology.tick.tuple.freq.secs``.
+
+    None (no tick tuples) when unset, zero or not a number, as the Storm
+    engine reads it.
+    """
+    try:
+        freq = float(conf.get(TICK_FREQ_KEY) or 0)
+    except (TypeError, ValueError):
+        return None
+    return freq if freq > 0 else None
 
 
 def spark_task() -> tuple[int, str]:
@@ -93,8 +139,8 @@ class _Discard(io.StringIO):
         return len(s)
 
 
-class _Host:
-    """Shared set-up of a hosted spout or bolt."""
+class Host:
+    """Shared set-up of a hosted spout or bolt (``SpoutHost``, :class:`BoltHost`)."""
 
     def __init__(
         self,
@@ -110,6 +156,9 @@ class _Host:
         info = topology.components[component]
         conf = storm_conf(topology, component, overrides)
         context = storm_context(topology, component, index, overrides)
+        #: the task's Storm task id, and as emit rows carry it (their ``key``)
+        self.task_id = int(context["taskid"])
+        self.task_key = encode_value(self.task_id)
         instance: Any = info.component_cls(
             input_stream=_Discard(), output_stream=_Discard(), rdb_signal=None
         )
@@ -133,10 +182,41 @@ class _Host:
                 "reads (the topology's or component's config=, or -o KEY=VALUE)"
             )
             raise ComponentError(msg) from exc
-        self.tick_freq_s = conf.get(TICK_FREQ_KEY) or 1
+        #: ``topology.tick.tuple.freq.secs`` (None: Storm sends no tick tuples)
+        self.tick_freq_s = tick_freq_s(conf)
+        self._topology = topology
+        self._overrides = overrides
+        self._router: EmitRouter | None = None
         #: stream -> field count of every declared output stream
         self._widths = {name: len(out.fields) for name, out in info.outputs.items()}
         self._sanity = bool(conf.get(SANITY_CHECK_KEY))
+
+    @property
+    def router(self) -> EmitRouter:
+        """The task's :class:`EmitRouter`, built on the first emit that needs it."""
+        if self._router is None:
+            self._router = EmitRouter(
+                self._topology, self.component, self.index, self._overrides
+            )
+        return self._router
+
+    def _captured(
+        self, stream: str, tup: Any, offset: Any, *, need_task_ids: bool
+    ) -> list[int] | None:
+        """Capture an emit; return Storm's task ids when asked for (else None).
+
+        Raises:
+            UnicodeDecodeError: a bytes value is not UTF-8 (see
+                :func:`spark_bridge.rows.storm_values`).
+            ComponentError: a grouping cannot route the tuple.
+        """
+        values = storm_values(tup)
+        if not need_task_ids:
+            self.emits.append(Emit(stream, values, offset))
+            return None
+        ids, route = self.router.targets(stream, values)
+        self.emits.append(Emit(stream, values, offset, route))
+        return ids
 
     def _message(self, message: Any) -> None:
         if not isinstance(message, dict):
@@ -206,85 +286,7 @@ class Flushed(NamedTuple):
     error: Exception | None
 
 
-class SpoutHost(_Host):
-    """A replayable spout driven by ``seek`` and ``next_tuple``.
-
-    Attributes:
-        position: Offset of the last emit (after a seek: the sought offset).
-    """
-
-    def __init__(
-        self,
-        topology: LoadedTopology,
-        component: str,
-        index: int,
-        overrides: Mapping[str, Any],
-    ) -> None:
-        super().__init__(topology, component, index, overrides)
-        self.instance.emit = self._emit
-        self.position: Any = None
-        self.sought = False
-
-    def _emit(
-        self,
-        tup: Any,
-        offset: Any = None,
-        tup_id: Any = None,
-        stream: Any = None,
-        direct_task: Any = None,
-        need_task_ids: bool = False,
-    ) -> Any:
-        del tup_id
-        self._direct(direct_task)
-        if offset is None:
-            msg = (
-                f"spout {self.component!r} task {self.index} emitted {tup!r} without "
-                "an offset; emit with self.emit(values, offset=n) so Spark can replay"
-            )
-            raise ComponentError(msg)
-        stream_id = str(stream or DEFAULT_STREAM)
-        self._check_emit(stream_id, tup)
-        self.emits.append(Emit(stream_id, storm_values(tup), self._json(offset)))
-        return [] if need_task_ids else None
-
-    def _json(self, offset: Any) -> Any:
-        """Return ``offset`` as Spark's JSON offset log gives it back.
-
-        A tuple offset comes back as a list (and a dict's int keys as strings),
-        so replays compare the offsets they reach in that form.
-
-        Raises:
-            ComponentError: the offset is not JSON-able.
-        """
-        if isinstance(offset, int | float | str):
-            return offset
-        try:
-            return json.loads(json.dumps(offset))
-        except (TypeError, ValueError) as exc:
-            msg = (
-                f"spout {self.component!r} task {self.index} emitted offset "
-                f"{offset!r}, which Spark cannot keep in its JSON offset log "
-                f"({exc}); use numbers, strings, lists or dicts of them"
-            )
-            raise ComponentError(msg) from exc
-
-    def seek(self, offset: Any) -> None:
-        """Seek the spout so its next emit follows ``offset`` (None: the start)."""
-        self.instance.seek(offset)
-        self.position = offset
-        self.sought = True
-
-    def step(self) -> list[Emit]:
-        """Call ``next_tuple`` once; return its emits and advance :attr:`position`."""
-        self.emits = []
-        self.instance.next_tuple()
-        emitted, self.emits = self.emits, []
-        if emitted:
-            self.position = emitted[-1].offset
-        return emitted
-
-
-class BoltHost(_Host):
+class BoltHost(Host):
     """A bolt fed one tuple at a time through pystorm's own ``_run`` step."""
 
     def __init__(
@@ -300,6 +302,8 @@ class BoltHost(_Host):
         self._pending: StormTuple | None = None
         self._seq = 0
         self._types: dict[tuple[str, str], Any] = {}
+        #: emit rows' ``key`` -> the emitting task id it encodes
+        self._senders: dict[bytes, int] = {}
 
     def _emit(
         self,
@@ -314,8 +318,22 @@ class BoltHost(_Host):
             self._direct(direct_task)
         stream_id = str(stream or DEFAULT_STREAM)
         self._check_emit(stream_id, tup)
-        self.emits.append(Emit(stream_id, storm_values(tup)))
-        return [] if need_task_ids else None
+        # pystorm's BatchingBolt.emit never asks Storm for task ids
+        need = need_task_ids and not isinstance(self.instance, BatchingBolt)
+        try:
+            return self._captured(stream_id, tup, None, need_task_ids=need)
+        except UnicodeDecodeError as exc:
+            # pystorm logs the serializer's failure and goes on without the emit
+            self._log.error(
+                "component %s task %s: failed to send emit %r on stream %s (%s); "
+                "dropped, as on Storm: emit str, not bytes that are not UTF-8",
+                self.component,
+                self.index,
+                tup,
+                stream_id,
+                exc,
+            )
+            return [] if need else None
 
     def _read_tuple(self) -> StormTuple:
         pending, self._pending = self._pending, None
@@ -324,8 +342,14 @@ class BoltHost(_Host):
             raise ComponentError(msg)
         return pending
 
-    def make_tuple(self, source: str, stream: str, values: list[Any]) -> StormTuple:
-        """Return the Storm tuple the bolt receives for ``values``."""
+    def make_tuple(
+        self, source: str, stream: str, values: list[Any], task: bytes | None = None
+    ) -> StormTuple:
+        """Return the Storm tuple the bolt receives for ``values``.
+
+        ``task`` is the emit row's ``key``: the emitting task's Storm id, which
+        Storm hands on as the tuple's ``task`` (0 when unknown).
+        """
         self._seq += 1
         try:
             val_type = self._types[(source, stream)]
@@ -333,17 +357,19 @@ class BoltHost(_Host):
             types = self.instance._source_tuple_types  # noqa: SLF001 (pystorm's)
             val_type = self._types[(source, stream)] = types[source].get(stream)
         payload = tuple(values) if val_type is None else val_type(*values)
-        return StormTuple(str(self._seq), source, stream, 0, payload)
+        sender = 0
+        if task is not None:
+            sender = self._senders.get(task, -1)
+            if sender < 0:
+                decoded = decode_value(task)
+                sender = decoded if isinstance(decoded, int) else 0
+                self._senders[task] = sender
+        return StormTuple(str(self._seq), source, stream, sender, payload)
 
     @property
     def ticked(self) -> bool:
-        """Whether a stateless bolt emits on ticks (a BatchingBolt, process_tick)."""
-        instance = self.instance
-        if isinstance(instance, StatefulBolt):
-            return False
-        if isinstance(instance, BatchingBolt):
-            return True
-        return type(instance).process_tick is not StormBolt.process_tick
+        """Whether Storm would tick this bolt to some effect (see :func:`ticks`)."""
+        return self.tick_freq_s is not None and emits_on_ticks(type(self.instance))
 
     def flush(self) -> Iterator[Flushed]:
         """Deliver the end-of-micro-batch tick, one :class:`Flushed` per call.
@@ -356,7 +382,9 @@ class BoltHost(_Host):
         """
         instance = self.instance
         if not isinstance(instance, BatchingBolt):
-            tick = StormTuple(None, "__system", "__tick", -1, (self.tick_freq_s,))
+            freq = self.tick_freq_s or 1.0
+            rate = int(freq) if freq.is_integer() else freq  # as Storm sends it
+            tick = StormTuple(None, "__system", "__tick", -1, (rate,))
             yield self._flush_call([], functools.partial(instance.process_tick, tick))
             return
         batches = instance._batches  # noqa: SLF001 (pystorm's batches)

@@ -6,7 +6,9 @@ stage as a ``transformWithStateInPandas`` processor (two or more stateful
 bolts: Append mode, RocksDB state store). Both run :meth:`StatefulStage.apply`:
 
 1. a pseudo-keyed group (see :func:`spark_bridge.stages.is_pseudo_key`) is
-   passed through, and no state is read or written;
+   passed through, and no state is read or written; a tick group (the last
+   of its partition, see :mod:`spark_bridge.ticks`) ticks the task instances
+   the partition hosted, when Storm would tick the bolt;
 2. otherwise the rows are sorted by ``seq``; the bolt's restore rows install
    the key's state when Spark holds none for it;
 3. each emit runs through the bolt with ``self.state`` scoped to the key (under
@@ -42,6 +44,7 @@ from spark_bridge.stages import (
     is_pseudo_key,
     unpack,
 )
+from spark_bridge.ticks import is_tick_key
 from sr3.codec import decode_key, decode_value, encode_key, encode_value
 
 __all__ = ["KeyedProcessor", "StatefulStage"]
@@ -57,6 +60,26 @@ def _order(row: Row) -> tuple[str, str, str, bytes]:
 class StatefulStage(BoltStageBase):
     """``applyInPandasWithState`` function of a stateful bolt."""
 
+    _ticked = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_ticked": False}
+
+    def tick(self) -> list[Row]:
+        """Tick the task instances this Spark task hosted; return their emits.
+
+        The first tick group of a partition ticks them (after every key of
+        the partition, see :mod:`spark_bridge.ticks`); later ones do nothing.
+        ``self.state`` is not bound during ``process_tick``, as on Storm.
+
+        Raises:
+            ComponentError: ``process_tick`` raised under the fail policy.
+        """
+        if self._ticked:
+            return []
+        self._ticked = True
+        return self.flush()
+
     def __call__(
         self, key: tuple[Any, ...], frames: Iterator[pd.DataFrame], state: GroupState
     ) -> Iterator[pd.DataFrame]:
@@ -69,6 +92,9 @@ class StatefulStage(BoltStageBase):
         gkey = bytes(key[0])
         if is_pseudo_key(gkey):
             yield frame_of(_rows(frames))
+            return
+        if is_tick_key(gkey):
+            yield frame_of(self.tick())
             return
         stored = bytes(state.get[0]) if state.exists else None
         out, blob, write = self.apply(gkey, frames, stored)
@@ -132,7 +158,7 @@ class StatefulStage(BoltStageBase):
         return out, blob, blob != stored
 
     def _check_key(self, host: BoltHost, row: Row, encoded: bytes, where: str) -> None:
-        tup = host.make_tuple(row[0], row[1], decode_value(row[3]))
+        tup = host.make_tuple(row[0], row[1], decode_value(row[3]), row[4])
         if encode_key(tuple(host.instance.state_key(tup))) != encoded:
             index, batch = spark_task()
             msg = (
@@ -175,6 +201,9 @@ class KeyedProcessor(StatefulProcessor):
         gkey = bytes(key[0])
         if is_pseudo_key(gkey):
             yield frame_of(_rows(rows))
+            return
+        if is_tick_key(gkey):
+            yield frame_of(self.stage.tick())
             return
         value = self._state
         stored = bytes(value.get()[0]) if value.exists() else None

@@ -6,7 +6,9 @@ restore rows, and a pseudo key (a zero byte and a spread byte, never a msgpack
 array) for the rows it passes through. It yields :data:`KEYED_SCHEMA` rows: per
 group key, a msgpack array of that key's rows (:func:`pack`), so the shuffle
 and sort before the stateful stage move one row per key and record batch
-instead of one per tuple. The stateful stage is :mod:`spark_bridge.keyed`.
+instead of one per tuple. For a bolt Storm ticks, a partition's last output
+adds a tick row under each tick key (:mod:`spark_bridge.ticks`). The
+stateful stage is :mod:`spark_bridge.keyed`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import Final
 
 import pyarrow as pa
 
-from spark_bridge.hosting import loaded_topology
-from spark_bridge.rows import EMIT, RESTORE, ComponentRef, Routing, Row
+from spark_bridge.hosting import loaded_topology, ticks
+from spark_bridge.rows import EMIT, RESTORE, TICK, ComponentRef, Routing, Row
+from spark_bridge.ticks import shuffle_partitions, tick_keys
 from sr3.codec import decode_value, encode_key, encode_value
 
 __all__ = [
@@ -76,10 +79,16 @@ def _packed(groups: Mapping[bytes, list[Row]]) -> list[Row]:
 class KeyStage:
     """Groups the rows before a stateful bolt by key (a :class:`Stage`)."""
 
-    def __init__(self, ref: ComponentRef, routing: Routing) -> None:
+    def __init__(
+        self, ref: ComponentRef, routing: Routing, *, partitions: int = 200
+    ) -> None:
         self.component = ref.component
         self.routing = routing
         topology = loaded_topology(ref.topology_path)
+        #: whether the bolt gets tick tuples (one tick row per Spark partition)
+        self.ticked = ticks(topology, ref.component, ref.conf)
+        #: the driver's shuffle partitions, if the tasks are not told theirs
+        self.partitions = partitions
         #: (source, stream) -> (field indexes of the key, the stream's width
         #: when the key is all of its fields in order, else -1)
         fields: dict[tuple[str, str], tuple[tuple[int, ...], int]] = {}
@@ -98,7 +107,9 @@ class KeyStage:
         spread = 0
         fields = self.fields
         keeps = self.routing.keeps
+        seen = False
         for batch in batches:
+            seen = True
             groups: dict[bytes, list[Row]] = {}
             for row in batch:
                 component, stream, kind = row[0], row[1], row[2]
@@ -126,3 +137,7 @@ class KeyStage:
                     spread = (spread + 1) % _PSEUDO_SPREAD
                     groups.setdefault(_PSEUDO_KEYS[spread], []).append(row)
             yield _packed(groups)
+        if seen and self.ticked:
+            tick = pack([(self.component, "", TICK, None, None, None, "")])
+            keys = tick_keys(shuffle_partitions(self.partitions))
+            yield [(key, tick) for key in keys]

@@ -4,8 +4,11 @@ Storm tuples are untyped lists, so the bridge carries them msgpack-encoded
 (:func:`sr3.codec.encode_value`) in a binary column. Every stage passes through
 the rows it does not consume. Kinds:
 
-- ``emit``: ``component`` emitted ``values`` on ``stream``; ``key`` is set on the
-  way into a stateful bolt; ``seq`` orders the rows of one key in a batch.
+- ``emit``: ``component`` emitted ``values`` on ``stream``; ``key`` is the
+  emitting task's Storm task id (msgpack), the ``task`` of the tuple its
+  subscribers receive; ``seq`` orders the rows of one key in a batch;
+  ``state`` is the emit's route (the tasks its shuffle groupings picked, see
+  :mod:`spark_bridge.routes`) when the emitter asked for task ids, else null.
 - ``state``: after a micro-batch, ``component``'s state of ``key`` is ``state``
   (msgpack of the fields; null when the key was deleted). Only keys whose
   state changed in the batch.
@@ -19,6 +22,8 @@ the rows it does not consume. Kinds:
   key (if any), ``state`` msgpack of ``{"source", "stream", "error", "batch",
   "partition"}``.
 - ``info``: a report (``state``, msgpack) for the driver, e.g. a restore's.
+- ``tick``: the end of a micro-batch for stateful ``component`` in one Spark
+  partition (see :mod:`spark_bridge.ticks`); consumed by its stage.
 
 ``seq`` is a string that sorts rows in causal order: a spout's ``k``-th row of
 a batch from task ``t`` is ``f"{k:09d}.{t:04d}"`` and the ``j``-th emit while a
@@ -50,6 +55,7 @@ __all__ = [
     "ROW_SCHEMA",
     "STATE",
     "STATE_SCHEMA",
+    "TICK",
     "ComponentRef",
     "Routing",
     "Row",
@@ -87,6 +93,7 @@ RESTORE: Final = "restore"
 OFFSET: Final = "offset"
 DEAD: Final = "dead"
 INFO: Final = "info"
+TICK: Final = "tick"
 
 
 def _json_key(key: Any) -> Any:
@@ -95,6 +102,8 @@ def _json_key(key: Any) -> Any:
         return key
     if key is None or isinstance(key, bool | int | float):
         return json.dumps(key)
+    if isinstance(key, bytes):
+        return key.decode("utf-8")
     return key
 
 
@@ -103,6 +112,8 @@ def _json_like(value: Any) -> Any:
         return {_json_key(k): _json_like(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_json_like(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
     return value
 
 
@@ -110,10 +121,15 @@ def storm_values(values: Sequence[Any]) -> list[Any]:
     """Return emitted ``values`` as Storm's JSON multilang hands them on.
 
     Dict keys become strings (``1`` -> ``"1"``, ``True`` -> ``"true"``,
-    ``None`` -> ``"null"``) and tuples lists, as pystorm's default JSON
-    serializer makes them, so a bolt reads the same values on both engines.
+    ``None`` -> ``"null"``), tuples lists and bytes strings (UTF-8), as
+    pystorm's default JSON serializer (simplejson) makes them, so a bolt reads
+    the same values on both engines.
+
+    Raises:
+        UnicodeDecodeError: a bytes value is not UTF-8 (simplejson fails
+            there too, and pystorm then drops the emit).
     """
-    if not any(isinstance(v, dict | list | tuple) for v in values):
+    if not any(isinstance(v, dict | list | tuple | bytes) for v in values):
         return list(values)
     return [_json_like(v) for v in values]
 

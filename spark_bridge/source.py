@@ -35,8 +35,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from spark_bridge.errors import ComponentError, ReplayError
-from spark_bridge.hosting import SpoutHost, loaded_topology, spark_task
+from spark_bridge.hosting import loaded_topology, spark_task
 from spark_bridge.rows import EMIT, OFFSET, ROW_SCHEMA, ComponentRef
+from spark_bridge.spout_host import SpoutHost
 from sr3.codec import encode_value
 from sr3.errors import CodecError
 
@@ -111,7 +112,16 @@ class SpoutStreamReader(DataSourceStreamReader):
     def latestOffset(  # noqa: N802 (Spark's name)
         self, start: dict[str, Any], limit: ReadLimit
     ) -> dict[str, Any]:
-        """Drive each spout task up to its share of ``limit``; return end offsets."""
+        """Drive each spout task up to its share of ``limit``; return end offsets.
+
+        Spark plans a batch once the one before it committed, so ``start`` is
+        committed: the spout first gets ``ack(tup_id)`` for each of its emits
+        with a message id up to ``start``, as Storm acks a spout tuple once its
+        tree completes.
+
+        Raises:
+            ComponentError: the spout's ``ack`` raised.
+        """
         tasks = self._tasks()
         bound = math.inf
         if isinstance(limit, ReadMaxRows):
@@ -120,6 +130,7 @@ class SpoutStreamReader(DataSourceStreamReader):
         for index in range(tasks):
             begin = json.loads(start.get(str(index), "null"))
             host = self._host(index)
+            self._ack(host, begin)
             if not host.sought or host.position != begin:
                 host.seek(begin)
             emitted = 0
@@ -130,6 +141,17 @@ class SpoutStreamReader(DataSourceStreamReader):
                 emitted += len(step)
             end[str(index)] = json.dumps(host.position)
         return end
+
+    def _ack(self, host: SpoutHost, offset: Any) -> None:
+        try:
+            host.ack_through(offset)
+        except Exception as exc:
+            msg = (
+                f"spout {self._ref.component!r} task {host.index} raised in ack() "
+                f"for its tuples up to offset {offset!r}: {type(exc).__name__}: "
+                f"{exc}; fix ack()"
+            )
+            raise ComponentError(msg) from exc
 
     def partitions(  # noqa: D102 (documented by Spark)
         self, start: dict[str, Any], end: dict[str, Any]
@@ -185,7 +207,10 @@ class SpoutStreamReader(DataSourceStreamReader):
                         "Storm's JSON multilang carries them"
                     )
                     raise ComponentError(msg) from exc
-                rows.append((ref.component, emit.stream, EMIT, values, None, None, seq))
+                task = host.task_key
+                rows.append(
+                    (ref.component, emit.stream, EMIT, values, task, emit.route, seq)
+                )
         offset = encode_value(end)
         # the offset row's state is the partition's tuple count (the report's)
         count = encode_value(len(rows))

@@ -10,9 +10,12 @@ non-emit row, and the emit rows :class:`Routing` keeps.
 - :class:`BoltStage`: a stateless bolt over the emits it subscribes to, in
   arrival order, as the task Storm's grouping picks: fields grouping
   ``floorMod(deepHashCode(key), par)``, global grouping task 0, ALL one hosted
-  bolt per task index, the others the partition's task. A bolt that emits on
-  tick tuples (a ``BatchingBolt``) gets its tick after the partition's last
-  row, since a hosted bolt does not outlive its Spark task.
+  bolt per task index, a shuffle the task its emitter's shuffle picked when
+  the emitter asked for task ids (the emit row's route, see
+  :mod:`spark_bridge.routes`), else the partition's task. A bolt Storm ticks
+  (``topology.tick.tuple.freq.secs`` set, a ``BatchingBolt`` or a
+  ``process_tick``) gets its tick after the partition's last row, since a
+  hosted bolt does not outlive its Spark task.
 - :class:`spark_bridge.keying.KeyStage`: packs the rows before a stateful bolt
   per group key (re-exported here with its schema names).
 - :class:`FusedStages` (``mapInArrow``): consecutive stages in one Python pass,
@@ -49,6 +52,7 @@ from spark_bridge.keying import (
     pack,
     unpack,
 )
+from spark_bridge.routes import routed_task
 from spark_bridge.rows import (
     COLUMNS,
     DEAD,
@@ -201,12 +205,12 @@ class BoltStageBase:
         emitted: list[Row] = []
         try:
             for host in hosts:
-                tup = host.make_tuple(source, stream, values)
+                tup = host.make_tuple(source, stream, values, row[4])
                 if scoped is None:
                     emits = host.process(tup)
                 else:
                     emits = host.process_keyed(tup, scoped)
-                emitted.extend(self._emit_rows(emits, seq, len(emitted)))
+                emitted.extend(self._emit_rows(host, emits, seq, len(emitted)))
         except ComponentError:
             raise
         except Exception as exc:
@@ -231,10 +235,13 @@ class BoltStageBase:
             return [dead], True
         return self._kept(emitted), False
 
-    def _emit_rows(self, emits: Sequence[Emit], seq: str, first: int) -> list[Row]:
-        name = self.ref.component
+    def _emit_rows(
+        self, host: BoltHost, emits: Sequence[Emit], s: str, first: int
+    ) -> list[Row]:
+        name, task = self.ref.component, host.task_key
+        encode = encode_value
         return [
-            (name, e.stream, EMIT, encode_value(e.values), None, None, f"{seq}.{j:06d}")
+            (name, e.stream, EMIT, encode(e.values), task, e.route, f"{s}.{j:06d}")
             for j, e in enumerate(emits, start=first)
         ]
 
@@ -262,7 +269,7 @@ class BoltStageBase:
             seq = f"{_FLUSH_SEQ}{index:04d}"
             for flushed in host.flush():
                 if flushed.error is None:
-                    out.extend(self._kept(self._emit_rows(flushed.emits, seq, 0)))
+                    out.extend(self._kept(self._emit_rows(host, flushed.emits, seq, 0)))
                 else:
                     out.extend(self._flush_failed(host, seq, flushed))
         return out
@@ -327,8 +334,13 @@ class BoltStage(BoltStageBase):
                     key = [values[i] for i in indexes]
                     hosts = [self.host(self.task_of(key))]
                 else:
-                    own = own or [self.host()]
-                    hosts = own
+                    # a shuffle the emitter asked task ids of picked the task
+                    routed = routed_task(row[5], self.ref.component)
+                    if routed is not None:
+                        hosts = [self.host(routed)]
+                    else:
+                        own = own or [self.host()]
+                        hosts = own
                 emitted, _failed = self.process(hosts, row, key=None, where="")
                 out.extend(emitted)
             yield out

@@ -25,8 +25,10 @@ from spark_bridge.runner import run_topology as run_spark
 from sr3.config import Sr3Config
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
+from storm_bridge.cluster.context import assign_task_ids
 from storm_bridge.runner import RunOptions
 from storm_bridge.runner import run_topology as run_storm
+from storm_bridge.topology import load_topology
 from tests.e2e.conftest import require_zk
 from topologies.wordcount import corpus
 from zk.access import RingAccess
@@ -274,3 +276,59 @@ def test_rescaled_stateful_bolt_keeps_every_key_on_both_engines(
 
     assert back["idle"]
     assert dump(ring, "wordcount", "count") == expected_counts(lines)
+
+
+SPARK_TOPOLOGIES = Path(__file__).parents[1] / "integration/spark_bridge/topologies"
+
+
+def _returned_ids(report: dict[str, Any], emitter: str) -> dict[int, list[int]]:
+    """Return n -> what ``emitter``'s emit of n returned, shuffled tasks as 0."""
+    names = task_context_ids(SPARK_TOPOLOGIES / "sb_task_ids.py")
+    found: dict[int, list[int]] = {}
+    for what, ids in report["outputs"][f"{emitter}:ids"].values():
+        found[int(what.split()[1])] = [
+            0 if names[t] in {"relay", "shuf"} else t for t in ids
+        ]
+    return found
+
+
+def task_context_ids(path: Path) -> dict[int, str]:
+    """Return the Storm engine's task id -> component (one acker task)."""
+    return assign_task_ids(load_topology(path), 1)
+
+
+def test_need_task_ids_returns_what_the_storm_engine_returns(
+    spark: SparkSession, ring: RingAccess, tmp_path: Path
+) -> None:
+    path = SPARK_TOPOLOGIES / "sb_task_ids.py"
+    conf = {"ids.n": 8}
+    on_storm = storm(ring, path, conf)
+    on_spark = spark_run(spark, ring, path, tmp_path / "ck", conf, rows=4)
+
+    assert on_storm["idle"]
+    assert on_spark["idle"]
+    for emitter in ("source", "relay"):
+        on_both = _returned_ids(on_storm, emitter)
+        assert sorted(on_both) == list(range(8))
+        # same ids in the same order; a shuffle's pick is random on Storm
+        assert _returned_ids(on_spark, emitter) == on_both
+
+
+def test_tick_tuples_flush_stateless_and_stateful_bolts_on_both_engines(
+    spark: SparkSession, ring: RingAccess, tmp_path: Path
+) -> None:
+    path = SPARK_TOPOLOGIES / "sb_ticks.py"
+    # the last tick of agg must come before Storm sees the run idle
+    conf = {"ticks.n": 12, "sr3.idle.quiet.s": 4}
+    on_storm = storm(ring, path, conf)
+    storm_total = dump(ring, "sb_ticks", "total")
+    on_spark = spark_run(spark, ring, path, tmp_path / "ck", conf, rows=4)
+
+    assert on_storm["idle"]
+    assert on_spark["idle"]
+    assert storm_total == {json.dumps([k]): {"total": 4} for k in range(3)}
+    assert dump(ring, "sb_ticks", "total") == storm_total
+    assert on_spark["outputs"]["total"] == on_storm["outputs"]["total"]
+    # no tick frequency, no ticks: silent never emits on either engine
+    assert not on_storm["outputs"].get("silent")
+    assert not on_spark["outputs"].get("silent")
