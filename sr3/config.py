@@ -7,6 +7,8 @@ Values come from dotted ``sr3.*`` keys (Storm conf, Spark conf, config.json) or
 
 from __future__ import annotations
 
+import difflib
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -26,6 +28,8 @@ __all__ = [
     "check_zk_hosts",
     "parse_size",
 ]
+
+logger = logging.getLogger(__name__)
 
 MECHANISMS = ("star", "line", "tree", "auto")
 _SIZE_UNITS = {
@@ -99,6 +103,19 @@ def check_zk_hosts(hosts: str) -> str:
             )
             raise ConfigError(msg)
     return hosts
+
+
+def _znode_path(path: str) -> bool:
+    """Whether ZooKeeper takes ``path`` (an absolute one) as a znode path."""
+    if any(part in ("", ".", "..") for part in path.split("/")[1:]):
+        return False
+    return not any(
+        c <= "\x1f"
+        or "\x7f" <= c <= "\x9f"
+        or "\ud800" <= c <= "\uf8ff"
+        or "\ufff0" <= c <= "\uffff"
+        for c in path
+    )
 
 
 def _require(ok: bool, key: str, value: object, hint: str) -> None:
@@ -233,6 +250,14 @@ class ZkConfig:
             "sr3.zk.chroot",
             self.chroot,
             "use an absolute path without a trailing slash, as /sr3/default",
+        )
+        _require(
+            _znode_path(self.chroot),
+            "sr3.zk.chroot",
+            self.chroot,
+            "ZooKeeper refuses this path: use names of letters, digits and "
+            "punctuation between single slashes, none of them '.' or '..', as "
+            "/sr3/default",
         )
         _require_duration(self.session_timeout_s, "sr3.zk.session.timeout.s")
         _require_duration(self.connect_timeout_s, "sr3.zk.connect.timeout.s")
@@ -374,6 +399,28 @@ _KEYS: dict[str, tuple[str, str, Any]] = {
 }
 
 
+#: What a key read by ``int`` or ``float`` must be, for error messages.
+_WANTED: dict[Any, str] = {int: "a whole number", float: "a number"}
+#: ``SR3_*`` variables that are no config keys but are read elsewhere.
+_OTHER_VARS = frozenset({"SR3_LAB", "SR3_REQUIRE_ZK", "SR3_TEST_RELAY_FAULTS"})
+#: Prefixes of the variables :meth:`Sr3Config.from_env` reads.
+_ENV_SECTIONS = tuple(
+    sorted({"SR3_" + key.split(".")[1].upper() + "_" for key in _KEYS})
+)
+
+
+def _env_var(key: str) -> str:
+    return key.upper().replace(".", "_")
+
+
+def _unknown_env_vars(env: Mapping[str, str]) -> list[str]:
+    """Return ``SR3_<SECTION>_*`` variables that set no key (typos), sorted."""
+    known = {_env_var(key) for key in _KEYS} | _OTHER_VARS
+    return sorted(
+        var for var in env if var.startswith(_ENV_SECTIONS) and var not in known
+    )
+
+
 @dataclass(frozen=True)
 class Sr3Config:
     """All of SR3's configuration, one frozen section per subsystem."""
@@ -409,7 +456,11 @@ class Sr3Config:
             try:
                 converted = None if value is None else convert(value)
             except (TypeError, ValueError) as exc:
-                msg = f"sr3 config {key}={value!r} could not be read: {exc}"
+                want = _WANTED.get(convert)
+                if want is None:  # parse_size, _to_bool: their message says it
+                    msg = f"sr3 config {key}={value!r} could not be read: {exc}"
+                else:
+                    msg = f"sr3 config {key}={value!r} is not {want}; set {key} to one"
                 raise ConfigError(msg) from exc
             updates.setdefault(section, {})[name] = converted
         base = cls()
@@ -421,14 +472,37 @@ class Sr3Config:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Sr3Config:
-        """Build from ``SR3_*`` variables: ``SR3_ZK_HOSTS`` sets ``sr3.zk.hosts``."""
+        """Build from ``SR3_*`` variables: ``SR3_ZK_HOSTS`` sets ``sr3.zk.hosts``.
+
+        A variable of a config section that sets no key (``SR3_RING_VNODE``, a
+        typo) is logged as a warning naming the closest key, and ignored.
+
+        Raises:
+            ConfigError: a variable has an invalid value; the message names it.
+        """
         env = os.environ if environ is None else environ
         conf: dict[str, Any] = {}
         for key in _KEYS:
-            var = key.upper().replace(".", "_")
+            var = _env_var(key)
             if var in env:
                 conf[key] = env[var]
-        return cls.from_mapping(conf)
+        for var in _unknown_env_vars(env):
+            near = difflib.get_close_matches(var, [_env_var(k) for k in _KEYS], 1)
+            hint = f"did you mean {near[0]}?" if near else "unset it"
+            logger.warning(
+                "environment variable %s sets no sr3 config key and is ignored; %s",
+                var,
+                hint,
+            )
+        try:
+            return cls.from_mapping(conf)
+        except ConfigError as exc:
+            named = [_env_var(k) for k in sorted(conf, key=len) if k in str(exc)]
+            if not named:
+                raise
+            var = named[-1]  # the longest key named: the most specific
+            msg = f"{exc} (environment variable {var}={env[var]!r})"
+            raise ConfigError(msg) from exc
 
     @staticmethod
     def known_keys() -> tuple[str, ...]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from sr3 import wire
@@ -14,24 +15,58 @@ from sr3.errors import (
     ChecksumError,
     ProtocolError,
     ShardNotFoundError,
+    SR3Error,
     StorageError,
 )
 from sr3.storage import ReplicaReader, ReplicaStore, crc32
 
-__all__ = ["BuiltinOps"]
+__all__ = ["BuiltinOps", "PullSources"]
 
 logger = logging.getLogger(__name__)
+
+#: Whether ``(host, port)`` is the address of a current ring member, which a
+#: ``pull`` may copy from. It may block (it may ask ZooKeeper); it runs in a
+#: worker thread and raises :class:`~sr3.errors.SR3Error` when it cannot tell.
+PullSources = Callable[[str, int], bool]
+
+E_PULL_SOURCE = (
+    "pull of shard {shard!r}: source {host}:{port} is not the address of a "
+    "current ring member, and node {node} copies replicas only from ring "
+    "members; pull from a holder `sr3 status` lists"
+)
+E_PULL_NO_MEMBERSHIP = (
+    "pull of shard {shard!r}: node {node} runs without ring membership and knows "
+    "no peer to copy from; start it with `sr3 node` (ZooKeeper membership) or, "
+    "standalone, with --peer {host}:{port}"
+)
 _MAX_CRC = 0xFFFFFFFF
 _THREAD_SEND_BYTES = 256 * 1024
 
 
 class BuiltinOps:
-    """The replica ops every node serves; blocking work runs in threads."""
+    """The replica ops every node serves; blocking work runs in threads.
 
-    def __init__(self, store: ReplicaStore, *, node_id: str, config: NodeConfig):
+    Args:
+        store: The node's replicas.
+        node_id: The node's id, named in replies.
+        config: The node's wire settings and secret.
+        pull_sources: Which addresses ``pull`` may copy from (ring members);
+            None refuses every pull: a node never connects to an address a
+            peer names unless it is a member's.
+    """
+
+    def __init__(
+        self,
+        store: ReplicaStore,
+        *,
+        node_id: str,
+        config: NodeConfig,
+        pull_sources: PullSources | None = None,
+    ):
         self.store = store
         self.node_id = node_id
         self.config = config
+        self.pull_sources = pull_sources
         self.pool = ClientPool(config)  # node-to-node copies (pull)
 
     def handlers(self) -> dict[str, Handler]:
@@ -141,10 +176,16 @@ class BuiltinOps:
         await conn.ok({"valid": valid})
 
     async def pull(self, conn: Connection, request: dict[str, Any]) -> None:
-        """Copy a replica from another node unless an intact one is here."""
+        """Copy a replica from a ring member unless an intact one is here.
+
+        Raises:
+            ProtocolError: the source is not a current ring member's address.
+            SR3Error: ring membership could not be read.
+        """
         shard, crc = require_shard(request), require_crc(request)
         source = require(request, "source", dict)
         host, port = require(source, "host", str), require(source, "port", int)
+        await self._check_source(shard, host, port)
         current = self.store.has(shard)
         if current is not None and current.crc32 == crc:
             if await asyncio.to_thread(self.store.verify, shard):
@@ -159,6 +200,22 @@ class BuiltinOps:
             raise ChecksumError(msg)
         stored = await asyncio.to_thread(self.store.put, shard, data, crc)
         await conn.ok({"stored": stored})
+
+    async def _check_source(self, shard: str, host: str, port: int) -> None:
+        fields = {"shard": shard, "host": host, "port": port, "node": self.node_id}
+        if self.pull_sources is None:
+            raise ProtocolError(E_PULL_NO_MEMBERSHIP.format(**fields))
+        try:
+            member = await asyncio.to_thread(self.pull_sources, host, port)
+        except SR3Error as exc:
+            msg = (
+                f"pull of shard {shard!r}: node {self.node_id} cannot tell whether "
+                f"{host}:{port} is a ring member ({exc}); retry once ZooKeeper "
+                "answers"
+            )
+            raise StorageError(msg) from exc
+        if not member:
+            raise ProtocolError(E_PULL_SOURCE.format(**fields))
 
     def _fetch(self, shard: str, host: str, port: int) -> bytes:
         try:

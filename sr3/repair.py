@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from sr3.client import ClientPool
 from sr3.config import RepairConfig, RingConfig
-from sr3.errors import CoordinationError, StorageError
+from sr3.errors import CodecError, SR3Error, StorageError
 from sr3.manifest import ShardMeta
 from sr3.ports import Election, ManifestStore, Membership, NodeInfo
 from sr3.ring import HashRing
@@ -46,6 +46,7 @@ class RepairReport:
     bytes_copied: int = 0
     lost: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
+    unreadable_owners: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -110,6 +111,7 @@ class RepairCoordinator:
         self._present: dict[str, dict[str, tuple[int, int]]] = {}
         #: (node, shard id) of replicas no record names -> when first seen so
         self._orphans: dict[tuple[str, str], float] = {}
+        self._unreadable: dict[str, str] = {}  # owner -> problem already warned
 
     def notify(self, _members: Mapping[str, NodeInfo] | None = None) -> None:
         """Signal a membership change (usable as a membership watch callback)."""
@@ -132,8 +134,11 @@ class RepairCoordinator:
                 continue
             try:
                 report = self.reconcile()
-            except (CoordinationError, StorageError) as exc:
+            except SR3Error as exc:
                 logger.warning("repair pass failed, will retry: %s", exc)
+                continue
+            except Exception:  # a bug: the ring must not lose its repairs to it
+                logger.exception("repair pass hit an unexpected error; will retry")
                 continue
             if report.changed or report.lost:
                 logger.info(
@@ -182,17 +187,30 @@ class RepairCoordinator:
         self._present = self._inventory(live)
         work: list[ShardMeta] = []
         for owner in self._manifests.owners():
-            for meta in self._manifests.shards(owner).values():
+            try:
+                metas = self._manifests.shards(owner).values()
+            except CodecError as exc:
+                self._skip_owner(owner, exc, report)
+                continue
+            for meta in metas:
                 report.shards += 1
                 work.append(meta)
-        # the inventory was listed before the records were read: a replica whose
-        # record exists by now is named in ``work``
-        self._sweep_orphans(live, {m.shard_id for m in work}, report)
+        self._unreadable = {
+            o: p for o, p in self._unreadable.items() if o in report.unreadable_owners
+        }
+        if report.unreadable_owners:
+            # their replicas are named by records this pass cannot read: sweeping
+            # them as orphans would delete state nobody chose to drop
+            logger.debug("orphan sweep skipped: %s", report.unreadable_owners)
+        else:
+            # the inventory was listed before the records were read: a replica
+            # whose record exists by now is named in ``work``
+            self._sweep_orphans(live, {m.shard_id for m in work}, report)
         with ThreadPoolExecutor(
             self._config.parallel_copies, thread_name_prefix="sr3-repair"
         ) as pool:
             results = list(
-                pool.map(lambda m: self._reconcile_shard(m, ring, live, r), work)
+                pool.map(lambda m: self._reconcile_one(m, ring, live, r), work)
             )
         for part in results:
             report.copied += part.copied
@@ -204,6 +222,28 @@ class RepairCoordinator:
         report.seconds = self._clock() - started
         self.last_report = report
         return report
+
+    def _skip_owner(self, owner: str, exc: CodecError, report: RepairReport) -> None:
+        """Leave an owner whose records cannot be read; warn once per problem."""
+        report.unreadable_owners.append(owner)
+        if self._unreadable.get(owner) != str(exc):
+            self._unreadable[owner] = str(exc)
+            logger.warning(
+                "repair skips owner %r, whose shard records cannot be read (its "
+                "replicas are kept; no replica is swept as an orphan meanwhile): %s",
+                owner,
+                exc,
+            )
+
+    def _reconcile_one(
+        self, meta: ShardMeta, ring: HashRing, live: Mapping[str, NodeInfo], r: int
+    ) -> RepairReport:
+        """:meth:`_reconcile_shard`; a damaged record costs only that shard."""
+        try:
+            return self._reconcile_shard(meta, ring, live, r)
+        except CodecError as exc:
+            logger.warning("repair of shard %s failed, retried: %s", meta.shard_id, exc)
+            return RepairReport(failed=[meta.shard_id])
 
     def _reconcile_shard(
         self, meta: ShardMeta, ring: HashRing, live: Mapping[str, NodeInfo], r: int

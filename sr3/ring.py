@@ -17,7 +17,14 @@ from sr3.config import RingConfig
 from sr3.errors import RingError
 from sr3.ports import NodeInfo
 
-__all__ = ["KEY_GROUP_SEED", "RING_SEED", "HashRing", "key_group_hash", "ring_hash"]
+__all__ = [
+    "KEY_GROUP_SEED",
+    "MAX_CAPACITY",
+    "RING_SEED",
+    "HashRing",
+    "key_group_hash",
+    "ring_hash",
+]
 
 #: Seed of ring positions (vnodes and shard ids): ASCII ``"SR3R"``. Never change it.
 RING_SEED = 0x53523352
@@ -25,6 +32,10 @@ RING_SEED = 0x53523352
 KEY_GROUP_SEED = 0x5352334B
 
 _DEFAULT_VNODES = RingConfig.vnodes
+#: Largest node capacity: each unit is ``vnodes`` (2048) ring points that every
+#: client and node hashes and sorts on each membership change; 100 units take a
+#: client about 0.3 s to place, a million would take the whole ring down.
+MAX_CAPACITY = 100
 
 
 def ring_hash(key: str | bytes) -> int:
@@ -60,7 +71,8 @@ class HashRing:
         vnodes: Virtual nodes per unit of capacity (default ``RingConfig.vnodes``).
 
     Raises:
-        RingError: duplicate node ids, ``vnodes < 1`` or a capacity below 1.
+        RingError: duplicate node ids, ``vnodes < 1`` or a capacity outside
+            1..:data:`MAX_CAPACITY` (membership clamps what it reads).
     """
 
     __slots__ = ("_nodes", "_owners", "_positions", "_vnodes", "_zone_count", "_zones")
@@ -76,10 +88,10 @@ class HashRing:
             if info.node_id in members:
                 msg = f"node {info.node_id!r} appears twice; node ids must be unique"
                 raise RingError(msg)
-            if info.capacity < 1:
+            if not 1 <= info.capacity <= MAX_CAPACITY:
                 msg = (
                     f"node {info.node_id!r} has capacity {info.capacity}; "
-                    "use a capacity of at least 1"
+                    f"use a capacity of 1..{MAX_CAPACITY}"
                 )
                 raise RingError(msg)
             members[info.node_id] = info

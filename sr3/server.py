@@ -42,7 +42,7 @@ from sr3.errors import (
     ShardNotFoundError,
     SR3Error,
 )
-from sr3.node_ops import BuiltinOps
+from sr3.node_ops import BuiltinOps, PullSources
 from sr3.storage import ReplicaStore
 
 __all__ = ["Connection", "Handler", "NodeServer", "main", "require", "require_shard"]
@@ -55,7 +55,9 @@ class NodeServer:
 
     ``port`` is the bound port once :meth:`start` returned (pass 0 to let the
     OS choose). Lifecycle: ``await start()``, then ``await serve_forever()`` or
-    any other wait, then ``await close()``.
+    any other wait, then ``await close()``. ``pull_sources`` says which
+    addresses the ``pull`` op may copy from (the ring's members); without it
+    every pull is refused.
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class NodeServer:
         config: NodeConfig,
         host: str = "127.0.0.1",
         port: int = 0,
+        pull_sources: PullSources | None = None,
     ) -> None:
         self.store = store
         self.node_id = node_id
@@ -75,7 +78,9 @@ class NodeServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._ops: dict[str, Handler] = {}
-        self._builtins = BuiltinOps(store, node_id=node_id, config=config)
+        self._builtins = BuiltinOps(
+            store, node_id=node_id, config=config, pull_sources=pull_sources
+        )
         for name, handler in self._builtins.handlers().items():
             self.register_op(name, handler)
 
@@ -201,10 +206,24 @@ class NodeServer:
             frame = await self._next_frame(conn, reader, wire.HANDSHAKE_MAX_FRAME_BYTES)
         if frame is None:
             return False
-        if (
-            frame.get("op") != "auth"
-            or frame.get("v") != wire.PROTOCOL_VERSION
-            or not wire.check_mac(self.config.secret, nonce, frame.get("mac"))
+        version = frame.get("v")
+        if frame.get("op") == "auth" and version != wire.PROTOCOL_VERSION:
+            shown = version if isinstance(version, int) else type(version).__name__
+            logger.warning(
+                "%s speaks protocol v%.20s, not v%s",
+                conn.peer,
+                shown,
+                wire.PROTOCOL_VERSION,
+            )
+            await conn.error(
+                "auth",
+                f"node {self.node_id} speaks protocol v{wire.PROTOCOL_VERSION}, this "
+                f"client v{str(shown)[:20]}: run the same sr3 version on clients and "
+                "nodes",
+            )
+            return False
+        if frame.get("op") != "auth" or not wire.check_mac(
+            self.config.secret, nonce, frame.get("mac")
         ):
             logger.warning("authentication of %s failed", conn.peer)
             await conn.error(
@@ -274,8 +293,24 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--node-id", required=True)
     parser.add_argument("--secret-file", type=Path, help="file holding the secret")
+    parser.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        type=_address,
+        metavar="HOST:PORT",
+        help="a node `pull` may copy from (repeat it; default: none)",
+    )
     parser.add_argument("--log-level", default="INFO")
     return parser.parse_args(argv)
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 2**16:
+        msg = f"{text!r} is not HOST:PORT (a port in 1..65535)"
+        raise argparse.ArgumentTypeError(msg)
+    return host, int(port)
 
 
 async def _run(server: NodeServer) -> None:
@@ -308,8 +343,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SR3Error, OSError) as exc:
         logger.error("node %s cannot start: %s", args.node_id, exc)
         return 1
+    peers = frozenset(args.peer)
+
+    def is_peer(host: str, port: int) -> bool:
+        return (host, port) in peers
+
     server = NodeServer(
-        store, node_id=args.node_id, config=config, host=args.host, port=args.port
+        store,
+        node_id=args.node_id,
+        config=config,
+        host=args.host,
+        port=args.port,
+        pull_sources=is_peer if peers else None,
     )
     try:
         asyncio.run(_run(server))

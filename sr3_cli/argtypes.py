@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable
 
 __all__ = [
+    "MAX_NAME_BYTES",
     "at_least",
     "fraction",
     "int_between",
@@ -54,10 +55,30 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+#: Longest name in UTF-8 bytes: an owner goes into every shard id, which a
+#: node takes up to 4096 bytes long, and into znode names.
+MAX_NAME_BYTES = 1024
+
+
 def nonempty(text: str) -> str:
-    """A non-empty name (an owner, topology, component or node id)."""
+    """A name (an owner, topology, component or node id): UTF-8 text, not empty.
+
+    At most :data:`MAX_NAME_BYTES` bytes, so a shard id made of it fits a frame.
+    """
     if not text:
         msg = "must not be empty; give a name"
+        raise argparse.ArgumentTypeError(msg)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:  # bytes of another encoding, as sys.argv keeps them
+        shown = text.encode("utf-8", "surrogateescape")
+        msg = f"{shown!r} is not UTF-8 text; give the name in UTF-8"
+        raise argparse.ArgumentTypeError(msg) from None
+    if size > MAX_NAME_BYTES:
+        msg = (
+            f"a name of {size} bytes is too long; use at most {MAX_NAME_BYTES} "
+            "bytes (UTF-8)"
+        )
         raise argparse.ArgumentTypeError(msg)
     return text
 

@@ -35,6 +35,10 @@ E_AUTH_REFUSED = (
 )
 
 
+#: Largest secret file read: a secret is one line, never a stream.
+MAX_SECRET_BYTES = 4096
+
+
 def add_cluster_args(parser: argparse.ArgumentParser) -> None:
     """Add ``--lab``, ``--zk``, ``--chroot`` and ``--secret-file``."""
     parser.add_argument("--lab", help="lab dir (default: $SR3_LAB)")
@@ -55,9 +59,22 @@ def read_secret(path: str | None) -> str:
     """
     if path:
         try:
-            secret = Path(path).read_text(encoding="utf-8").strip()
+            with Path(path).open("rb") as f:  # not /dev/zero into memory
+                raw = f.read(MAX_SECRET_BYTES + 1)
+            if len(raw) > MAX_SECRET_BYTES:
+                msg = (
+                    f"secret file {path} holds more than {MAX_SECRET_BYTES} bytes; "
+                    "a ring secret is one line (a lab writes 64 hex digits): give "
+                    "--secret-file the ring's secret file"
+                )
+                raise ConfigError(msg)
+            secret = raw.decode("utf-8").strip()
         except (OSError, UnicodeError) as exc:
-            msg = f"cannot read secret file {path}: {exc}"
+            msg = (
+                f"cannot read secret file {path}: {exc}; give --secret-file a "
+                "readable UTF-8 text file holding the ring's shared secret (a lab "
+                "keeps it in LAB_DIR/secret)"
+            )
             raise ConfigError(msg) from exc
         if not secret:
             msg = (

@@ -14,6 +14,7 @@ from sr3.config import Sr3Config
 from sr3.errors import ConfigError, SR3Error
 from sr3_cli.cluster import add_cluster_args, open_cluster, read_secret
 from sr3_cli.lab import Lab, resolve_lab_dir
+from sr3_cli.processes import lab_processes, terminate
 from sr3_cli.snapshot_cmd import run_get, run_put
 from sr3_cli.status import run_status
 
@@ -107,7 +108,24 @@ def lab_up(args: argparse.Namespace) -> int:
 def lab_down(args: argparse.Namespace) -> int:
     """``sr3 lab down``: stop Spark (if started), the nodes, then ZooKeeper."""
     root = _lab_root(args)
-    lab = Lab.load(root)
+    try:
+        lab = Lab.load(root)
+    except ConfigError:
+        # lab.json deleted or damaged: stop what the lab started all the same
+        leftovers = lab_processes(root)
+        if not leftovers:
+            raise
+        for pid in leftovers:
+            terminate(pid)
+        if args.purge and root.is_dir():
+            shutil.rmtree(root)
+        pids = ", ".join(map(str, leftovers))
+        print(
+            f"no readable lab.json in {root}: stopped the ring nodes and ZooKeeper "
+            f"still running from it (pids {pids})"
+            + (" and deleted it" if args.purge else "")
+        )
+        return 0
     lab.stop_spark()
     lab.stop_nodes()
     lab.stop_zookeeper()

@@ -13,6 +13,7 @@ Layout of a lab dir::
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import signal
@@ -25,14 +26,16 @@ from typing import TYPE_CHECKING, Any
 
 from sr3.config import NodeConfig, Sr3Config, ZkConfig
 from sr3.errors import ConfigError, SR3Error
-from sr3_cli.processes import alive as _alive
+from sr3_cli.processes import runs as _runs
 from sr3_cli.processes import terminate as _terminate
-from zk.launcher import EmbeddedZooKeeper
+from zk.launcher import EmbeddedZooKeeper, port_taken
 
 if TYPE_CHECKING:
     from spark_bridge.standalone import StandaloneCluster
 
 __all__ = ["Lab", "LabNode", "resolve_lab_dir"]
+
+logger = logging.getLogger(__name__)
 
 _STATE = "lab.json"
 _NODE_READY_TIMEOUT_S = 30.0
@@ -40,7 +43,7 @@ _NODE_READY_TIMEOUT_S = 30.0
 
 E_CORRUPT_LAB = (
     "the lab's state file {path} cannot be read ({detail}). Processes it started "
-    "may still run: stop them (`pgrep -af {root}` lists them), then move {path} "
+    "may still run: `sr3 lab down --dir {root}` stops them; then move {path} "
     "away and run `sr3 lab up --dir {root}` (node data under {root}/nodes is kept "
     "and adopted)"
 )
@@ -109,8 +112,8 @@ class LabNode:
 
     @property
     def alive(self) -> bool:
-        """Whether its process is running."""
-        return _alive(self.pid)
+        """Whether its process runs (a pid now another program's does not)."""
+        return _runs(self.pid, Path(self.data_dir))
 
 
 @dataclass
@@ -170,8 +173,8 @@ class Lab:
 
     @property
     def zookeeper_running(self) -> bool:
-        """Whether the lab's ZooKeeper process runs."""
-        return _alive(self.zk_pid)
+        """Whether the lab's ZooKeeper process runs (not another on its pid)."""
+        return _runs(self.zk_pid, self.root / "zk" / "zoo.cfg")
 
     @property
     def zk_hosts(self) -> str:
@@ -184,12 +187,28 @@ class Lab:
         return self.root / "secret"
 
     def secret(self) -> str:
-        """Return the shared secret, creating it on first use."""
-        if not self.secret_file.exists():
-            self.root.mkdir(parents=True, exist_ok=True)
-            self.secret_file.write_text(secrets.token_hex(32), encoding="utf-8")
-            self.secret_file.chmod(0o600)
-        return self.secret_file.read_text(encoding="utf-8").strip()
+        """Return the shared secret, creating it on first use.
+
+        Raises:
+            ConfigError: the secret file is empty or unreadable.
+        """
+        try:
+            if not self.secret_file.exists():
+                self.root.mkdir(parents=True, exist_ok=True)
+                self.secret_file.write_text(secrets.token_hex(32), encoding="utf-8")
+                self.secret_file.chmod(0o600)
+            secret = self.secret_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeError) as exc:
+            msg = f"cannot read the lab's secret file {self.secret_file}: {exc}"
+            raise ConfigError(msg) from exc
+        if not secret:
+            msg = (
+                f"the lab's secret file {self.secret_file} is empty; delete it and "
+                "run `sr3 lab up` again, which writes a new one (stored replicas "
+                "stay readable: the secret only authenticates connections)"
+            )
+            raise ConfigError(msg)
+        return secret
 
     def config(self, base: Sr3Config | None = None) -> Sr3Config:
         """Return ``base`` pointed at this lab's ZooKeeper and secret."""
@@ -218,8 +237,16 @@ class Lab:
 
     def start_zookeeper(self) -> None:
         """Start the lab's ZooKeeper unless it runs already (same port on restart)."""
-        if _alive(self.zk_pid):
+        if self.zookeeper_running:
             return
+        if self.zk_port and port_taken(self.zk_port):
+            # ZooKeeper keeps its data across ports; only `--zk` users must follow
+            logger.warning(
+                "the lab's ZooKeeper port %s is taken by another process; it "
+                "listens on a new one (`--zk` users: see the address printed)",
+                self.zk_port,
+            )
+            self.zk_port = 0
         zk = EmbeddedZooKeeper(self.root / "zk", port=self.zk_port, detached=True)
         zk.start()
         self.zk_port = zk.port
@@ -228,7 +255,8 @@ class Lab:
 
     def stop_zookeeper(self) -> None:
         """Stop the lab's ZooKeeper."""
-        _terminate(self.zk_pid)
+        if self.zookeeper_running:
+            _terminate(self.zk_pid)
         self.zk_pid = None
         self.save()
 
@@ -311,6 +339,7 @@ class Lab:
         self.check_nodes(node_ids)
         self.secret()  # created before any node reads it
         started: dict[str, subprocess.Popen[bytes]] = {}
+        offsets: dict[str, int] = {}  # where each node's log of this start begins
         for node_id in node_ids:
             node = self._node(node_id)
             if node.alive:
@@ -324,6 +353,14 @@ class Lab:
                     "copies its replicas back)"
                 )
                 raise ConfigError(msg) from exc
+            if node.port and port_taken(node.port):
+                logger.warning(
+                    "ring node %s's port %s is taken by another process; it "
+                    "listens on a new one",
+                    node_id,
+                    node.port,
+                )
+                node.port = None
             cmd = [
                 sys.executable, "-m", "sr3_cli", "--log-level", log_level,
                 "node", "--zk", self.zk_hosts, "--chroot", self.chroot,
@@ -333,6 +370,7 @@ class Lab:
             if node.zone:
                 cmd += ["--zone", node.zone]
             log = open(Path(node.data_dir) / "node.log", "ab")  # noqa: SIM115
+            offsets[node_id] = log.tell()
             proc = subprocess.Popen(
                 cmd,
                 stdout=subprocess.PIPE,
@@ -345,10 +383,12 @@ class Lab:
             started[node_id] = proc
         self.save()
         for node_id, proc in started.items():
-            self._wait_ready(node_id, proc)
+            self._wait_ready(node_id, proc, offsets[node_id])
         self.save()
 
-    def _wait_ready(self, node_id: str, proc: subprocess.Popen[bytes]) -> None:
+    def _wait_ready(
+        self, node_id: str, proc: subprocess.Popen[bytes], log_offset: int
+    ) -> None:
         if proc.stdout is None:
             msg = f"ring node {node_id} was started without a stdout pipe"
             raise SR3Error(msg)
@@ -359,12 +399,24 @@ class Lab:
             if not line or line.startswith(b"READY"):
                 break
         if not line.startswith(b"READY"):
-            log = Path(self.nodes[node_id].data_dir) / "node.log"
-            tail = log.read_text(encoding="utf-8", errors="replace")[-2000:]
-            msg = f"ring node {node_id} did not start (see {log}):\n{tail}"
-            raise SR3Error(msg)
+            raise SR3Error(self._not_started(node_id, log_offset))
         self.nodes[node_id].port = int(line.split()[2])
         proc.stdout.close()
+
+    def _not_started(self, node_id: str, log_offset: int) -> str:
+        """Say why a node did not start: its error line, else its log's tail."""
+        log = Path(self.nodes[node_id].data_dir) / "node.log"
+        try:
+            with log.open("rb") as f:
+                f.seek(log_offset)
+                text = f.read().decode("utf-8", errors="replace")
+        except OSError as exc:
+            text = f"(its log cannot be read: {exc})"
+        errors = [ln for ln in text.splitlines() if ln.startswith("sr3: error: ")]
+        if errors:
+            reason = errors[-1].removeprefix("sr3: error: ")
+            return f"ring node {node_id} did not start: {reason} (log: {log})"
+        return f"ring node {node_id} did not start (see {log}):\n{text[-2000:]}"
 
     def kill_nodes(self, node_ids: list[str], sig: int = signal.SIGKILL) -> list[str]:
         """Send ``sig`` (SIGKILL by default) to the given nodes; return those running.
@@ -375,7 +427,7 @@ class Lab:
         nodes = [self._node(node_id) for node_id in node_ids]
         signalled = []
         for node in nodes:
-            if node.pid and _alive(node.pid):
+            if node.pid and node.alive:
                 os.kill(node.pid, sig)
                 signalled.append(node.node_id)
         self.save()
@@ -384,7 +436,8 @@ class Lab:
     def stop_nodes(self) -> None:
         """Stop every node gracefully."""
         for node in self.nodes.values():
-            _terminate(node.pid)
+            if node.alive:
+                _terminate(node.pid)
             node.pid = None
         self.save()
 

@@ -14,7 +14,9 @@ from types import FrameType
 from typing import NoReturn
 
 from sr3.errors import SR3Error
+from sr3.ring import MAX_CAPACITY
 from sr3_cli.argtypes import at_least, fraction, int_between, nonempty, tcp_port
+from sr3_cli.logs import configure
 from sr3_cli.output import JSON_HELP, emit_error
 
 __all__ = ["build_parser", "main"]
@@ -23,9 +25,8 @@ logger = logging.getLogger(__name__)
 
 Handler = Callable[[argparse.Namespace], int]
 
-#: Largest ``sr3 node --capacity``: 100 units of 2048 vnodes take a client
-#: about 0.3 s to place; a million would take the whole ring down.
-MAX_CAPACITY = 100
+#: Most ring nodes ``sr3 lab up`` starts: all run on this machine.
+MAX_LAB_NODES = 100
 #: Exit codes: 0 success, 1 a check failed (``--verify``, a run not idle) or an
 #: internal error, 2 bad input or an unreachable ring (the message says which).
 EXIT_USAGE = 2
@@ -100,10 +101,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--log-level",
-        default="WARNING",
+        default=None,
         type=str.upper,
         choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-        help="DEBUG, INFO, WARNING (default), ERROR",
+        help="show log records of this level and up as they happen (default: "
+        "warnings are shown once the command ends, and only when it did not fail; "
+        "`sr3 node` and `sr3 run` log WARNING and up live)",
+    )
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show log records as they happen (as --log-level INFO)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -114,9 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
     _lab_dir_arg(up)
     up.add_argument(
         "--nodes",
-        type=at_least(1),
+        # every node is a process of about 40 MB on this machine
+        type=int_between(1, MAX_LAB_NODES),
         default=None,
-        help="ring nodes (default 5 for a new lab; an existing one keeps its own)",
+        help=f"ring nodes, 1..{MAX_LAB_NODES} (default 5 for a new lab; an "
+        "existing one keeps its own)",
     )
     up.add_argument(
         "--zones", default="", help="comma-separated zone labels, round robin"
@@ -319,29 +330,36 @@ def _run(words: list[str]) -> int:
         if as_json:
             emit_error("UsageError", str(exc), EXIT_USAGE)
         return EXIT_USAGE
-    level = getattr(logging, str(args.log_level).upper(), logging.WARNING)
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    if level > logging.INFO and args.command != "node":
-        # kazoo logs every failed connect attempt; the error below says it once
-        logging.getLogger("kazoo").setLevel(logging.ERROR)
+    held = configure(args.command, log_level=args.log_level, verbose=args.verbose)
+    failed = True  # also when interrupted: the interruption line says it
+    try:
+        code, failed = _dispatch(args)
+        return code
+    finally:
+        if held is not None:
+            # the `sr3: error:` line says why; warnings on the way are that failure
+            held.finish(show=not failed)
+            logging.getLogger().removeHandler(held)
+
+
+def _dispatch(args: argparse.Namespace) -> tuple[int, bool]:
+    """Run the command's handler; return its exit code and whether it errored."""
     handler: Handler = args.handler
     as_json = bool(getattr(args, "json", False))
     try:
-        return handler(args)
+        return handler(args), False
     except SR3Error as exc:
-        return _fail(str(exc), as_json=as_json, kind=type(exc).__name__, code=2)
+        kind = type(exc).__name__
+        return _fail(str(exc), as_json=as_json, kind=kind, code=EXIT_USAGE), True
     except BrokenPipeError:  # stdout closed early (`| head`): nothing to say
         # kept open to the end: the interpreter flushes stdout at exit
         sys.stdout = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115
-        return EXIT_INTERNAL
+        return EXIT_INTERNAL, True
     except OSError as exc:  # a path or socket of the command line: it names it
-        return _fail(str(exc), as_json=as_json, kind=type(exc).__name__, code=2)
+        kind = type(exc).__name__
+        return _fail(str(exc), as_json=as_json, kind=kind, code=EXIT_USAGE), True
     except Exception as exc:
         logger.debug("sr3 %s failed", args.command, exc_info=True)
         kind = type(exc).__name__
         message = E_INTERNAL.format(kind=kind, exc=exc)
-        return _fail(message, as_json=as_json, kind=kind, code=EXIT_INTERNAL)
+        return _fail(message, as_json=as_json, kind=kind, code=EXIT_INTERNAL), True

@@ -7,7 +7,9 @@ import signal
 import time
 from pathlib import Path
 
-__all__ = ["alive", "terminate"]
+__all__ = ["alive", "command_line", "lab_processes", "runs", "terminate"]
+
+_PROC = Path("/proc")
 
 
 def alive(pid: int | None) -> bool:
@@ -34,6 +36,49 @@ def _not_zombie(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def command_line(pid: int) -> list[str] | None:
+    """Return the arguments ``pid`` runs with, or None (gone, or no ``/proc``)."""
+    try:
+        raw = (_PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    return [arg.decode("utf-8", "replace") for arg in raw.split(b"\0") if arg]
+
+
+def runs(pid: int | None, argument: Path) -> bool:
+    """Whether ``pid`` runs with ``argument`` (a path) among its arguments.
+
+    A lab keeps the pids it started in lab.json; after a reboot or a crash such
+    a pid may belong to another program, which must never be counted as the
+    lab's or signalled. Without ``/proc`` the pid alone decides.
+    """
+    if not alive(pid) or pid is None:
+        return False
+    args = command_line(pid)
+    if args is None:
+        return not (_PROC / "self" / "cmdline").exists()
+    return bool({str(argument), str(argument.resolve())}.intersection(args))
+
+
+def lab_processes(root: Path) -> list[int]:
+    """Return the pids of ring nodes and ZooKeepers running from files under ``root``.
+
+    Found by their arguments (a node's ``--data-dir``, ZooKeeper's zoo.cfg),
+    for a lab whose lab.json is gone or damaged: what it started may still run.
+    """
+    prefixes = tuple({f"{root}/", f"{root.resolve()}/"})
+    found = []
+    for entry in _PROC.glob("[0-9]*"):
+        pid = int(entry.name)
+        args = command_line(pid) if pid != os.getpid() else None
+        if not args or not any(arg.startswith(prefixes) for arg in args):
+            continue
+        node = "sr3_cli" in args and "node" in args
+        if node or "org.apache.zookeeper.server.ZooKeeperServerMain" in args:
+            found.append(pid)
+    return sorted(found)
 
 
 def terminate(pid: int | None, timeout_s: float = 10.0) -> None:

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
 
+from sr3.errors import CodecError
 from sr3.repair import replication_health
 from sr3_cli.cluster import Cluster, cluster_config, open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.output import emit_json, format_bytes, table
 
 __all__ = ["collect_status", "run_status"]
+
+logger = logging.getLogger(__name__)
 
 
 def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
@@ -23,6 +27,7 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
             "id": node_id,
             "address": info.address,
             "zone": info.zone,
+            "capacity": info.capacity,
             "alive": True,
             "shards": 0,
             "bytes": 0,
@@ -35,6 +40,7 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
                     "id": node_id,
                     "address": f"127.0.0.1:{lab_node.port}" if lab_node.port else "",
                     "zone": lab_node.zone,
+                    "capacity": None,
                     "alive": False,
                     "shards": 0,
                     "bytes": 0,
@@ -42,8 +48,13 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
             )
     all_shards = {}
     owners = cluster.manifests.owners()
+    unreadable = []
     for owner in owners:
-        all_shards.update(cluster.manifests.shards(owner))
+        try:
+            all_shards.update(cluster.manifests.shards(owner))
+        except CodecError as exc:  # one damaged record must not hide the ring
+            logger.warning("%s", exc)
+            unreadable.append(owner)
     for meta in all_shards.values():
         for holder in meta.holders:
             entry = nodes.setdefault(
@@ -52,6 +63,7 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
                     "id": holder,
                     "address": "",
                     "zone": None,
+                    "capacity": None,
                     "alive": False,
                     "shards": 0,
                     "bytes": 0,
@@ -66,6 +78,7 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         "lost": lost,
         "shards": len(all_shards),
         "owners": len(owners),
+        "unreadable_owners": unreadable,
         "replication_factor": r,
         "live_nodes": len(live),
     }
@@ -98,4 +111,7 @@ def run_status(args: argparse.Namespace) -> int:
         f"r={status['replication_factor']}, {status['live_nodes']} live nodes: "
         f"{status['under_replicated']} under-replicated, {status['lost']} lost"
     )
+    if status["unreadable_owners"]:
+        names = ", ".join(repr(o) for o in status["unreadable_owners"])
+        print(f"owners whose shard records cannot be read (not counted): {names}")
     return 0

@@ -13,13 +13,14 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sr3.client import ClientPool
+from sr3.codec import encode_key
 from sr3.config import Sr3Config
-from sr3.errors import RecoveryError, SR3Error
+from sr3.errors import CodecError, RecoveryError, SR3Error
 from sr3.manifest import Manifest
 from sr3.recovery import Recoverer, RecoveryContext
 from sr3.replication import LiveMembers, ReplicatedStore
@@ -30,7 +31,13 @@ from zk.client import ZkSession, connect
 from zk.manifests import ZkManifestStore
 from zk.membership import ZkMembership
 
-__all__ = ["CommitRecord", "RestoreReport", "RingAccess", "config_from_conf"]
+__all__ = [
+    "CommitRecord",
+    "CommittedState",
+    "RestoreReport",
+    "RingAccess",
+    "config_from_conf",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +97,52 @@ class RestoreReport:
             "reason": self.reason,
             "phases": self.phases,
         }
+
+
+class CommittedState(Mapping[tuple[Any, ...], dict[str, Any]]):
+    """A component's committed state, ``{key: fields}``, with every state key kept.
+
+    A dict would merge keys Python holds equal (``(1,)``, ``(1.0,)``,
+    ``(True,)``), which the state keeps apart: here they are distinct entries,
+    looked up by the key's encoding, as the state looks them up. A key met
+    twice (two owners of a rescaled component) keeps its last fields. Build a
+    plain dict from it only when such keys cannot occur.
+
+    Args:
+        rows: ``(key, fields)`` pairs.
+    """
+
+    def __init__(self, rows: Iterable[tuple[tuple[Any, ...], dict[str, Any]]]):
+        self._rows: dict[bytes, tuple[tuple[Any, ...], dict[str, Any]]] = {}
+        for key, fields in rows:
+            self._rows[encode_key(key)] = (key, fields)
+
+    def __getitem__(self, key: tuple[Any, ...]) -> dict[str, Any]:
+        try:
+            return self._rows[encode_key(key)][1]
+        except (CodecError, TypeError) as exc:  # no state key looks like it
+            raise KeyError(key) from exc
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return (key for key, _fields in self._rows.values())
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CommittedState):
+            return self._rows == other._rows
+        if isinstance(other, Mapping):
+            return len(self) == len(other) and all(
+                key in other and other[key] == fields for key, fields in self.items()
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable fields, as a dict
+
+    def __repr__(self) -> str:
+        rows = ", ".join(f"{key!r}: {fields!r}" for key, fields in self.items())
+        return f"CommittedState({{{rows}}})"
 
 
 class RingAccess:
@@ -303,11 +356,11 @@ class RingAccess:
 
     def committed_state(
         self, topology: str, component: str
-    ) -> tuple[int, dict[tuple[Any, ...], dict[str, Any]]]:
+    ) -> tuple[int, CommittedState]:
         """Return the committed epoch and state of a component, ``{key: fields}``.
 
-        Keys that Python holds equal (``(1,)``, ``(1.0,)``, ``(True,)``) share
-        one dict entry here; :meth:`committed_dump` keeps them apart.
+        Keys that Python holds equal (``(1,)``, ``(1.0,)``, ``(True,)``) are
+        distinct state keys and stay distinct entries of the returned mapping.
 
         Raises:
             RecoveryError: the topology has no committed epoch, or the component
@@ -315,7 +368,7 @@ class RingAccess:
             CoordinationError: ZooKeeper failed.
         """
         epoch, items = self._committed_items(topology, component)
-        return epoch, dict(items)
+        return epoch, CommittedState(items)
 
     def _committed_items(
         self, topology: str, component: str

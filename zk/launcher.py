@@ -23,7 +23,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from sr3.errors import CoordinationError, ZooKeeperMissingError
 
-__all__ = ["DEFAULT_JAR", "EmbeddedZooKeeper"]
+__all__ = ["DEFAULT_JAR", "EmbeddedZooKeeper", "port_taken"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def _free_port() -> int:
         return port
 
 
-def _port_taken(port: int) -> bool:
+def port_taken(port: int) -> bool:
     """Return whether something listens on 127.0.0.1:``port``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # Like ZooKeeper itself, ignore TIME_WAIT leftovers of our previous run.
@@ -224,7 +224,7 @@ class EmbeddedZooKeeper:
         command = self._command()
         if self._port is None:
             self._port = _free_port()
-        elif _port_taken(self._port):
+        elif port_taken(self._port):
             # The readiness probe would happily talk to whoever listens there.
             msg = (
                 f"port {self._port} on 127.0.0.1 is in use, so ZooKeeper in "

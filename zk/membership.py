@@ -8,20 +8,31 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from functools import partial
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from sr3.codec import pack_meta, unpack_meta
 from sr3.errors import CodecError, CoordinationError
 from sr3.ports import MembersCallback, NodeInfo
+from sr3.ring import MAX_CAPACITY
 from zk.client import SessionState, ZkSession
+from zk.paths import unquote_name
 
 __all__ = ["ZkMembership"]
 
 logger = logging.getLogger(__name__)
 
 _ANNOUNCE_ATTEMPTS = 5
+#: A registration written by another version or by hand, with a capacity the
+#: ring cannot place (0, negative, huge, not a number).
+W_BAD_CAPACITY = (
+    "member %(node)s (%(path)s) registered capacity %(value)r, outside 1..%(top)s; "
+    "the ring counts it as %(used)s. Restart that node with `sr3 node --capacity "
+    "N` (N in 1..%(top)s) so it registers a valid one"
+)
 
 
 class ZkMembership:
@@ -31,7 +42,9 @@ class ZkMembership:
     within the session timeout) and re-creates the node's znode by itself after
     the session expires and the client reconnects with a new one. Listing skips
     a member whose data cannot be decoded, with a warning, so one bad entry does
-    not blind every node.
+    not blind every node; a member whose capacity is no whole number in
+    1..:data:`~sr3.ring.MAX_CAPACITY` counts with the nearest valid one (1 when
+    it is no number), with one warning per member and value.
 
     Args:
         session: An open session; it stays owned by the caller.
@@ -43,6 +56,7 @@ class ZkMembership:
         self._registered: dict[str, bytes] = {}
         self._lock = threading.RLock()
         self._closed = threading.Event()
+        self._warned: set[tuple[str, str]] = set()
         session.add_listener(self._on_state)
 
     def __repr__(self) -> str:
@@ -143,12 +157,29 @@ class ZkMembership:
         members: dict[str, NodeInfo] = {}
         for path, (data, _stat) in found.items():
             try:
-                info = NodeInfo.from_dict(unpack_meta(data))
+                info = NodeInfo.from_dict(self._checked(path, unpack_meta(data)))
+                _check_member(path, info)
             except (CodecError, KeyError, TypeError, ValueError) as exc:
                 logger.warning("member znode %s is unreadable, skipped: %s", path, exc)
                 continue
             members[info.node_id] = info
         return members
+
+    def _checked(self, path: str, raw: Any) -> Mapping[str, Any]:
+        """Return ``raw`` with its capacity made placeable (warned once)."""
+        if not isinstance(raw, Mapping) or "capacity" not in raw:
+            return raw  # NodeInfo.from_dict decides
+        value = raw["capacity"]
+        number = _whole_number(value)
+        used = 1 if number is None else min(max(number, 1), MAX_CAPACITY)
+        if number == used:
+            return raw
+        node = str(raw.get("node_id", path))
+        if (node, repr(value)) not in self._warned:
+            self._warned.add((node, repr(value)))
+            fields = {"node": node, "path": path, "value": value, "used": used}
+            logger.warning(W_BAD_CAPACITY, {**fields, "top": MAX_CAPACITY})
+        return {**raw, "capacity": used}
 
     def _announce(self, node_id: str) -> None:
         """Make ``/members/<node_id>`` ours with the registered data (lock held)."""
@@ -221,3 +252,35 @@ class ZkMembership:
                         node_id,
                         exc,
                     )
+
+
+def _check_member(path: str, info: NodeInfo) -> None:
+    """Refuse a registration no node could have made (written by hand).
+
+    Raises:
+        ValueError: its id is not its znode's name (it would hide that node),
+            or its address cannot be connected to.
+    """
+    name = unquote_name(path.rsplit("/", 1)[-1])
+    if info.node_id != name:
+        msg = (
+            f"it names node {info.node_id!r}, not {name!r}; delete the znode "
+            "(a live node registers itself again)"
+        )
+        raise ValueError(msg)
+    if not info.host or not 0 < info.port < 2**16:
+        msg = (
+            f"address {info.host!r}:{info.port} is no TCP address; restart node "
+            f"{name} (it registers its real address) or delete the znode"
+        )
+        raise ValueError(msg)
+
+
+def _whole_number(value: object) -> int | None:
+    """Return ``value`` as an int (``3`` or ``"3"``), or None if it is none."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None

@@ -16,6 +16,7 @@ import secrets
 import signal
 import socket
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,6 +79,11 @@ E_AUTH_REFUSED = (
     "ring node {other} at {address} refused the secret of node {node}, so it "
     "could hold no replica; give this node the ring's secret: --secret-file "
     "FILE (a lab keeps it in LAB_DIR/secret) or SR3_NODE_SECRET"
+)
+E_REPLICA_DIRS = (
+    "{exc}: {data_dir}/replicas and {data_dir}/quarantine must be directories this "
+    "node can write; move whatever else is there away (a node started without its "
+    "replicas gets them back from repair)"
 )
 E_STORED_ID = (
     "{path} holds {stored!r}, not a node id (letters, digits, '.', '_' or '-', "
@@ -142,7 +148,11 @@ def run_node(config: Sr3Config, options: NodeOptions) -> None:
     node_id = load_node_id(options.data_dir, options.node_id)
     lock = lock_data_dir(options.data_dir)
     try:
-        store = ReplicaStore(options.data_dir)
+        try:
+            store = ReplicaStore(options.data_dir)
+        except StorageError as exc:
+            msg = E_REPLICA_DIRS.format(exc=exc, data_dir=options.data_dir)
+            raise ConfigError(msg) from exc
         faults = RelayFaults.parse(os.environ.get(RELAY_FAULTS_ENV, ""))
         asyncio.run(_serve(config, options, node_id, store, faults))
     finally:
@@ -179,6 +189,31 @@ def lock_data_dir(data_dir: Path) -> int:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+class _MemberAddresses:
+    """Whether an address is a live ring member's: where ``pull`` may copy from.
+
+    Answers from the addresses the membership watch last reported; one it does
+    not know is looked up in ZooKeeper (the watch may lag behind a node that
+    just joined). Before the node's membership is attached, no address is.
+    """
+
+    def __init__(self) -> None:
+        self.membership: ZkMembership | None = None
+        self._known: frozenset[tuple[str, int]] = frozenset()
+
+    def update(self, members: Mapping[str, NodeInfo]) -> None:
+        """Take the members a watch reported (quick: runs on kazoo's thread)."""
+        self._known = frozenset((info.host, info.port) for info in members.values())
+
+    def __call__(self, host: str, port: int) -> bool:
+        if (host, port) in self._known:
+            return True
+        if self.membership is None:
+            return False
+        self.update(self.membership.members())
+        return (host, port) in self._known
 
 
 def _refuse_live_namesake(membership: ZkMembership, info: NodeInfo) -> None:
@@ -249,8 +284,14 @@ async def _serve(
     store: ReplicaStore,
     faults: RelayFaults,
 ) -> None:
+    sources = _MemberAddresses()
     server = NodeServer(
-        store, node_id=node_id, config=config.node, host=options.host, port=options.port
+        store,
+        node_id=node_id,
+        config=config.node,
+        host=options.host,
+        port=options.port,
+        pull_sources=sources,
     )
     # star/line/tree recovery: line and tree relays, and the planner's probe
     RelayOps(store, faults=faults).install(server)
@@ -269,6 +310,7 @@ async def _serve(
         capacity=options.capacity,
     )
     membership = ZkMembership(session)
+    sources.membership = membership
     election = ZkElection(session, node_id)
     repair = RepairCoordinator(
         membership=membership,
@@ -291,6 +333,7 @@ async def _serve(
         await asyncio.to_thread(membership.register, info)
         election.start()
         membership.watch(repair.notify)
+        membership.watch(sources.update)
         repair_thread.start()
         if config.repair.scrub_interval_s > 0:
             scrub_thread.start()

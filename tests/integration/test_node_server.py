@@ -54,7 +54,14 @@ class Launcher:
     tmp_path: Path
     nodes: list[Node] = field(default_factory=list)
 
-    def start(self, name: str, *, data_dir: Path | None = None, **env: str) -> Node:
+    def start(
+        self,
+        name: str,
+        *,
+        data_dir: Path | None = None,
+        peers: tuple[int, ...] = (),
+        **env: str,
+    ) -> Node:
         data_dir = data_dir or self.tmp_path / name
         secret_file = self.tmp_path / "secret"
         secret_file.write_text(SECRET + "\n")
@@ -64,7 +71,8 @@ class Launcher:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "sr3.server", "--port", "0"]
                 + ["--data-dir", str(data_dir), "--node-id", name]
-                + ["--secret-file", str(secret_file)],
+                + ["--secret-file", str(secret_file)]
+                + [f"--peer=127.0.0.1:{port}" for port in peers],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
@@ -214,7 +222,7 @@ def test_pool_reuses_connections_and_survives_a_restart(
 
 
 def test_pull_copies_and_repairs_between_nodes(launcher: Launcher, node: Node) -> None:
-    other = launcher.start("n2")
+    other = launcher.start("n2", peers=(node.port,))
     with other.client() as client:
         assert client.pull(SHARD, CRC, "127.0.0.1", node.port) is True
         assert client.get(SHARD) == DATA
@@ -232,6 +240,32 @@ def test_pull_copies_and_repairs_between_nodes(launcher: Launcher, node: Node) -
         with pytest.raises(StorageError, match=f"from 127.0.0.1:{node.port}"):
             client.pull("y@1#0", CRC, "127.0.0.1", node.port)
         assert client.list() == [ReplicaInfo(SHARD, len(DATA), CRC)]
+
+
+def test_pull_copies_only_from_peers(launcher: Launcher, node: Node) -> None:
+    # a pull names the address the node connects to: one that is no ring
+    # member's (any host:port a peer chooses) is refused before connecting
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        elsewhere = listener.getsockname()[1]
+        other = launcher.start("n2", peers=(node.port,))
+        alone = launcher.start("n3")
+        with other.client() as client:
+            with pytest.raises(ProtocolError, match=f"127.0.0.1:{elsewhere} is not"):
+                client.pull(SHARD, CRC, "127.0.0.1", elsewhere)
+            with pytest.raises(ProtocolError, match="not the address of a current"):
+                client.pull(SHARD, CRC, "localhost", node.port)
+            assert client.list() == []
+            assert client.pull(SHARD, CRC, "127.0.0.1", node.port) is True
+        with alone.client() as client:
+            with pytest.raises(ProtocolError, match="--peer 127.0.0.1:"):
+                client.pull(SHARD, CRC, "127.0.0.1", node.port)
+            assert client.ping() == "n3"
+        listener.settimeout(0.5)
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nobody was made to connect here
+    assert_serves_stored(other)
 
 
 def corrupt_file(node: Node, shard_id: str) -> None:
@@ -262,6 +296,21 @@ def test_wrong_secret_is_refused(node: Node) -> None:
     wrong = NodeConfig(secret="not-the-secret")  # noqa: S106 - a test secret
     with pytest.raises(AuthenticationError, match="sr3.node.secret"):
         node.client(wrong).ping()
+    assert_serves_stored(node)
+
+
+@pytest.mark.parametrize("version", [2, 0, "1", None])
+def test_another_protocol_version_is_named_as_such(node: Node, version: Any) -> None:
+    with socket.create_connection(("127.0.0.1", node.port), timeout=20) as sock:
+        hello = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
+        mac = wire.auth_mac(SECRET, hello["nonce"])  # the right secret
+        wire.send_frame(sock, {"v": version, "op": "auth", "mac": mac})
+        reply = wire.recv_frame(sock, 4096)
+        assert reply["ok"] is False and reply["code"] == "auth"
+        assert "n1 speaks protocol v1, this client v" in reply["error"]
+        assert "run the same sr3 version on clients and nodes" in reply["error"]
+        assert "secret" not in reply["error"]
+        assert sock.recv(1) == b""
     assert_serves_stored(node)
 
 

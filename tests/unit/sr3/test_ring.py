@@ -181,6 +181,8 @@ def test_errors() -> None:
         HashRing(seq_nodes(2) + seq_nodes(1))
     with pytest.raises(RingError, match="capacity"):
         HashRing([NodeInfo("n", "h", 1, capacity=0)])
+    with pytest.raises(RingError, match=r"capacity 101; use a capacity of 1\.\.100"):
+        HashRing([NodeInfo("n", "h", 1, capacity=101)])  # refused, not hashed
     with pytest.raises(RingError, match="vnodes"):
         HashRing(seq_nodes(1), vnodes=0)
     with pytest.raises(RingError, match="not on the ring"):
