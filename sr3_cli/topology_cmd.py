@@ -183,6 +183,12 @@ def run(args: argparse.Namespace) -> int:
         emit_json(report.to_dict())
     else:
         _print_report(report.to_dict())
+    # a task that never came back or kept crashing is no success, whatever
+    # else the run did (one that came back after its own death is reported)
+    for line in report.failed_tasks:
+        print(f"sr3 run: {line}", file=sys.stderr)
+    if report.failed_tasks:
+        return 1
     if options.until_idle and not report.idle:
         return 1
     return 0
@@ -257,6 +263,11 @@ def _print_report(data: dict[str, Any]) -> None:
     dead = data.get("dead_letters", {}).get("count", 0)
     if dead:
         print(f"dead letters: {dead} (see --json)")
+    for failure in data.get("task_failures", []):
+        if failure["outcome"] == "recovered":  # the others go to stderr
+            print(failure["message"])
+    if data.get("busy"):
+        print(f"not idle: {data['busy']}")
 
 
 def state_dump(args: argparse.Namespace) -> int:

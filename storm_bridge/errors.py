@@ -10,6 +10,7 @@ from __future__ import annotations
 from sr3.errors import SR3Error
 
 __all__ = [
+    "E_STDOUT",
     "CheckpointError",
     "ClusterStateError",
     "MultilangProtocolError",
@@ -18,6 +19,13 @@ __all__ = [
     "TaskExitedError",
     "TopologyError",
 ]
+
+#: Why a task's stdout holds something that is not a message, and the fix.
+E_STDOUT = (
+    "a component's stdout is the multilang channel, so a print() or a library "
+    "writing to stdout breaks the protocol and kills the task, as on Storm; "
+    "log with self.logger or self.log, or print to sys.stderr"
+)
 
 
 class StormBridgeError(SR3Error):

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from storm_bridge.errors import MultilangProtocolError
+from storm_bridge.errors import E_STDOUT, MultilangProtocolError
 
 __all__ = [
     "DEFAULT_STREAM",
@@ -92,7 +92,9 @@ def parse_shell_msg(raw: object, *, component: str, task_id: int) -> ShellMsg:
 
     if not isinstance(raw, dict):
         kind = type(raw).__name__
-        msg = f"sent {kind} {_snippet(repr(raw))} where a command map belongs"
+        msg = (
+            f"sent {kind} {_snippet(repr(raw))} where a command map belongs; {E_STDOUT}"
+        )
         raise fail(msg)
     command = raw.get("command")
     if not isinstance(command, str):

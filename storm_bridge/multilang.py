@@ -23,7 +23,7 @@ from typing import IO, Any, Final
 
 import msgpack
 
-from storm_bridge.errors import MultilangProtocolError
+from storm_bridge.errors import E_STDOUT, MultilangProtocolError
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -105,7 +105,10 @@ class _JsonFrameReader(FrameReader):
         try:
             return json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
-            msg = f"wrote something that is not a JSON message: {_snippet(raw)} ({exc})"
+            msg = (
+                f"wrote something that is not a JSON message: {_snippet(raw)} "
+                f"({exc}); {E_STDOUT}"
+            )
             raise self._error(msg) from exc
 
 
@@ -137,7 +140,7 @@ class _MsgpackFrameReader(FrameReader):
             except StopIteration:
                 pass
             except (ValueError, msgpack.ExtraData, msgpack.StackError) as exc:
-                msg = f"wrote bytes that are not msgpack ({exc})"
+                msg = f"wrote bytes that are not msgpack ({exc}); {E_STDOUT}"
                 raise self._error(msg) from exc
             else:
                 self._buffered = 0

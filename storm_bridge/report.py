@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from storm_bridge.cluster.checkpoints import Coordinator, Recovery
 from storm_bridge.cluster.events import ComponentCounters
+from storm_bridge.cluster.health import TaskOutcome
 from storm_bridge.native import NATIVE
 from storm_bridge.topology import LoadedTopology
 from storm_bridge.wiring import RingAccess
@@ -36,7 +37,10 @@ class RunReport:
     """What a run did; :meth:`to_dict` is the ``--json`` output.
 
     ``seconds`` leaves out the quiet period ``--until-idle`` waits to tell a
-    dry spout from a pausing one (``sr3.idle.quiet.s``).
+    dry spout from a pausing one (``sr3.idle.quiet.s``). ``task_failures``
+    lists every task that died on its own (a ``--kill`` or a rollback's
+    restart is not its own death) with its outcome: ``recovered``,
+    ``crash_loop`` or ``down`` (:mod:`storm_bridge.cluster.health`).
     """
 
     topology: str
@@ -49,6 +53,19 @@ class RunReport:
     errors: list[str]
     #: Last output per key of each sink: ``{component: {json key: values}}``.
     outputs: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    #: Tasks that died on their own (``TaskFailure.to_dict``), by task id.
+    task_failures: list[dict[str, Any]] = field(default_factory=list)
+    #: Why an ``--until-idle`` run ended without going idle (None otherwise).
+    busy: str | None = None
+
+    @property
+    def failed_tasks(self) -> list[str]:
+        """One line per task that did not come back or kept crashing."""
+        return [
+            str(f["message"])
+            for f in self.task_failures
+            if f["outcome"] != TaskOutcome.RECOVERED.value
+        ]
 
     @property
     def processed(self) -> int:
@@ -64,6 +81,7 @@ class RunReport:
             "engine": "storm",
             "seconds": round(self.seconds, 3),
             "idle": self.idle,
+            "busy": self.busy,
             "throughput": {
                 "tuples_per_s": round(self.processed / seconds, 1),
                 "spout_tuples_per_s": round(spouts / seconds, 1),
@@ -77,6 +95,7 @@ class RunReport:
             "counters": self.counters,
             "errors": self.errors[:_MAX_ERRORS],
             "error_count": len(self.errors),
+            "task_failures": self.task_failures,
         }
 
 

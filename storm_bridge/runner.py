@@ -22,7 +22,9 @@ from typing import Any, Final
 from sr3.errors import SR3Error
 from storm_bridge.cluster import EventKind, LocalCluster
 from storm_bridge.cluster.checkpoints import CheckpointSettings
+from storm_bridge.cluster.engine import checked_confs
 from storm_bridge.errors import CheckpointError, StormBridgeError
+from storm_bridge.multilang import get_serializer
 from storm_bridge.native import NATIVE, checkpoint_mode
 from storm_bridge.report import (
     RunReport,
@@ -45,6 +47,9 @@ TIMEOUT_KEY: Final = "sr3.checkpoint.timeout.s"
 _DEFAULT_TIMEOUT_S: Final = 60.0
 _DEFAULT_INTERVAL_S: Final = 1.0
 _NATIVE_POLL_S: Final = 0.05
+#: How long a task restarted after dying on its own gets, once the run is over,
+#: to come up again before the report calls it down.
+_SETTLE_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -320,7 +325,6 @@ class _Run:
             )
             if idle and cluster.spout_emits() == emits:
                 return True
-        logger.warning("not idle by the deadline: %s", cluster.busy_reason())
         return False
 
 
@@ -340,7 +344,7 @@ def _native_final(
     ):
         return False
     seen: tuple[int, Any] | None = None
-    while run.clock() < deadline:
+    while run.clock() < deadline and not cluster.cannot_come_up():
         if cluster.run_until_idle(0.0):
             record = run.ring.committed(topology)
             control = store.control()
@@ -359,13 +363,19 @@ def _native_final(
     return False
 
 
+def _busy_reason(cluster: LocalCluster) -> str:
+    """Why an ``--until-idle`` run did not go idle, for the report."""
+    if cluster.cannot_come_up():
+        return "a task cannot come up (see task_failures)"
+    return cluster.busy_reason() or "the final epoch did not commit in time"
+
+
 def _deaths_seen(killed: tuple[tuple[int, float], ...], cluster: LocalCluster) -> bool:
-    ended = [
-        e
-        for kind in (EventKind.TASK_DIED, EventKind.TASK_RECYCLED)
-        for e in cluster.events(kind)
-    ]
-    return all(any(e.task_id == t and e.at >= at for e in ended) for t, at in killed)
+    # not from the event log: a chatty task's logs may have pushed the death out
+    ends = [cluster.ended_at(task_id) for task_id, _ in killed]
+    return all(
+        end is not None and end >= at for end, (_, at) in zip(ends, killed, strict=True)
+    )
 
 
 def _all_resumed(cluster: LocalCluster) -> bool:
@@ -395,7 +405,8 @@ def run_topology(
         clock: Monotonic clock in seconds.
 
     Raises:
-        TopologyError: the file cannot be loaded.
+        TopologyError: the file cannot be loaded, or a Storm conf value is
+            invalid (refused before the committed state is touched).
         StormBridgeError: bad kill specs (a kill at or after ``duration_s``
             among them), or the cluster failed to start.
         ConfigError: a sink's ``sr3.output.key.fields`` is invalid.
@@ -419,6 +430,9 @@ def run_topology(
             {"sr3.zk.hosts": config.zk.hosts, "sr3.zk.chroot": config.zk.chroot}
         )
     interval_s = _seconds(topology, conf, INTERVAL_KEY, _DEFAULT_INTERVAL_S)
+    timeout_s = _seconds(topology, conf, TIMEOUT_KEY, _DEFAULT_TIMEOUT_S)
+    # refuse a bad conf value before fresh_start replaces the committed state
+    checked_confs(topology, conf, get_serializer(options.serializer))
     native = checkpoint_mode({**topology.config, **conf}) == NATIVE
     checkpoint = None
     hooks = None
@@ -432,7 +446,6 @@ def run_topology(
     elif options.checkpoints:
         first = fresh_start(ring, topology, resume=options.resume)
         hooks = _ZkHooks(ring, topology.name)
-        timeout_s = _seconds(topology, conf, TIMEOUT_KEY, _DEFAULT_TIMEOUT_S)
         checkpoint = CheckpointSettings(hooks, interval_s, first, timeout_s)
     cluster = LocalCluster(
         topology,
@@ -446,10 +459,15 @@ def run_topology(
     cluster.start()
     started = clock()
     idle = False
+    busy: str | None = None
     try:
         run.watch_ring()
         run.inject(options.kills, options.node_kills, started)
         if options.until_idle:
+            # a task that cannot come up keeps the topology from ever being
+            # idle: end the run (reported as failed) instead of restarting it
+            # until --timeout
+            cluster.give_up_on_tasks_never_up()
             limit = options.timeout_s
             if options.duration_s is not None:
                 limit = min(limit, options.duration_s)
@@ -457,6 +475,9 @@ def run_topology(
                 idle = _native_final(run, store, topology.name, started + limit)
             else:
                 idle = run.final_epoch(started + limit)
+            if not idle:
+                busy = _busy_reason(cluster)
+                logger.warning("not idle by the end of the run: %s", busy)
         elif options.duration_s is not None:
             remaining = started + options.duration_s - clock()
             if remaining > 0:
@@ -464,6 +485,8 @@ def run_topology(
         # the quiet period that tells a dry spout from a pausing one is not
         # processing time: leave it out of the run's seconds (and throughput)
         seconds = clock() - started - cluster.quiet_waited_s()
+        cluster.wait_settled(_SETTLE_S)
+        failures = [f.to_dict() for f in cluster.task_failures()]
         counters = counter_dict(topology, cluster.counters())
         coordinator_view = cluster.with_coordinator(
             lambda k: (
@@ -495,4 +518,6 @@ def run_topology(
         state=state,
         errors=errors,
         outputs=outputs,
+        task_failures=failures,
+        busy=busy,
     )

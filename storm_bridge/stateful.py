@@ -63,8 +63,12 @@ class StatefulBolt(Bolt):
 
     A tuple whose ``process`` raises is failed and reported with its values; the
     task keeps running (its other keys are unaffected; what ``process`` wrote to
-    the key's state before raising stays). A failed checkpoint (ring write or
-    manifest publish) ends the task instead, which rolls the topology back.
+    the key's state before raising is undone). The tuple is then replayed: on
+    Storm (native mode) its tree fails back to the spout, on the local cluster
+    the topology rolls back to the last committed epoch; after
+    :data:`~storm_bridge.native.MAX_REPLAYS` replays a poison tuple is dropped.
+    A failed checkpoint (ring write or manifest publish) ends the task instead,
+    which rolls the topology back.
     """
 
     sr3_stateful: ClassVar[bool] = True

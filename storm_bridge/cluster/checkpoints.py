@@ -459,7 +459,7 @@ class Coordinator:
         if align is None or align.waiting is None:
             return
         epoch, before = align.waiting
-        if before.isdisjoint(rt.inputs):
+        if not any(rt.owes(tuple_id) for tuple_id in before):
             align.waiting = None
             align.arrived.clear()
             offsets, align.offsets = align.offsets, {}

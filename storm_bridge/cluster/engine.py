@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from storm_bridge.cluster.acker import PendingInput
 from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
 from storm_bridge.cluster.checks import check_runnable
 from storm_bridge.cluster.context import Router, assign_task_ids
@@ -36,13 +37,20 @@ from storm_bridge.components import (
     SNAPSHOT_METRIC,
 )
 from storm_bridge.errors import MultilangProtocolError, TaskExitedError, TopologyError
-from storm_bridge.messages import LOG_LEVELS, ShellMsg, parse_shell_msg
+from storm_bridge.messages import (
+    LOG_LEVELS,
+    SYSTEM_COMPONENT,
+    ShellMsg,
+    parse_shell_msg,
+)
 from storm_bridge.multilang import Serializer
+from storm_bridge.native import MAX_REPLAYS
 from storm_bridge.outputs import LastOutputs
 from storm_bridge.topology import LoadedTopology
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "checked_confs"]
 
+logger = logging.getLogger(__name__)
 task_logger = logging.getLogger("storm_bridge.tasks")
 
 _REAP_WAIT_S: Final = 1.0
@@ -73,6 +81,33 @@ def _last_line(text: str) -> str:
     """The last non-blank line of a reported error (a traceback's exception)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+def checked_confs(
+    topology: LoadedTopology, overrides: Mapping[str, Any], serializer: Serializer
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """Return the topology's Storm conf and each component's, checked.
+
+    The checks the cluster makes before any task starts, so that a caller can
+    make them before it changes anything (``sr3 run`` before it replaces the
+    committed state).
+
+    Raises:
+        TopologyError: a conf value has the wrong type or range, cannot be
+            sent with ``serializer``, or the topology uses what the cluster
+            cannot run (:func:`check_runnable`).
+        ConfigError: a sink's ``sr3.output.key.fields`` is invalid.
+    """
+    check_runnable(topology)
+    conf = topology_conf(topology.name, topology.config, overrides)
+    TaskSettings.from_conf(conf)
+    LastOutputs(topology, conf)
+    confs: dict[str, dict[str, Any]] = {}
+    for name, component in topology.components.items():
+        confs[name] = component_conf(conf, component.config)
+        _check_encodable(serializer, name, confs[name])
+        TaskSettings.from_conf(confs[name])
+    return conf, confs
 
 
 class Engine:
@@ -112,10 +147,9 @@ class Engine:
         sink: Callable[[ProcessEvent], None],
         checkpoint: CheckpointSettings | None = None,
     ) -> None:
-        check_runnable(topology)
+        self.conf, confs = checked_confs(topology, overrides, serializer)
         self.topology = topology
         self.options = options
-        self.conf = topology_conf(topology.name, topology.config, overrides)
         self.settings = TaskSettings.from_conf(self.conf)
         self.task_to_component = assign_task_ids(topology, self.settings.acker_tasks)
         self.router = Router(
@@ -129,8 +163,7 @@ class Engine:
         for task_id, name in self.task_to_component.items():
             if name in topology.components:
                 component = topology.components[name]
-                conf = component_conf(self.conf, component.config)
-                _check_encodable(serializer, name, conf)
+                conf = dict(confs[name])
                 settings = TaskSettings.from_conf(conf)
                 self.tasks[task_id] = TaskRuntime(task_id, component, conf, settings)
         self.spouts = SpoutDriver(
@@ -186,6 +219,8 @@ class Engine:
             self.flow.gate = self.coordinator.hold
             self.flow.on_input_done = self.coordinator.input_done
         self._activate_when_ready = True
+        #: (component, repr(values)) -> failures of a tuple by stateful bolts.
+        self._failed_tuples: dict[tuple[str, str], int] = {}
 
     def start(self) -> None:
         """Spawn every task; the topology activates once all have shaken hands."""
@@ -208,9 +243,10 @@ class Engine:
 
     def kill_task(self, task_id: int) -> None:
         """SIGKILL a task's subprocess, as a crash would; it is then restarted."""
-        process = self.tasks[task_id].process
-        if process is not None:
-            process.kill()
+        rt = self.tasks[task_id]
+        if rt.process is not None:
+            rt.killed = rt.incarnation  # this death is not the task's own
+            rt.process.kill()
 
     def all_ready(self) -> bool:
         """Whether every task has completed its handshake."""
@@ -337,6 +373,7 @@ class Engine:
             self._record(EventKind.METRICS, rt, metric, params=params)
 
     def _bolt_message(self, rt: TaskRuntime, msg: ShellMsg) -> None:
+        rt.heard_back()
         if msg.command == "emit" and msg.stream == BARRIER_STREAM:
             if self.coordinator is not None:
                 self.coordinator.bolt_barrier(rt, list(msg.values))
@@ -348,16 +385,55 @@ class Engine:
         elif msg.command == "ack":
             self.flow.bolt_ack(rt, msg)
         elif msg.command == "fail":
+            failed = rt.inputs.get(msg.msg_id) if isinstance(msg.msg_id, str) else None
             self.flow.bolt_fail(rt, msg)
-        elif msg.command != "sync" and self.options.strict_commands:
+            if failed is not None:
+                self._replay_failed(rt, failed)
+        elif msg.command == "sync":
+            rt.heartbeat_answered()
+            if self.flow.on_input_done is not None:
+                # a tick it never acks may be all a barrier waited for
+                self.flow.on_input_done(rt)
+        elif self.options.strict_commands:
             raise MultilangProtocolError(
                 rt.component.name,
                 rt.task_id,
                 f"Unknown command received: {msg.command!r}",
             )
 
+    def _replay_failed(self, rt: TaskRuntime, failed: PendingInput) -> None:
+        """Replay a tuple a stateful bolt failed (raised on) by a rollback.
+
+        Local checkpoints only: replayable spouts emit without message ids
+        there, so the tree of a failed tuple does not fail back to a spout to
+        be replayed, as on Storm; the last committed epoch is restored and
+        replayed instead. A tuple failed more than :data:`MAX_REPLAYS` times
+        (a poison tuple) is dropped, as native mode drops it. A tuple of a
+        reliable plain spout fails back to it as on Storm.
+        """
+        coordinator = self.coordinator
+        if coordinator is None or not rt.component.stateful or failed.anchors:
+            return
+        if failed.source == SYSTEM_COMPONENT or not coordinator.rolls_back:
+            return
+        name = rt.component.name
+        mark = (name, repr(failed.values))
+        count = self._failed_tuples[mark] = self._failed_tuples.get(mark, 0) + 1
+        if count > MAX_REPLAYS:
+            logger.error(
+                "component %s failed %r %s times (a poison tuple): dropped",
+                name,
+                failed.values,
+                count,
+            )
+            return
+        index = self.router.component_tasks(name).index(rt.task_id)
+        cause = f"{name}:{index} failed a tuple"
+        coordinator.rollback(cause, name, index, rt.task_id)
+
     def _spout_message(self, rt: TaskRuntime, msg: ShellMsg) -> None:
         if msg.command == "sync":
+            rt.heard_back()
             if self.coordinator is not None:
                 self.coordinator.spout_synced(rt)
             self.spouts.synced(rt)

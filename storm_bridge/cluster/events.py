@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
+import heapq
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from storm_bridge.errors import StormBridgeError
 
@@ -95,23 +96,39 @@ class ComponentCounters:
         return replace(self)
 
 
+#: Events a task sends as often as it likes: they get a bound of their own, so
+#: a chatty task never pushes task deaths or reported errors out of the log.
+_CHATTY: Final = frozenset({EventKind.LOG, EventKind.METRICS})
+
+
 class EventLog:
-    """A bounded, append-only list of :class:`ClusterEvent` (not thread-safe)."""
+    """A bounded, append-only list of :class:`ClusterEvent` (not thread-safe).
+
+    ``log`` and ``metrics`` events and all the others are bounded apart, each
+    to ``max_events``.
+    """
 
     def __init__(self, max_events: int) -> None:
         self._events: deque[ClusterEvent] = deque(maxlen=max_events)
+        self._chatty: deque[ClusterEvent] = deque(maxlen=max_events)
 
     def add(self, event: ClusterEvent) -> None:
-        """Append an event (dropping the oldest beyond the bound)."""
-        self._events.append(event)
+        """Append an event (dropping the oldest of its kind beyond the bound)."""
+        (self._chatty if event.kind in _CHATTY else self._events).append(event)
 
     def select(
         self, kind: EventKind | None = None, component: str | None = None
     ) -> list[ClusterEvent]:
         """Return the events, oldest first, optionally of one kind and component."""
+        if kind is None:
+            events: Iterable[ClusterEvent] = heapq.merge(
+                self._events, self._chatty, key=lambda e: e.at
+            )
+        else:
+            events = self._chatty if kind in _CHATTY else self._events
         return [
             e
-            for e in self._events
+            for e in events
             if (kind is None or e.kind is kind)
             and (component is None or e.component == component)
         ]
@@ -129,6 +146,9 @@ class Journal:
         events: The event log.
         counters: Counters by component id.
         errors: Errors that killed tasks, oldest first.
+        ended_at: Task id -> when its last subprocess ended (died or was
+            restarted by a rollback); kept apart from the bounded event log,
+            which a chatty task's logs can overflow.
     """
 
     def __init__(
@@ -138,6 +158,7 @@ class Journal:
         self.events = EventLog(max_events)
         self.counters = {name: ComponentCounters() for name in components}
         self.errors: list[StormBridgeError] = []
+        self.ended_at: dict[int, float] = {}
 
     def record(
         self, kind: EventKind, component: str, task_id: int, message: str, **data: Any

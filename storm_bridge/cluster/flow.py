@@ -279,13 +279,15 @@ class TupleFlow:
     def busy(self, rt: TaskRuntime) -> bool:
         """Whether a bolt task holds an input that may still matter.
 
-        Unanchored inputs always do; anchored ones only while one of their roots
-        is pending at its spout (a timed-out tree is over, even if the bolt never
-        acks its tuples: ShellBolt would keep them forever).
+        Unanchored inputs always do, but for the ticks of a bolt that never
+        acks them (``auto_ack = False``; ShellBolt would keep them forever);
+        anchored ones only while one of their roots is pending at its spout
+        (a timed-out tree is over, even if the bolt never acks its tuples).
         """
         return any(
-            not pending.anchors or not self.live_roots.isdisjoint(pending.roots)
-            for pending in rt.inputs.values()
+            (not pending.anchors and rt.owes(tuple_id))
+            or not self.live_roots.isdisjoint(pending.roots)
+            for tuple_id, pending in rt.inputs.items()
         )
 
     def expire_spout(self, rt: TaskRuntime) -> int:

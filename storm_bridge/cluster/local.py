@@ -29,6 +29,7 @@ from typing import Any, Final
 from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
 from storm_bridge.cluster.engine import Engine
 from storm_bridge.cluster.events import ClusterEvent, ComponentCounters, EventKind
+from storm_bridge.cluster.health import TaskFailure, never_up, settled, task_failures
 from storm_bridge.cluster.process import ProcessEvent
 from storm_bridge.cluster.settings import ClusterOptions
 from storm_bridge.errors import ClusterStateError, StormBridgeError
@@ -114,6 +115,7 @@ class LocalCluster:
         self._state = ClusterState.NEW
         self._thread: threading.Thread | None = None
         self._crash: BaseException | None = None
+        self._give_up_on_never_up = False
         self._clock = clock
         try:
             self._engine = Engine(
@@ -322,6 +324,25 @@ class LocalCluster:
         """
         return self._wait(lambda: predicate(self), timeout_s)
 
+    def give_up_on_tasks_never_up(self) -> None:
+        """Make waits end (False) once a task cannot come up.
+
+        That is a task whose last subprocesses all died in ``initialize``
+        (:func:`~storm_bridge.cluster.health.never_up`): waiting for the
+        topology to go idle would only restart it until the deadline.
+        """
+        with self._lock:
+            self._give_up_on_never_up = True
+            self._changed.notify_all()
+
+    def _never_up(self) -> bool:
+        return bool(never_up(self._engine.tasks.values()))
+
+    def cannot_come_up(self) -> bool:
+        """Whether a task's last subprocesses all died before coming up."""
+        with self._lock:
+            return self._never_up()
+
     def _wait(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         with self._changed:
@@ -329,6 +350,8 @@ class LocalCluster:
                 self._check_running()
                 if predicate():
                     return True
+                if self._give_up_on_never_up and self._never_up():
+                    return False
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -386,6 +409,38 @@ class LocalCluster:
         """Errors that killed tasks (protocol errors, timeouts, exits), oldest first."""
         with self._lock:
             return list(self._engine.journal.errors)
+
+    def ended_at(self, task_id: int) -> float | None:
+        """When the task's last subprocess died or was recycled (None: never)."""
+        with self._lock:
+            return self._engine.journal.ended_at.get(task_id)
+
+    def task_failures(self) -> list[TaskFailure]:
+        """The tasks that died on their own (not on request, not by a rollback).
+
+        Each says whether it came back, kept crashing or is still down.
+        """
+        with self._lock:
+            engine = self._engine
+            indexes = {
+                task_id: engine.router.component_tasks(rt.component.name).index(task_id)
+                for task_id, rt in engine.tasks.items()
+            }
+            return task_failures(engine.tasks.values(), indexes)
+
+    def wait_settled(self, timeout_s: float) -> bool:
+        """Wait until every task that died on its own came back or crash-loops.
+
+        A task restarted after its own death near the end of a run gets that
+        long to come up (its ``initialize`` to return) before it counts as down.
+
+        Returns:
+            Whether they all settled within ``timeout_s``.
+
+        Raises:
+            ClusterStateError: the cluster crashed or is not running.
+        """
+        return self._wait(lambda: settled(self._engine.tasks.values()), timeout_s)
 
     def outputs(self) -> dict[str, dict[str, list[Any]]]:
         """Last output per key of each sink component (see :mod:`storm_bridge.outputs`).

@@ -37,14 +37,36 @@ IDLE_QUIET_KEY: Final = "sr3.idle.quiet.s"
 _DEFAULT_IDLE_QUIET_S: Final = 2.0
 
 
-def _optional_number(conf: Mapping[str, Any], key: str) -> float | None:
+def _optional_number(
+    conf: Mapping[str, Any], key: str, *, integer: bool = False
+) -> float | None:
     value = conf.get(key)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        msg = f"Storm conf {key}={value!r} must be a non-negative number"
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not number or value < 0 or (integer and value != int(value)):
+        kind = "a non-negative integer" if integer else "a non-negative number"
+        msg = (
+            f"Storm conf {key}={value!r} must be {kind}, as Storm's conf "
+            f"validation requires; set it as -o {key}=N (or a number in the "
+            "topology's config)"
+        )
         raise TopologyError(msg)
     return float(value)
+
+
+def _flag(conf: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = conf.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        # bool("false") is True: a string here would silently mean the opposite
+        msg = (
+            f"Storm conf {key}={value!r} must be true or false, as Storm's conf "
+            f"validation requires; set it as -o {key}=false (JSON, lower case)"
+        )
+        raise TopologyError(msg)
+    return value
 
 
 @dataclass(frozen=True)
@@ -94,10 +116,10 @@ class TaskSettings:
         message_timeout = (
             _optional_number(conf, "topology.message.timeout.secs") or 30.0
         )
-        acker = _optional_number(conf, "topology.acker.executors")
+        acker = _optional_number(conf, "topology.acker.executors", integer=True)
         if acker is None:
-            acker = _optional_number(conf, "topology.workers") or 1.0
-        pending = _optional_number(conf, "topology.max.spout.pending")
+            acker = _optional_number(conf, "topology.workers", integer=True) or 1.0
+        pending = _optional_number(conf, "topology.max.spout.pending", integer=True)
         tick = _optional_number(conf, "topology.tick.tuple.freq.secs")
         quiet = _optional_number(conf, IDLE_QUIET_KEY)
         try:
@@ -107,14 +129,15 @@ class TaskSettings:
         return cls(
             subprocess_timeout_s=timeout,
             message_timeout_s=message_timeout,
-            message_timeouts=bool(conf.get("topology.enable.message.timeouts", True)),
+            message_timeouts=_flag(conf, "topology.enable.message.timeouts", True),
             tick_freq_s=tick or None,
             max_spout_pending=int(pending) if pending else None,
             shellbolt_max_pending=int(
-                _optional_number(conf, "topology.shellbolt.max.pending") or 100
+                _optional_number(conf, "topology.shellbolt.max.pending", integer=True)
+                or 100
             ),
             acker_tasks=int(acker),
-            sanity_check=bool(conf.get("topology.testing.always.try.serialize", False)),
+            sanity_check=_flag(conf, "topology.testing.always.try.serialize", False),
             boxing=boxing,
             idle_quiet_s=_DEFAULT_IDLE_QUIET_S if quiet is None else quiet,
         )
@@ -136,10 +159,12 @@ class ClusterOptions:
         handshake_timeout_s: Time a new subprocess has to answer the handshake
             (default 30).
         restart_backoff_s: Delay before the second restart in a row of a task that
-            never completed its handshake; it doubles from there (default 0.1).
+            never came up (answered after its handshake, so its ``initialize``
+            returned); it doubles from there (default 0.1).
             The first restart is immediate.
         restart_backoff_max_s: Upper bound of that delay (default 5).
-        max_events: Bound of the event log (default 10000).
+        max_events: Bound of the event log (default 10000), for ``log`` and
+            ``metrics`` events and for the others apart.
 
     Raises:
         ConfigError: a duration or bound is not positive.

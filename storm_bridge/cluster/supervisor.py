@@ -111,7 +111,8 @@ class Supervisor:
         rng: Source of heartbeat ids.
         handshake_timeout_s: Time a subprocess has to answer the handshake.
         restart_backoff_s: Delay of the second restart in a row of a task that
-            never completed its handshake; it doubles up to ``restart_backoff_max_s``.
+            never came up (answered Storm after its handshake: an ``initialize``
+            that raises every time); it doubles up to ``restart_backoff_max_s``.
         restart_backoff_max_s: Upper bound of that delay.
         on_ready: Called after each completed handshake.
         on_death: Called after a task died (not after :meth:`recycle`).
@@ -178,6 +179,7 @@ class Supervisor:
         rt.reset_protocol_state()
         rt.pid = None
         rt.last_error = None
+        rt.came_up = False
         process = self._launcher.process(rt)
         rt.process = process
         try:
@@ -213,7 +215,6 @@ class Supervisor:
         """
         rt.pid = parse_pid_reply(reply, component=rt.component.name, task_id=rt.task_id)
         rt.move(TaskState.RUNNING)
-        rt.failures = 0
         self._record(EventKind.TASK_READY, rt, f"pid {rt.pid}", pid=rt.pid)
         settings = rt.settings
         if rt.is_spout:
@@ -247,6 +248,10 @@ class Supervisor:
             self._timeout(rt, silent_s)
         elif rt.process is not None:
             heartbeat_id = str(self._rng.getrandbits(64) - (1 << 63))
+            # it jumps the queue: its answer shows the inputs already written
+            # to stdin were processed only when nothing else is queued
+            written = [] if rt.process.outbox_size else list(rt.inputs)
+            rt.heartbeats.append(written)
             rt.process.send(heartbeat_msg(heartbeat_id), urgent=True)
 
     def _timeout(self, rt: TaskRuntime, silent_s: float) -> None:
@@ -272,6 +277,10 @@ class Supervisor:
             stderr = process.stderr_tail()
         self._journal.errors.append(error)
         name = rt.component.name
+        if rt.killed != rt.incarnation:
+            rt.own_deaths += 1
+            rt.down_streak += 0 if rt.came_up else 1
+            rt.last_death = str(getattr(error, "detail", error))
         logger.error(
             "component %s task %s died (exit status %s): %s",
             name,
@@ -282,6 +291,7 @@ class Supervisor:
         self._record(
             EventKind.TASK_DIED, rt, str(error), exit_code=exit_code, stderr=stderr
         )
+        self._journal.ended_at[rt.task_id] = self._clock()
         lost = self._flow.drop_task(rt)
         if lost:
             self._record(
@@ -310,6 +320,7 @@ class Supervisor:
         if rt.process is not None:
             rt.process.kill()
         self._record(EventKind.TASK_RECYCLED, rt, "restarted by a rollback")
+        self._journal.ended_at[rt.task_id] = self._clock()
         self._flow.drop_task(rt)
         rt.move(TaskState.RESTARTING)
         rt.process = None

@@ -23,6 +23,7 @@ from storm_bridge.cluster.acker import PendingInput, RotatingMap
 from storm_bridge.cluster.process import TaskProcess
 from storm_bridge.cluster.settings import TaskSettings
 from storm_bridge.errors import ClusterStateError
+from storm_bridge.messages import TICK_STREAM
 from storm_bridge.topology import ComponentInfo
 
 __all__ = ["SpoutTuple", "TaskRuntime", "TaskState", "TimerQueue"]
@@ -74,8 +75,21 @@ class TaskRuntime:
         process: The current subprocess.
         pid: Pid reported in the handshake.
         last_heard: Clock reading of the last message (Storm's heartbeat stamp).
-        failures: Deaths since the last completed handshake (restart backoff).
+        failures: Deaths since an incarnation last came up (restart backoff).
+        came_up: The current subprocess answered Storm after its handshake (a
+            bolt's sync, ack, fail or emit; a spout's sync): its ``initialize``
+            returned. Logs do not count, as ``initialize`` may log and then raise.
+        killed: Incarnation SIGKILLed on request (``--kill``): its death is
+            not the task's own.
+        own_deaths: Deaths of the task's own making (exit, timeout, protocol
+            error), never those on request or by a rollback.
+        down_streak: Own deaths in a row of incarnations that never came up.
+        last_death: What ended the last incarnation that died on its own.
         inputs: Bolts: tuples sent and not acked/failed, by ShellBolt-local id.
+        heartbeats: Bolts: per heartbeat sent and not yet answered (``sync``
+            replies come in order), the inputs written to stdin before it.
+        leaves_ticks: Bolts: the subprocess answered a heartbeat after a tick
+            it has not acked (``auto_ack = False``): it never acks ticks.
         pending: Spouts: reliable emits awaiting their tree, by root id.
         commands: Spouts: ``ack``/``fail``/``activate``/``deactivate`` to send.
         awaiting: Spouts: command sent and not yet answered by ``sync``.
@@ -100,7 +114,14 @@ class TaskRuntime:
     pid: int | None = None
     last_heard: float = 0.0
     failures: int = 0
+    came_up: bool = False
+    killed: int | None = None
+    own_deaths: int = 0
+    down_streak: int = 0
+    last_death: str | None = None
     inputs: dict[str, PendingInput] = field(default_factory=dict)
+    heartbeats: deque[list[str]] = field(default_factory=deque)
+    leaves_ticks: bool = False
     pending: RotatingMap[int, SpoutTuple] = field(
         default_factory=lambda: RotatingMap(2)
     )
@@ -136,6 +157,8 @@ class TaskRuntime:
     def reset_protocol_state(self) -> None:
         """Forget what the previous subprocess had in flight."""
         self.inputs.clear()
+        self.heartbeats.clear()
+        self.leaves_ticks = False
         self.pending.clear()
         self.commands.clear()
         self.awaiting = None
@@ -145,6 +168,31 @@ class TaskRuntime:
         self.dry_since = None
         self.next_at = 0.0
         self.wake_at = None
+
+    def owes(self, tuple_id: str) -> bool:
+        """Whether a bolt input is still to be acked or failed.
+
+        The ticks of a bolt that never acks them are not: ShellBolt keeps
+        them forever, and nothing waits on them.
+        """
+        pending = self.inputs.get(tuple_id)
+        if pending is None:
+            return False
+        return not (self.leaves_ticks and pending.stream == TICK_STREAM)
+
+    def heartbeat_answered(self) -> None:
+        """A bolt's ``sync``: the inputs its heartbeat followed were processed."""
+        covered = self.heartbeats.popleft() if self.heartbeats else []
+        for tuple_id in covered:
+            pending = self.inputs.get(tuple_id)
+            if pending is not None and pending.stream == TICK_STREAM:
+                self.leaves_ticks = True
+
+    def heard_back(self) -> None:
+        """Note an answer after the handshake: the subprocess came up."""
+        self.came_up = True
+        self.failures = 0
+        self.down_streak = 0
 
 
 class TimerQueue:

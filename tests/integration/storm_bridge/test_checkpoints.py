@@ -17,6 +17,7 @@ from sr3.config import Sr3Config
 from sr3_cli.lab import Lab
 from storm_bridge.cluster import EventKind, LocalCluster
 from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+from storm_bridge.native import MAX_REPLAYS
 from storm_bridge.runner import NodeKill, RunOptions, run_topology
 from storm_bridge.wiring import RingAccess
 
@@ -89,19 +90,24 @@ def test_epochs_commit_with_every_spout_offset(checkpointed: Any) -> None:
     assert cluster.events(EventKind.TASK_RECYCLED) == []
 
 
-def test_poison_tuple_in_a_stateful_bolt_fails_and_reports_its_values(
+def test_poison_tuple_in_a_stateful_bolt_is_replayed_then_dropped(
     checkpointed: Any,
 ) -> None:
+    # each failure rolls back and replays it (its tree has no spout to fail
+    # back to); after MAX_REPLAYS replays it is dropped, as native mode drops it
     cluster, _ = checkpointed({"ck.words": [*WORDS[:7], "poison"], "ck.plain": []})
     finish(cluster)
     counters = cluster.counters()["count"]
-    assert counters.failed == 1
-    assert counters.acked == 7
+    assert counters.failed == MAX_REPLAYS + 1
     assert counters.restarts == 0
     reports = cluster.events(EventKind.COMPONENT_ERROR, "count")
-    assert len(reports) == 1
-    assert "ValueError" in reports[0].message
+    assert len(reports) == MAX_REPLAYS + 1
+    assert all("ValueError" in r.message for r in reports)
     assert "values=UpperDefaultTuple(word='POISON')" in reports[0].message
+    recoveries = cluster.with_coordinator(lambda k: list(k.recoveries))
+    causes = {cause for r in recoveries for cause in r.cause.split(", ")}
+    assert len(causes) == 1
+    assert causes.pop().endswith(" failed a tuple")
 
 
 def test_a_task_death_rolls_every_task_back(checkpointed: Any) -> None:

@@ -87,7 +87,10 @@ def test_idle_quiet_period_is_configurable() -> None:
     ("key", "value", "match"),
     [
         ("topology.message.timeout.secs", "30", "non-negative number"),
-        ("topology.max.spout.pending", -1, "non-negative number"),
+        ("topology.max.spout.pending", -1, "non-negative integer"),
+        ("topology.max.spout.pending", 2.5, "-o topology.max.spout.pending=N"),
+        ("topology.enable.message.timeouts", "False", "must be true or false"),
+        ("topology.testing.always.try.serialize", "yes", "=false"),
         ("sr3.storm.json.integer.boxing", "short", "'long'"),
         ("sr3.idle.quiet.s", "2", "non-negative number"),
     ],

@@ -1,0 +1,60 @@
+"""``sr3 run`` refuses a Storm conf value of the wrong type before it touches state.
+
+A run replaces the topology's committed state with its own epochs from its
+start: a ``-o`` value the cluster refuses must be refused before that, naming
+the key and the fix, with the last committed state intact.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sr3_cli.lab import Lab
+
+pytestmark = [pytest.mark.zk, pytest.mark.storm]
+
+WORDCOUNT = Path(__file__).resolve().parents[3] / "topologies" / "wordcount.py"
+
+
+def sr3(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, SR3_LAB=str(lab.root))
+    return subprocess.run(
+        [sys.executable, "-m", "sr3_cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
+    )
+
+
+#: (-o override, the fix its refusal must name)
+BAD_OVERRIDES = [
+    ("topology.max.spout.pending=x", "-o topology.max.spout.pending=N"),
+    ("topology.enable.message.timeouts=False", "=false (JSON, lower case)"),
+    ("sr3.checkpoint.timeout.s=soon", "use e.g. 1"),
+]
+
+
+def test_bad_conf_values_are_refused_with_the_committed_state_intact(
+    lab: Lab,
+) -> None:
+    run = ["run", str(WORDCOUNT), "--until-idle", "-o", "wordcount.lines=40"]
+    first = sr3(lab, *run)
+    assert first.returncode == 0, first.stderr
+    dump = ["state", "dump", "--topology", "wordcount", "--component", "count"]
+    before = sr3(lab, *dump)
+    assert before.returncode == 0, before.stderr
+    for override, fix in BAD_OVERRIDES:
+        refused = sr3(lab, *run, "-o", override)
+        assert refused.returncode == 2, (override, refused.stderr)
+        assert override.partition("=")[0] in refused.stderr
+        assert fix in refused.stderr
+        after = sr3(lab, *dump)
+        assert after.returncode == 0, after.stderr
+        assert after.stdout == before.stdout, override
