@@ -227,54 +227,112 @@ def run_loopback(
                             flush=True,
                         )
                         base = scenario(shape, label, spec, epochs)
-                        auto = recover_once(
-                            recoverer,
-                            owner,
-                            "auto",
-                            0,
-                            ring.kill,
-                            holder_pids=ring.pids,
+                        rows += _scenario_rows(
+                            args, recoverer, ring, owner, base, with_raw=epochs == 1
                         )
-                        rows.append({**base, **auto})
-                        _show(rows[-1])
-                        for failures in args.failures:
-                            for mech in MECHANISMS:
-                                row = _median_of(
-                                    args.repeat if failures == 0 else 1,
-                                    partial(
-                                        recover_once,
-                                        recoverer,
-                                        owner,
-                                        mech,
-                                        failures,
-                                        ring.kill,
-                                        holder_pids=ring.pids,
-                                    ),
-                                    after=ring.heal,
-                                )
-                                rows.append({**base, **row})
-                                _show(rows[-1])
-                        eager = recover_once(
-                            recoverer,
-                            owner,
-                            "star",
-                            0,
-                            ring.kill,
-                            lazy=False,
-                            holder_pids=ring.pids,
-                        )
-                        rows.append({**base, **eager})
-                        _show(rows[-1])
                         if epochs == 1:
                             state_bytes = rows[-1]["state_bytes"]
                             _baselines(
-                                args, rows, base, spec, state_bytes, redis, owner, tmp
+                                args,
+                                rows,
+                                base,
+                                spec,
+                                state_bytes,
+                                redis,
+                                owner,
+                                tmp,
+                                raw=False,
                             )
                         _save(rows)
     finally:
         if redis is not None:
             redis.close()
         ring.close()
+
+
+def _scenario_rows(
+    args: argparse.Namespace,
+    recoverer: Recoverer,
+    ring: LoopbackRing,
+    owner: str,
+    base: dict[str, Any],
+    *,
+    with_raw: bool,
+) -> list[dict[str, Any]]:
+    """Recover ``owner`` every way the run asks for; return its rows (with ``base``).
+
+    The failure-free runs of star, line, tree and (``with_raw``) the raw copies
+    take turns, ``--repeat`` rounds of each in turn, so that the machine's drift
+    (fresh memory is cheap one minute and dear the next on these VMs) reaches
+    every structure and the raw bound alike; each row is its median run.
+    """
+    rows: list[dict[str, Any]] = []
+
+    def show(row: dict[str, Any]) -> None:
+        rows.append({**base, **row})
+        _show(rows[-1])
+
+    def once(mechanism: str, failures: int, lazy: bool = True) -> dict[str, Any]:
+        return recover_once(
+            recoverer,
+            owner,
+            mechanism,
+            failures,
+            ring.kill,
+            lazy=lazy,
+            holder_pids=ring.pids,
+        )
+
+    show(once("auto", 0))
+    state_bytes = int(rows[-1]["state_bytes"])
+    runs: dict[str, Callable[[], dict[str, Any]]] = {}
+    if 0 in args.failures:
+        runs.update({mech: partial(once, mech, 0) for mech in MECHANISMS})
+    if with_raw and "raw" in args.baselines:
+        for mechanism, keep in (("raw-loopback", True), ("raw-pretouched", False)):
+            runs[mechanism] = partial(_raw_row, mechanism, state_bytes, keep)
+    for row in _interleaved(args.repeat, runs, after=ring.heal):
+        show(row)
+    for failures in (f for f in args.failures if f):
+        for mech in MECHANISMS:
+            show(_median_of(1, partial(once, mech, failures), after=ring.heal))
+    show(once("star", 0, lazy=False))
+    return rows
+
+
+def _raw_row(mechanism: str, state_bytes: int, keep: bool) -> dict[str, Any]:
+    got = raw_loopback_run(state_bytes, keep=keep)
+    return {
+        **{k: round(v, 4) for k, v in got.items()},
+        "mechanism": mechanism,
+        "failures": 0,
+        "bytes_received": state_bytes,
+    }
+
+
+def _interleaved(
+    times: int,
+    runs: dict[str, Callable[[], dict[str, Any]]],
+    *,
+    after: Callable[[], None] = lambda: None,
+) -> list[dict[str, Any]]:
+    """Run each of ``runs`` ``times`` times, taking turns; return median rows."""
+    got: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
+    for _ in range(times):
+        for name, run in runs.items():
+            try:
+                got[name].append(run())
+            finally:
+                after()
+    return [_median(samples) for samples in got.values() if samples]
+
+
+def _median(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median sample's row, with every sample's time under ``samples_s``."""
+    ordered = sorted(samples, key=lambda r: float(r["time_to_resume_s"]))
+    row = dict(ordered[(len(ordered) - 1) // 2])
+    row["samples_s"] = [round(float(r["time_to_resume_s"]), 4) for r in ordered]
+    return row
 
 
 def _median_of(
@@ -284,16 +342,7 @@ def _median_of(
     after: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
     """Run ``times`` times; return the median run's row with every sample."""
-    got = []
-    for _ in range(times):
-        try:
-            got.append(run())
-        finally:
-            after()
-    got.sort(key=lambda r: float(r["time_to_resume_s"]))
-    row = dict(got[(len(got) - 1) // 2])
-    row["samples_s"] = [round(float(r["time_to_resume_s"]), 4) for r in got]
-    return row
+    return _interleaved(times, {"run": run}, after=after)[0]
 
 
 def run_baselines_only(
@@ -324,8 +373,10 @@ def _baselines(
     redis: RedisServer | None,
     owner: str,
     tmp: Path,
+    *,
+    raw: bool = True,
 ) -> None:
-    if "raw" in args.baselines:
+    if raw and "raw" in args.baselines:
         for mechanism, keep in (("raw-loopback", True), ("raw-pretouched", False)):
             row = _median_of(
                 args.repeat,
@@ -343,8 +394,13 @@ def _baselines(
             _show(rows[-1])
     if redis is not None:
         load_s = redis_load(redis, owner, spec)
-        got = redis_restore(redis, owner, spec)
+        # median of up to 5 restores: restores of 1 GB took 5 to 10 s in one run
+        restores = [
+            redis_restore(redis, owner, spec) for _ in range(min(args.repeat, 5))
+        ]
         redis.client.delete(owner)
+        restores.sort(key=lambda got: float(got["seconds"]))
+        got = restores[(len(restores) - 1) // 2]
         rows.append(
             {
                 **base,
@@ -353,6 +409,7 @@ def _baselines(
                 "time_to_resume_s": got["seconds"],
                 "hgetall_s": got["hgetall_s"],
                 "load_s": load_s,
+                "samples_s": [round(float(g["seconds"]), 3) for g in restores],
             }
         )
         _show(rows[-1])

@@ -83,7 +83,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "install unless noted. `auto` shows the planner's choice. Raw loopback: "
         "the same number of bytes over one socket from distinct memory into fresh "
         "buffers kept to the end, as R keeps its shards; raw pre-touched: into one "
-        "buffer touched before the clock starts (the link alone).",
+        "buffer touched before the clock starts (the link alone). Failure-free "
+        "star, line, tree and the raw copies are medians of `--repeat` rounds in "
+        "which they take turns; Redis is the median of up to 5 restores.",
         "",
         "| network | shape | epochs | size | star | line | tree | auto | star eager "
         "| raw loopback | raw pre-touched | redis | spark hdfs | spark rocksdb "
