@@ -54,6 +54,8 @@ logger = logging.getLogger(__name__)
 task_logger = logging.getLogger("storm_bridge.tasks")
 
 _REAP_WAIT_S: Final = 1.0
+#: Distinct failed tuples whose replays are counted (for the poison limit).
+_FAILED_TUPLES_KEPT: Final = 10_000
 _PY_LEVELS: Final = {
     0: 5,
     1: logging.DEBUG,
@@ -418,7 +420,12 @@ class Engine:
             return
         name = rt.component.name
         mark = (name, repr(failed.values))
-        count = self._failed_tuples[mark] = self._failed_tuples.get(mark, 0) + 1
+        count = self._failed_tuples.pop(mark, 0) + 1
+        self._failed_tuples[mark] = count  # newest last
+        if len(self._failed_tuples) > _FAILED_TUPLES_KEPT:
+            # forget the tuple failed longest ago: a long run of distinct bad
+            # tuples must not grow the engine without bound
+            del self._failed_tuples[next(iter(self._failed_tuples))]
         if count > MAX_REPLAYS:
             logger.error(
                 "component %s failed %r %s times (a poison tuple): dropped",
