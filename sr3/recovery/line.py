@@ -303,20 +303,17 @@ async def _relay(upstream: Upstream, sender: FrameSender, forwarded: set[str]) -
     Raises:
         NodeUnavailableError: the upstream failed.
     """
-    reading = asyncio.ensure_future(upstream.next_raw(reuse=True))
+    reading = asyncio.ensure_future(upstream.next_raw())
     try:
         while True:
             frame = await reading
             fields = frame.fields
             if fields.get("t") == "end":
                 return
-            reading = asyncio.ensure_future(upstream.next_raw(reuse=True))
+            reading = asyncio.ensure_future(upstream.next_raw())
             blob = frame.blob
             size = 0 if blob is None else blob.nbytes
             await sender.send_encoded(frame.data, blob_bytes=size)
-            # sent whole (a send that failed or was cancelled may still be
-            # writing from the buffer in its thread: that frame is not reused)
-            upstream.release(frame)
             if fields.get("t") == "shard" and fields.get("end"):
                 forwarded.add(str(fields.get("shard")))
     finally:

@@ -2,17 +2,13 @@
 
 A relaying node reads each upstream frame whole into a buffer of its own, decodes
 only the head (the blob travels last, see :mod:`sr3.recovery.transport`) and
-forwards the bytes exactly as they arrived. A relay that is done with a frame
-once it forwarded it hands the buffer back (:meth:`Upstream.release`), and later
-frames are received into it: a fresh buffer per frame would cost the node a
-zero-fill and a page fault per 4 KiB of every frame it relays.
+forwards the bytes exactly as they arrived.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -33,12 +29,6 @@ __all__ = ["RawFrame", "Upstream", "recv_raw"]
 
 T = TypeVar("T")
 
-#: Buffers a relay keeps for reuse: a hop holds at most two frames at once.
-_KEEP_BUFFERS = 2
-#: Reused buffers are allocated in steps of this size, so that frames of slightly
-#: different sizes (a shard's chunks and their heads) fit the same buffers.
-_BUFFER_STEP = 1 << 20
-
 
 @dataclass(frozen=True)
 class RawFrame:
@@ -52,9 +42,8 @@ class RawFrame:
     """
 
     fields: dict[str, Any]
-    data: bytearray | memoryview
+    data: bytearray
     blob_at: int | None
-    buffer: bytearray | None = None  # what data views, when it may be reused
 
     @property
     def blob(self) -> memoryview | None:
@@ -62,49 +51,23 @@ class RawFrame:
         return None if self.blob_at is None else memoryview(self.data)[self.blob_at :]
 
 
-def recv_raw(
-    sock: socket.socket,
-    max_frame_bytes: int,
-    where: str,
-    spare: deque[bytearray] | None = None,
-) -> RawFrame:
-    """Receive one whole frame into a buffer of its own (blocking; worker thread).
-
-    With ``spare``, the frame goes into a buffer taken from it when one is large
-    enough (the frame then records it in :attr:`RawFrame.buffer`).
-    """
+def recv_raw(sock: socket.socket, max_frame_bytes: int, where: str) -> RawFrame:
+    """Receive one whole frame into a buffer of its own (blocking; worker thread)."""
     prefix = bytearray(4)
     wire.recv_exactly(sock, memoryview(prefix), where)
     length = int.from_bytes(prefix, "big")
     if length > max_frame_bytes:
         msg = f"{where}: frame of {length} bytes exceeds the frame bound"
         raise ProtocolError(msg)
-    buffer = None
-    if spare is None:
-        data: bytearray | memoryview = bytearray(4 + length)
-    else:
-        buffer = _take(spare, 4 + length)
-        data = memoryview(buffer)[: 4 + length]
+    data = bytearray(4 + length)
     data[:4] = prefix
     wire.recv_exactly(sock, memoryview(data)[4:], where)
     split = None
     if length > len(BLOB_MARK):
         split = split_head(memoryview(data)[4 : 4 + HEAD_BYTES], length)
     if split is not None:
-        return RawFrame(split[0], data, 4 + split[1], buffer)
-    return RawFrame(wire.decode_body(memoryview(data)[4:]), data, None, buffer)
-
-
-def _take(spare: deque[bytearray], size: int) -> bytearray:
-    """Return a spare buffer of at least ``size`` bytes, or a new one."""
-    while spare:
-        try:
-            buffer = spare.pop()
-        except IndexError:  # taken meanwhile
-            break
-        if len(buffer) >= size:
-            return buffer
-    return bytearray(-(-size // _BUFFER_STEP) * _BUFFER_STEP)
+        return RawFrame(split[0], data, 4 + split[1])
+    return RawFrame(wire.decode_body(memoryview(data)[4:]), data, None)
 
 
 class Upstream:
@@ -123,7 +86,6 @@ class Upstream:
         self._where = f"relay from node {node.node_id} ({node.host}:{node.port})"
         self._busy: asyncio.Future[Any] | None = None
         self._closed = False
-        self._spare: deque[bytearray] | None = None
 
     @classmethod
     async def open(
@@ -163,25 +125,15 @@ class Upstream:
         result: T = await asyncio.shield(self._busy)
         return result
 
-    async def next_raw(self, *, reuse: bool = False) -> RawFrame:
+    async def next_raw(self) -> RawFrame:
         """Return the next frame as it arrived (the ``end`` frame last).
-
-        Args:
-            reuse: Receive into a buffer handed back by :meth:`release` when one
-                fits; the caller must :meth:`release` or drop the frame before
-                it reads a frame after the next one.
 
         Raises:
             NodeUnavailableError: the node died, stalled, or sent an error frame.
         """
         limit = self._config.max_frame_bytes
-        if reuse and self._spare is None:
-            self._spare = deque()
-        spare = self._spare if reuse else None
         try:
-            frame = await self._run(
-                lambda: recv_raw(self._sock, limit, self._where, spare)
-            )
+            frame = await self._run(lambda: recv_raw(self._sock, limit, self._where))
         except (OSError, ProtocolError) as exc:
             msg = f"{self._where} broke: {exc!r}"
             raise NodeUnavailableError(msg) from exc
@@ -191,19 +143,6 @@ class Upstream:
             except SR3Error as exc:
                 raise NodeUnavailableError(str(exc)) from exc
         return frame
-
-    def release(self, frame: RawFrame) -> None:
-        """Hand back a frame received with ``reuse``: nothing reads it any more.
-
-        Only for a frame whose bytes were completely sent or dropped; a frame
-        still being written from another thread must not be released.
-        """
-        if (
-            frame.buffer is not None
-            and self._spare is not None
-            and len(self._spare) < _KEEP_BUFFERS
-        ):
-            self._spare.append(frame.buffer)
 
     async def close(self) -> None:
         """Close the connection (no error if already closed).
