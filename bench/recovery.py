@@ -46,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.cpu import cores, own_cpu_s, pids_cpu_s  # noqa: E402
+from bench.cpu import cores, own_cpu_s, pids_cpu_s  # noqa: E402 - after sys.path
 from bench.recovery_baselines import (  # noqa: E402
     RedisServer,
     raw_loopback_run,

@@ -22,8 +22,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.cpu import own_cpu_s  # noqa: E402
-from sr3.buffers import fresh_buffer  # noqa: E402
+from bench.cpu import own_cpu_s  # noqa: E402 - after sys.path
+from sr3.buffers import fresh_buffer  # noqa: E402 - after sys.path
 from sr3.codec import decode_key, decode_value, encode_key, encode_value  # noqa: E402
 from sr3.synthetic import SyntheticSpec, expected_value  # noqa: E402
 

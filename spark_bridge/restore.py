@@ -117,7 +117,7 @@ class _RestoreReader(DataSourceStreamReader):
             for o in self._owners
         ]
 
-    def commit(self, end: dict[str, Any]) -> None:  # noqa: D102
+    def commit(self, end: dict[str, Any]) -> None:  # noqa: D102 - Spark's doc
         del end
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
@@ -182,7 +182,7 @@ class RestoreSource(DataSource):
         """Return the bridge's row schema."""
         return ROW_SCHEMA
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's
         """Return the reader restoring the owners the options name."""
         del schema
         return _RestoreReader(self.options)

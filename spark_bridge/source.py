@@ -246,7 +246,7 @@ class SpoutSource(DataSource):
         """Return the bridge's row schema."""
         return ROW_SCHEMA
 
-    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 - Spark's
         """Return the reader of the spout the options name."""
         del schema
         options = self.options

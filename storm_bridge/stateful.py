@@ -86,7 +86,7 @@ class StatefulBolt(Bolt):
             par: Parallelism.
             config: Component-specific Storm conf.
         """
-        from streamparse.dsl.bolt import ShellBoltSpec  # noqa: PLC0415
+        from streamparse.dsl.bolt import ShellBoltSpec  # noqa: PLC0415 - DSL only where declared
 
         if config and checkpoint_mode(config) == NATIVE and _TICK_KEY not in config:
             # native mode: a tick each second also wakes an idle task up
@@ -167,7 +167,7 @@ class StatefulBolt(Bolt):
         self._sr3_agent: BoltAgent | None = None
         self._sr3_lock = threading.Lock()
         self._sr3_dropped = 0
-        from storm_bridge.wiring import RingAccess  # noqa: PLC0415
+        from storm_bridge.wiring import RingAccess  # noqa: PLC0415 - ring clients on demand
 
         self._sr3_ring = RingAccess.from_conf(storm_conf)
         params: dict[str, Any] = {"owner": self._sr3_owner, "epoch": None}
@@ -197,8 +197,8 @@ class StatefulBolt(Bolt):
             self._sr3_native_setup()
 
     def _sr3_native_setup(self) -> None:
-        from storm_bridge.native import OWNER  # noqa: PLC0415
-        from zk.epochs import ZkEpochStore  # noqa: PLC0415
+        from storm_bridge.native import OWNER  # noqa: PLC0415 - ring clients on demand
+        from zk.epochs import ZkEpochStore  # noqa: PLC0415 - ring clients on demand
 
         ring = self._sr3_ring
         if ring is None:
