@@ -30,3 +30,5 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
   .venv/bin/python -c "import sr3, zk, kazoo, msgpack, mmh3" # fail loudly if the install did not work
   touch "$stamp"
 fi
+# Apache Storm's jars for the lab's real Storm cluster (.cache/storm-<version>/); ~1 s when current.
+scripts/fetch-jars.sh
