@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up for humans and CI alike: Debian's ZooKeeper (when missing) and a
-# virtualenv in .venv with the project installed in editable mode. No downloads other
-# than Debian packages and PyPI.
+# virtualenv in .venv with the project installed in editable mode, and Apache Storm's jars
+# from Maven Central (scripts/fetch-jars.sh). No other downloads than Debian, PyPI, Maven.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
