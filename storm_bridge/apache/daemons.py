@@ -26,6 +26,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -62,6 +63,7 @@ LOG_WRITER_MAIN: Final = "org.apache.storm.LogWriter"
 _STATE: Final = "cluster.json"
 _POLL_S: Final = 0.2
 _LOG_TAIL_LINES: Final = 25
+_STACK_FRAME: Final = re.compile(r"\s+(at |\.\.\. \d+ more)")
 #: Why there is no UI: storm-webapp (``org.apache.storm.daemon.ui.UIServer``)
 #: is not served by Maven Central for any 2.x release.
 UI_UNAVAILABLE: Final = (
@@ -378,15 +380,23 @@ class ApacheStormCluster:
         return self.log_dir / f"{name}.log"
 
     def log_tail(self, name: str, lines: int = _LOG_TAIL_LINES) -> str:
-        """Return the tail of a daemon's stdout/stderr and of its log ("" if none)."""
+        """Return the tails of a daemon's stdout/stderr and of its log.
+
+        Java stack frames are left out, so the tail shows the errors themselves.
+        """
         parts = []
         for path in (self.root / f"{name}.out", self.log_path(name)):
             try:
                 text = path.read_text(encoding="utf-8", errors="replace")
             except FileNotFoundError:
                 continue
-            if text.strip():
-                tail = "\n".join(text.splitlines()[-lines:])
+            kept = [
+                line
+                for line in text.splitlines()
+                if line.strip() and not _STACK_FRAME.match(line)
+            ]
+            if kept:
+                tail = "\n".join(kept[-lines:])
                 parts.append(f"--- {path} ---\n{tail}")
         return "\n".join(parts) or "(no output)"
 
