@@ -23,8 +23,10 @@ __all__ = [
     "with_barrier",
 ]
 
-#: Stream carrying checkpoint barriers (ALL towards downstream tasks).
-BARRIER_STREAM: Final = "__sr3_barrier"
+#: Stream carrying checkpoint barriers (ALL towards downstream tasks). One leading
+#: underscore only: Storm reserves ids starting with ``__`` for its own streams and
+#: Nimbus rejects a topology declaring one (InvalidTopologyException).
+BARRIER_STREAM: Final = "_sr3_barrier"
 #: Fields of a barrier tuple: the epoch and what the sender reports.
 BARRIER_FIELDS: Final = ("epoch", "info")
 #: Spout command asking a replayable spout to emit a barrier (``id`` = epoch).

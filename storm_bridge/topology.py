@@ -314,6 +314,7 @@ def _component(
 
 def _validate(components: Mapping[str, ComponentInfo], path: Path) -> None:
     for comp in components.values():
+        _check_ids(comp, path)
         for sub in comp.inputs:
             source = components.get(sub.source)
             stream = source.outputs.get(sub.stream) if source else None
@@ -332,6 +333,18 @@ def _validate(components: Mapping[str, ComponentInfo], path: Path) -> None:
                     "Grouping.DIRECT and only direct streams may use it"
                 )
                 raise TopologyError(msg)
+
+
+def _check_ids(comp: ComponentInfo, path: Path) -> None:
+    """Refuse stream ids Nimbus refuses: Storm reserves those starting with ``__``."""
+    for stream in comp.outputs:
+        if stream.startswith(_SYSTEM_PREFIX):
+            msg = (
+                f"{path}: stream id {stream!r} of component {comp.name!r} is "
+                "reserved: ids starting with '__' are Storm's (Nimbus rejects the "
+                "topology); rename the stream"
+            )
+            raise TopologyError(msg)
 
 
 def load_topology(
