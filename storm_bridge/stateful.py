@@ -190,9 +190,13 @@ class StatefulBolt(Bolt):
         else:
             # No ring (sr3.zk.hosts unset): state lives in memory only.
             params.update(mechanism=mechanism, used="none", shards=0, bytes=0)
-        self.send_message(
-            {"command": "metrics", "name": RESTORED_METRIC, "params": params}
-        )
+        # Real Storm's ShellBolt dies on a metric no Java code registered
+        # ("Could not find metric by name"): only the local cluster reads these.
+        self._sr3_metrics = checkpoint_mode(storm_conf) != NATIVE
+        if self._sr3_metrics:
+            self.send_message(
+                {"command": "metrics", "name": RESTORED_METRIC, "params": params}
+            )
         if self._sr3_ring is not None and checkpoint_mode(storm_conf) == NATIVE:
             self._sr3_native_setup()
 
@@ -430,6 +434,8 @@ class StatefulBolt(Bolt):
         )
 
     def _sr3_report(self, params: dict[str, Any]) -> None:
+        if not self._sr3_metrics:
+            return
         self.send_message(
             {"command": "metrics", "name": SNAPSHOT_METRIC, "params": params}
         )
