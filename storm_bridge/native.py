@@ -17,10 +17,14 @@ tells when the topology is quiescent. Phases of the control record::
   name; it holds an ephemeral znode and runs on a thread of that task.
 * A replayable spout emits with a message id, so Storm tracks each tree. On
   PAUSE it stops emitting, waits until every tree it emitted is acked or failed,
-  and reports its offset; on RUNNING it goes on. A failed tree makes the spout
-  seek back to just before the failed offset: at-least-once replay (the tuples
-  after it are emitted again), exactly-once only through a rollback; after
-  :data:`MAX_REPLAYS` failures at one offset (a poison tuple) it is dropped.
+  and reports its offset; on RUNNING it goes on. A failed tree (a tuple that
+  raised, timed out, or died with a task, stateless or not) bumps the
+  generation: the whole topology rolls back to the last committed epoch, so
+  the failure never changes the state's exactly-once effect. Replaying from the
+  spout alone would not do: stateful tasks downstream have seen the tuples after
+  the failed one (a counter would count them twice) and a join that already
+  emitted would not emit again. After :data:`MAX_REPLAYS` failures at one
+  offset (a poison tuple) the rollback replays without it.
 * Stateful bolts see the control record through a ZooKeeper watch: on SNAPSHOT
   they write their keyed state to the ring and report; on RESTORE they restore
   the committed epoch, then ignore every data tuple until RUNNING (a straggler
@@ -123,6 +127,9 @@ class EpochStore(Protocol):
     def bump_generation(self) -> int:
         """Increment the rollback counter."""
 
+    def request_rollback(self, seen: int | None) -> int:
+        """Bump the counter unless it moved past ``seen``; return its value."""
+
     def registered(self, kind: str) -> set[str]:
         """Return the registered tasks of a kind."""
 
@@ -173,6 +180,9 @@ class NativeCoordinator:
         clock: Monotonic clock in seconds.
         collect: Called with a committed epoch and its owners once spouts
             resumed, to drop older manifests (None: keep them).
+        quiet_s: After every owner restored, how long no owner may have dropped
+            a straggler (a data tuple of the rolled-back generation, still in
+            flight) before spouts resume (``sr3.checkpoint.rollback.quiet.s``).
     """
 
     def __init__(
@@ -185,8 +195,12 @@ class NativeCoordinator:
         timeout_s: float,
         clock: Callable[[], float],
         collect: Callable[[int, list[str]], None] | None = None,
+        quiet_s: float = 1.0,
     ) -> None:
         self._collect = collect
+        self._quiet_s = quiet_s
+        #: Stragglers the owners reported dropped, and when that last changed.
+        self._dropped: tuple[int, float] = (0, clock())
         self._store = store
         self._log = log
         self._topology = topology
@@ -272,9 +286,26 @@ class NativeCoordinator:
             return self._commit(control, sorted(expected))
         if phase is Phase.ROLLBACK:
             return self._enter(EpochControl(Phase.RESTORE, control.epoch, generation))
+        if not self._quiet(reports, now):
+            return control
         stats = self._stats
         stats.rollbacks += 1
         return self._enter(EpochControl(Phase.RUNNING, control.epoch, generation))
+
+    def _quiet(self, reports: Mapping[str, Any], now: float) -> bool:
+        """Whether no owner dropped a straggler for ``quiet_s`` (RESTORE).
+
+        Tuples of failed or timed-out trees may still sit in queues or in a
+        stalled task when the rollback's spouts drained; the owners drop those
+        that reach them until spouts resume. Resuming only once the owners
+        went ``quiet_s`` without a straggler keeps later ones out of the
+        restored state, as long as no task stalls longer than that.
+        """
+        dropped = sum(_as_int(dict(r).get("dropped", 0)) for r in reports.values())
+        if dropped != self._dropped[0]:
+            self._dropped = (dropped, now)
+        quiet_since = max(self._since, self._dropped[1])
+        return now - quiet_since >= self._quiet_s
 
     def _commit(self, control: EpochControl, owners: list[str]) -> EpochControl:
         stats = self._stats or _Stats()
@@ -362,11 +393,30 @@ class CoordinatorThread:
                 logger.exception("native coordinator %s: step failed", self._name)
 
 
+@dataclass(frozen=True)
+class _Tree:
+    """A tree a replayable spout task emitted and Storm still tracks."""
+
+    user_id: Any
+    offset: Any
+    #: Generation the spout followed when it emitted the tree (None: none yet).
+    generation: int | None
+
+
 class SpoutAgent:
     """Native-mode bookkeeping of one replayable spout task (its main thread).
 
     The control record arrives through a ZooKeeper watch (:meth:`on_control`,
-    any thread); the spout asks :meth:`may_emit` before each ``next_tuple``.
+    any thread); the spout reads it before each ``next_tuple``.
+
+    A failed tree (a tuple that raised, timed out or died with its task) never
+    replays on its own: replaying from the spout alone would feed the tuples
+    after it twice to stateful tasks that had seen them, and a join that had
+    already emitted would not emit again. The spout asks for a rollback instead
+    (:meth:`take_rollback`): every owner restores the last committed epoch and
+    every spout seeks to its offset. A tree failing at one offset more than
+    :data:`MAX_REPLAYS` times (a poison tuple) is still rolled back, and its
+    offset is then skipped (:meth:`skips`), so it has no effect at all.
 
     Args:
         name: The spout task (``component/index``).
@@ -382,10 +432,14 @@ class SpoutAgent:
         self.min_generation = 0
         #: Generation whose RUNNING this task follows (None: none seen yet).
         self.generation: int | None = None
-        self._pending: dict[int, tuple[Any, Any, Any]] = {}
+        self._pending: dict[int, _Tree] = {}
         self._seq = 0
-        self._replay: tuple[int, Any] | None = None
+        #: Generation a rollback is to be asked from (set by a failed tree).
+        self._rollback: tuple[int | None] | None = None
+        #: A rollback was asked for and this task has not rewound since.
+        self._requested = False
         self._failures: dict[str, int] = {}
+        self._poisoned: set[str] = set()
         self._reported: set[str] = set()
 
     def on_control(self, control: EpochControl | None) -> None:
@@ -397,47 +451,78 @@ class SpoutAgent:
         """Trees emitted and neither acked nor failed yet."""
         return len(self._pending)
 
-    def track(self, prev_offset: Any, user_id: Any, offset: Any = None) -> int:
-        """Return the message id of a new emit at ``offset``, after ``prev_offset``."""
+    @property
+    def requested(self) -> bool:
+        """Whether this task asked for a rollback that has not ended yet."""
+        return self._requested or self._rollback is not None
+
+    def follow(self, generation: int) -> None:
+        """Follow ``generation``'s RUNNING (trees emitted before it join it)."""
+        if self.generation is None:
+            self._pending = {
+                seq: tree
+                if tree.generation is not None
+                else _Tree(tree.user_id, tree.offset, generation)
+                for seq, tree in self._pending.items()
+            }
+        self.generation = generation
+
+    def track(self, user_id: Any, offset: Any = None) -> int:
+        """Return the message id of a new emit at ``offset``."""
         self._seq += 1
-        self._pending[self._seq] = (prev_offset, user_id, offset)
+        self._pending[self._seq] = _Tree(user_id, offset, self.generation)
         return self._seq
+
+    def skips(self, offset: Any) -> bool:
+        """Whether an emit at ``offset`` is a dropped poison tuple."""
+        return offset is not None and repr(offset) in self._poisoned
 
     def acked(self, seq: Any) -> Any:
         """Forget an acked tree; return the user's message id (or None)."""
-        entry = self._pending.pop(_as_int(seq), None)
-        return None if entry is None else entry[1]
+        tree = self._pending.pop(_as_int(seq), None)
+        return None if tree is None else tree.user_id
 
     def failed(self, seq: Any) -> Any:
-        """Note a failed tree (replay from before it); return the user's id.
+        """Note a failed tree and ask for a rollback; return the user's id.
 
-        A tree failed :data:`MAX_REPLAYS` times at the same offset (a poison
-        tuple) is dropped instead, as the local mode drops every failed tree.
+        A tree of a generation already being rolled back asks for nothing: that
+        rollback replays it. One that failed :data:`MAX_REPLAYS` times at the
+        same offset (a poison tuple) is rolled back once more, then skipped.
         """
-        key = _as_int(seq)
-        entry = self._pending.pop(key, None)
-        if entry is None:
+        tree = self._pending.pop(_as_int(seq), None)
+        if tree is None:
             return None
-        prev_offset, user_id, offset = entry
-        if offset is not None:
-            mark = repr(offset)
+        if not self._current(tree):
+            return tree.user_id
+        if tree.offset is not None:
+            mark = repr(tree.offset)
             self._failures[mark] = self._failures.get(mark, 0) + 1
             if self._failures[mark] > MAX_REPLAYS:
                 logger.error(
-                    "spout %s: tree at offset %r failed %s times; dropped",
+                    "spout %s: tree at offset %r failed %s times; dropped (it is "
+                    "skipped after the rollback)",
                     self.name,
-                    offset,
+                    tree.offset,
                     self._failures[mark],
                 )
-                return user_id
-        if self._replay is None or key < self._replay[0]:
-            self._replay = (key, prev_offset)
-        return user_id
+                self._poisoned.add(mark)
+        self._rollback = (tree.generation,)
+        return tree.user_id
 
-    def take_replay(self) -> tuple[bool, Any]:
-        """Return (whether to seek, offset) for a failed tree's replay."""
-        replay, self._replay = self._replay, None
-        return (False, None) if replay is None else (True, replay[1])
+    def _current(self, tree: _Tree) -> bool:
+        """Whether ``tree`` failed in the generation running, no rollback asked."""
+        if self.requested or tree.generation != self.generation:
+            return False
+        control = self.control
+        return control is None or control.generation == self.generation
+
+    def take_rollback(self) -> tuple[bool, int | None]:
+        """Return (whether to ask for a rollback, generation it rolls back)."""
+        rollback, self._rollback = self._rollback, None
+        if rollback is None:
+            return False, None
+        self._requested = True
+        return True, rollback[0]
 
     @staticmethod
     def rewinding(control: EpochControl) -> bool:
@@ -452,14 +537,11 @@ class SpoutAgent:
         """
         return control.phase in _RESUMED and self.generation != control.generation
 
-    def resume_offset(self, position: Any) -> Any:
-        """Return the offset to record for an epoch: before any failed tree."""
-        return position if self._replay is None else self._replay[1]
-
     def reset(self) -> None:
-        """Forget pending trees and replays (a rollback sought the spout)."""
+        """Forget pending trees and asked rollbacks (a rollback sought the spout)."""
         self._pending.clear()
-        self._replay = None
+        self._rollback = None
+        self._requested = False
 
     def report_once(self, step: str) -> bool:
         """Return True the first time ``step`` is reported."""

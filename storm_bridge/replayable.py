@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 _INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
 _TIMEOUT_KEY: Final = "sr3.checkpoint.timeout.s"
+_QUIET_KEY: Final = "sr3.checkpoint.rollback.quiet.s"
 _COORDINATOR_POLL_S: Final = 0.02
 
 
@@ -94,7 +95,14 @@ class ReplayableSpout(Spout):
         """
         agent = getattr(self, "_sr3_agent", None)
         if agent is not None and stream != BARRIER_STREAM:
-            tup_id = agent.track(self._sr3_offset, tup_id, offset)
+            if agent.skips(offset):
+                # a poison tuple: its rollback replays everything but it, and
+                # Storm's spouts ack what they give up on (storm-kafka-client)
+                self._sr3_offset = offset
+                if tup_id is not None:
+                    self.ack(tup_id)
+                return [] if need_task_ids else None
+            tup_id = agent.track(tup_id, offset)
         if offset is not None:
             self._sr3_offset = offset
         return super().emit(
@@ -162,6 +170,7 @@ class ReplayableSpout(Spout):
                 timeout_s=seconds(storm_conf, _TIMEOUT_KEY, 60.0),
                 clock=time.monotonic,
                 collect=functools.partial(_collect_manifests, ring),
+                quiet_s=seconds(storm_conf, _QUIET_KEY, 1.0),
             )
             CoordinatorThread(
                 store=store,
@@ -177,24 +186,22 @@ class ReplayableSpout(Spout):
         agent = self._sr3_agent
         control = agent.control
         if control is None or control.generation < agent.min_generation:
-            if control is None and not agent.bumped:
+            if control is None and not agent.bumped and not agent.requested:
                 self.next_tuple()
             return
         if (
             agent.generation is None
             and not agent.bumped
+            and not agent.requested
             and not agent.rewinding(control)
         ):
-            agent.generation = control.generation
+            agent.follow(control.generation)
         if agent.rewinds(control):
             self._sr3_rewind()
-            agent.generation = control.generation
+            agent.follow(control.generation)
         if control.phase is Phase.RUNNING:
-            replay, offset = agent.take_replay()
-            if replay:
-                self.seek(offset)
-                self._sr3_offset = offset
-            self.next_tuple()
+            if not agent.requested:
+                self.next_tuple()
             return
         if agent.pending:
             return
@@ -203,8 +210,22 @@ class ReplayableSpout(Spout):
             control.phase is Phase.PAUSE and agent.generation == control.generation
         )
         if ready and agent.report_once(step):
-            offset = agent.resume_offset(self._sr3_offset)
-            self._sr3_store.report(step, self._sr3_name, {"offset": offset})
+            self._sr3_store.report(step, self._sr3_name, {"offset": self._sr3_offset})
+
+    def _sr3_request_rollback(self) -> None:
+        """Ask for the rollback a failed tree needs (native mode, see its module)."""
+        agent = self._sr3_agent
+        ask, seen = agent.take_rollback()
+        if not ask:
+            return
+        generation = self._sr3_store.request_rollback(seen)
+        agent.min_generation = max(agent.min_generation, generation)
+        logger.info(
+            "spout %s: a tree of generation %s failed; rollback %s requested",
+            self._sr3_name,
+            seen,
+            generation,
+        )
 
     def _sr3_rewind(self) -> None:
         """Seek to the committed epoch's offset (a rollback ended)."""
@@ -243,6 +264,7 @@ class ReplayableSpout(Spout):
                 self.fail(cmd["id"])
             else:
                 user_id = agent.failed(cmd["id"])
+                self._sr3_request_rollback()
                 if user_id is not None:
                     self.fail(user_id)
         elif command == "activate":

@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 _DEFAULT_KEY_GROUPS: Final = 256
 _DEFAULT_CHAIN: Final = 8
 _TICK_KEY: Final = "topology.tick.tuple.freq.secs"
+#: Shortest time between two reports of dropped stragglers (native mode).
+_DROPPED_REPORT_S: Final = 0.1
 
 
 class StateKeyError(StormBridgeError, KeyError):
@@ -64,8 +66,8 @@ class StatefulBolt(Bolt):
     A tuple whose ``process`` raises is failed and reported with its values; the
     task keeps running (its other keys are unaffected; what ``process`` wrote to
     the key's state before raising is undone). The tuple is then replayed: on
-    Storm (native mode) its tree fails back to the spout, on the local cluster
-    the topology rolls back to the last committed epoch; after
+    Storm (native mode) its tree fails back to its spout, which rolls the
+    topology back to the last committed epoch, as the local cluster does; after
     :data:`~storm_bridge.native.MAX_REPLAYS` replays a poison tuple is dropped.
     A failed checkpoint (ring write or manifest publish) ends the task instead,
     which rolls the topology back.
@@ -216,6 +218,8 @@ class StatefulBolt(Bolt):
             logger.info("owner %s restarted: rollback requested", self._sr3_owner)
         self._sr3_store = store
         self._sr3_agent = agent
+        #: The last RESTORE report (step, payload, when stragglers were reported).
+        self._sr3_restored: tuple[str, dict[str, Any], float] | None = None
         executor = ThreadPoolExecutor(1, thread_name_prefix="sr3-native")
 
         def changed(control: Any) -> None:
@@ -238,6 +242,7 @@ class StatefulBolt(Bolt):
                     report = self._sr3_native_snapshot(control)
                 else:
                     report = self._sr3_native_restore()
+                    self._sr3_restored = (control.step(), report, 0.0)
                 self._sr3_store.report(control.step(), self._sr3_owner, report)
             except Exception as exc:
                 # the task dies at its next tuple (a heartbeat at the latest),
@@ -315,10 +320,26 @@ class StatefulBolt(Bolt):
         with self._sr3_lock:
             if self._sr3_straggler(tup):
                 self._sr3_dropped += 1
+                self._sr3_report_dropped()
                 if self.auto_ack:
                     self.ack(tup)
                 return
             self._sr3_dispatch(tup)
+
+    def _sr3_report_dropped(self) -> None:
+        """Tell the coordinator stragglers still arrive (at most every 0.1 s).
+
+        It resumes the spouts only once no owner dropped one for a while (see
+        :meth:`storm_bridge.native.NativeCoordinator._quiet`).
+        """
+        restored = self._sr3_restored
+        now = time.monotonic()
+        if restored is None or now - restored[2] < _DROPPED_REPORT_S:
+            return
+        step, report, _at = restored
+        report = {**report, "dropped": self._sr3_dropped}
+        self._sr3_restored = (step, report, now)
+        self._sr3_store.report(step, self._sr3_owner, report)
 
     def _sr3_straggler(self, tup: StormTuple) -> bool:
         """Whether ``tup`` is a data tuple of a rolled-back generation (native)."""

@@ -207,6 +207,25 @@ class ZkEpochStore:
         Raises:
             CoordinationError: ZooKeeper failed or the race was lost too often.
         """
+        return self.request_rollback(None)
+
+    def request_rollback(self, seen: int | None) -> int:
+        """Increment the rollback counter unless it moved past ``seen``.
+
+        Several tasks that see failures of one generation ask for one rollback,
+        not one each: once the counter is past ``seen``, a rollback is already
+        asked for and its value is returned unchanged.
+
+        Args:
+            seen: The generation the caller's failure belongs to (None: bump
+                whatever the counter holds).
+
+        Returns:
+            The generation whose rollback replays the caller's failure.
+
+        Raises:
+            CoordinationError: ZooKeeper failed or the race was lost too often.
+        """
         path = self._paths.native_generation(self._topology)
         client = self._session.client
         with self._session.translate("bump native generation", path):
@@ -223,7 +242,10 @@ class ZkEpochStore:
                     except NodeExistsError:
                         continue
                     return 1
-                value = int(unpack_meta(data)) + 1
+                current = int(unpack_meta(data))
+                if seen is not None and current > seen:
+                    return current
+                value = current + 1
                 try:
                     self._session.call(
                         partial(client.set_async, path, pack_meta(value), stat.version)

@@ -45,6 +45,11 @@ class MemoryStore:
         self.gen += 1
         return self.gen
 
+    def request_rollback(self, seen: int | None) -> int:
+        if seen is not None and self.gen > seen:
+            return self.gen
+        return self.bump_generation()
+
     def registered(self, kind: str) -> set[str]:
         return set(self.tasks[kind])
 
@@ -148,6 +153,8 @@ def test_a_bumped_generation_rolls_back_without_committing(machine: Machine) -> 
     store.report_all({"lines/1"}, {})
     assert coordinator.step().phase is Phase.RESTORE
     store.report_all(OWNERS, {})
+    assert coordinator.step().phase is Phase.RESTORE  # stragglers may still come
+    clock.now += 1.0
     running = coordinator.step()
     assert (running.phase, running.generation) == (Phase.RUNNING, 1)
     assert running.stats["rollbacks"] == 1
@@ -168,6 +175,27 @@ def test_a_second_bump_restarts_the_rollback(machine: Machine) -> None:
     assert (again.phase, again.generation) == (Phase.ROLLBACK, 2)
 
 
+def test_spouts_resume_once_owners_dropped_no_straggler_for_the_quiet_time(
+    machine: Machine,
+) -> None:
+    coordinator, store, _log, clock = machine
+    coordinator.step()
+    store.bump_generation()
+    coordinator.step()
+    store.report_all(SPOUTS, {})
+    assert coordinator.step().phase is Phase.RESTORE
+    store.report_all(OWNERS, {"dropped": 0})
+    clock.now += 0.8
+    assert coordinator.step().phase is Phase.RESTORE
+    store.report_all({"wc/count/0"}, {"dropped": 3})  # a stalled task let go
+    clock.now += 0.8
+    assert coordinator.step().phase is Phase.RESTORE
+    clock.now += 0.8
+    assert coordinator.step().phase is Phase.RESTORE
+    clock.now += 0.3
+    assert coordinator.step().phase is Phase.RUNNING
+
+
 def test_an_epoch_stuck_past_the_timeout_rolls_back(machine: Machine) -> None:
     coordinator, store, _log, clock = machine
     coordinator.step()
@@ -179,33 +207,71 @@ def test_an_epoch_stuck_past_the_timeout_rolls_back(machine: Machine) -> None:
     assert coordinator.step().phase is Phase.ROLLBACK
 
 
-def test_spout_replays_from_before_its_earliest_failed_tree() -> None:
+def running(generation: int) -> EpochControl:
+    return EpochControl(Phase.RUNNING, 3, generation)
+
+
+def test_a_failed_tree_asks_for_one_rollback_of_its_generation() -> None:
     agent = SpoutAgent(name="lines/0", bumped=False)
-    ids = [agent.track(prev, None) for prev in (None, 0, 2, 4)]
+    agent.on_control(running(2))
+    agent.follow(2)
+    ids = [agent.track(None, offset) for offset in (0, 2, 4, 6)]
     assert agent.pending == 4
     agent.acked(ids[0])
+    assert agent.take_rollback() == (False, None)
     agent.failed(ids[3])
-    agent.failed(ids[1])
+    agent.failed(ids[1])  # the same rollback replays it
     assert agent.pending == 1
-    assert agent.resume_offset(6) == 0
-    assert agent.take_replay() == (True, 0)
-    assert agent.take_replay() == (False, None)
-    assert agent.resume_offset(6) == 6
-    assert agent.acked("unknown") is None
+    assert agent.requested
+    assert agent.take_rollback() == (True, 2)
+    agent.failed(ids[2])
+    assert agent.take_rollback() == (False, None)
+    agent.reset()  # the rollback ended: the spout was sought
+    assert not agent.requested
+    agent.on_control(running(3))
+    agent.follow(3)
+    agent.failed(agent.track(None, 8))
+    assert agent.take_rollback() == (True, 3)
 
 
-def test_a_poison_tree_is_dropped_after_its_replays() -> None:
+def test_a_tree_failing_while_a_rollback_runs_asks_for_nothing() -> None:
     agent = SpoutAgent(name="lines/0", bumped=False)
-    for _ in range(MAX_REPLAYS):
-        agent.failed(agent.track(6, "poison", 8))
-        assert agent.take_replay() == (True, 6)
-    agent.failed(agent.track(6, "poison", 8))
-    assert agent.take_replay() == (False, None)
+    agent.on_control(running(2))
+    agent.follow(2)
+    seq = agent.track("mine", 4)
+    # another task restarted: the coordinator already rolls generation 3 back
+    agent.on_control(EpochControl(Phase.ROLLBACK, 3, 3))
+    assert agent.failed(seq) == "mine"
+    assert agent.take_rollback() == (False, None)
+
+
+def test_trees_emitted_before_the_first_running_join_it() -> None:
+    agent = SpoutAgent(name="lines/0", bumped=False)
+    seq = agent.track(None, 0)
+    agent.on_control(running(0))
+    agent.follow(0)
+    agent.failed(seq)
+    assert agent.take_rollback() == (True, 0)
+
+
+def test_a_poison_tree_is_skipped_after_its_rollbacks() -> None:
+    agent = SpoutAgent(name="lines/0", bumped=False)
+    for generation in range(MAX_REPLAYS + 1):
+        agent.on_control(running(generation))
+        agent.follow(generation)
+        assert not agent.skips(8)
+        agent.failed(agent.track("poison", 8))
+        # every failure, the last included, rolls back its partial effects
+        assert agent.take_rollback() == (True, generation)
+        agent.reset()
+    assert agent.skips(8)
+    assert not agent.skips(10)
+    assert not agent.skips(None)
 
 
 def test_spout_hands_user_ids_back() -> None:
     agent = SpoutAgent(name="lines/0", bumped=False)
-    seq = agent.track(None, "mine")
+    seq = agent.track("mine", 0)
     assert agent.acked(seq) == "mine"
     assert agent.report_once("pause-0-5")
     assert not agent.report_once("pause-0-5")
