@@ -7,7 +7,7 @@ export PYTHONWARNINGS ?= ignore::DeprecationWarning
 export PYSPARK_PYTHON := $(abspath $(PY))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test ci lint format typecheck imports test-unit test-integration bench-ring bench-recovery bench-storm bench-spark clean
+.PHONY: help setup demo test ci lint format typecheck imports test-fast test-unit test-integration bench-ring bench-recovery bench-storm bench-spark clean
 
 help:  ## List the targets (not in CI)
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -36,6 +36,9 @@ typecheck: setup  ## mypy --strict on the packages (CI: yes)
 
 imports: setup  ## import-linter layer contracts (CI: yes)
 	$(BIN)/lint-imports
+
+test-fast: setup  ## Edit loop, a few minutes: unit tests and the quick ZooKeeper/ring integration tests (not in CI on its own)
+	$(BIN)/pytest -q -m "not slow and not spark and not apache_storm" tests/unit tests/integration/zk tests/integration/sr3
 
 test-unit: setup  ## Unit tests only: no JVM, no sockets (not in CI on its own)
 	$(BIN)/pytest -q tests/unit
