@@ -14,7 +14,7 @@ from sr3.config import Sr3Config
 from sr3.errors import ConfigError, SR3Error
 from sr3_cli.cluster import add_cluster_args, open_cluster, read_secret
 from sr3_cli.lab import Lab, resolve_lab_dir
-from sr3_cli.processes import lab_processes, terminate
+from sr3_cli.processes import lab_processes, stop_processes
 from sr3_cli.snapshot_cmd import run_get, run_put
 from sr3_cli.status import run_status
 
@@ -66,19 +66,22 @@ def lab_up(args: argparse.Namespace) -> int:
     if root.exists() and not root.is_dir():
         msg = f"lab dir {root} is a file; give `sr3 lab up --dir` a directory"
         raise ConfigError(msg)
-    if Lab.exists(root):
-        lab = Lab.load(root)  # a corrupt lab.json is refused, never overwritten
-    else:
-        lab = Lab(root=root)
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            lab.save()
-        except OSError as exc:
-            msg = (
-                f"cannot create a lab in {root}: {exc}; give `sr3 lab up --dir` a "
-                "directory you can write"
-            )
-            raise ConfigError(msg) from exc
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        msg = (
+            f"cannot create a lab in {root}: {exc}; give `sr3 lab up --dir` a "
+            "directory you can write"
+        )
+        raise ConfigError(msg) from exc
+    # a corrupt lab.json is refused, never overwritten; a second `lab up` at
+    # once waits for this one, then finds everything running
+    with Lab.update(root, create=True) as lab:
+        return _lab_up(args, lab)
+
+
+def _lab_up(args: argparse.Namespace, lab: Lab) -> int:
+    root = lab.root
     wanted = args.nodes or len(lab.nodes) or _DEFAULT_LAB_NODES
     if wanted < len(lab.nodes):
         print(
@@ -115,8 +118,7 @@ def lab_down(args: argparse.Namespace) -> int:
         leftovers = lab_processes(root)
         if not leftovers:
             raise
-        for pid in leftovers:
-            terminate(pid)
+        stop_processes(leftovers)
         if args.purge and root.is_dir():
             shutil.rmtree(root)
         pids = ", ".join(map(str, leftovers))
@@ -126,12 +128,13 @@ def lab_down(args: argparse.Namespace) -> int:
             + (" and deleted it" if args.purge else "")
         )
         return 0
-    lab.stop_spark()
-    lab.stop_nodes()
-    lab.stop_zookeeper()
+    leftovers = lab.stop()
     if args.purge:
         shutil.rmtree(root)
     print(f"lab in {root} stopped" + (" and deleted" if args.purge else ""))
+    if leftovers:
+        pids = ", ".join(map(str, leftovers))
+        print(f"also stopped processes lab.json did not list (pids {pids})")
     return 0
 
 
@@ -149,11 +152,12 @@ def lab_kill(args: argparse.Namespace) -> int:
 
 def lab_restart(args: argparse.Namespace) -> int:
     """``sr3 lab restart``: start the named nodes again on their data dirs."""
-    lab = Lab.load(_lab_root(args))
-    lab.check_nodes(list(args.node_ids))
-    running = [n for n in args.node_ids if lab.nodes[n].alive]
-    lab.start_zookeeper()
-    lab.start_nodes(list(args.node_ids))
+    # locked throughout: a second restart at once waits, then finds them running
+    with Lab.update(_lab_root(args)) as lab:
+        lab.check_nodes(list(args.node_ids))
+        running = [n for n in args.node_ids if lab.nodes[n].alive]
+        lab.start_zookeeper()
+        lab.start_nodes(list(args.node_ids))
     started = [n for n in args.node_ids if n not in running]
     if started:
         print("restarted " + ", ".join(started))

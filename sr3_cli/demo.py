@@ -106,7 +106,16 @@ def _print_status(lab: Lab) -> dict[str, object]:
 
 _MARKER = "sr3-demo"
 _LAB_ENTRIES = frozenset(
-    {"lab.json", "lab.json.tmp", "secret", "zk", "nodes", "spark", "spark-checkpoint"}
+    {
+        "lab.json",
+        "lab.json.tmp",
+        "lab.lock",
+        "secret",
+        "zk",
+        "nodes",
+        "spark",
+        "spark-checkpoint",
+    }
 )
 
 

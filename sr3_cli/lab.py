@@ -3,11 +3,20 @@
 Layout of a lab dir::
 
     lab.json          ports, pids and data dirs (written by ``sr3 lab up``)
+    lab.lock          held (``flock``) by whatever changes lab.json; holds its pid
     secret            the ring's shared HMAC secret
     zk/               ZooKeeper's data dir and log
     nodes/<id>/       each node's data dir and node.log
     spark/            with ``sr3 lab up --spark``: a Spark standalone master and
                       worker (logs, work dir); lab.json's ``spark.master`` is its URL
+
+lab.json is changed only by read-modify-write of the current file under the
+lab's lock (:meth:`Lab.locked`, :meth:`Lab.update`), so commands running at once
+(``sr3 run --kill-node`` and ``sr3 lab restart``, two restarts) never undo each
+other's changes. Every daemon the lab starts runs in a session of its own with a
+path under the lab dir among its arguments or as its working directory, so
+``sr3 lab down`` finds it even when lab.json is stale or gone
+(:func:`sr3_cli.processes.lab_processes`).
 """
 
 from __future__ import annotations
@@ -20,12 +29,24 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sr3.config import NodeConfig, Sr3Config, ZkConfig
 from sr3.errors import ConfigError, SR3Error
+from sr3_cli.labfile import (
+    LabNode,
+    lab_nodes,
+    optional_object,
+    pid_value,
+    port_value,
+    write_atomically,
+)
+from sr3_cli.lockfile import exclusive
+from sr3_cli.processes import lab_processes, stop_processes
 from sr3_cli.processes import runs as _runs
 from sr3_cli.processes import terminate as _terminate
 from zk.launcher import EmbeddedZooKeeper, port_taken
@@ -38,60 +59,32 @@ __all__ = ["Lab", "LabNode", "resolve_lab_dir"]
 logger = logging.getLogger(__name__)
 
 _STATE = "lab.json"
+_LOCK = "lab.lock"
 _NODE_READY_TIMEOUT_S = 30.0
+#: How long a command waits for another to release the lab's lock: longer than
+#: the slowest change (ZooKeeper, nodes and Spark starting, each with a deadline).
+LOCK_TIMEOUT_S = 300.0
+#: Optional sections of lab.json, each an object or null, read and written as
+#: they are (a field of :class:`Lab` of the same name holds each).
+_SECTIONS = ("spark",)
+_KNOWN_KEYS = frozenset({"zk_port", "zk_pid", "chroot", "nodes", *_SECTIONS})
 
 
+E_NO_LAB = "no lab in {root}: run `sr3 lab up --dir {root}` first"
+E_OVERWRITE = (
+    "refusing to overwrite the lab's state file {path} with a copy read earlier "
+    "(it would undo what other commands changed since); change a lab inside "
+    "`with lab.locked():` or `with Lab.update(root) as lab:`"
+)
+E_LOCK_DIR = (
+    "cannot lock the lab in {root} ({exc}); give `--dir` a directory you can write"
+)
 E_CORRUPT_LAB = (
     "the lab's state file {path} cannot be read ({detail}). Processes it started "
     "may still run: `sr3 lab down --dir {root}` stops them; then move {path} "
     "away and run `sr3 lab up --dir {root}` (node data under {root}/nodes is kept "
     "and adopted)"
 )
-
-
-def _port(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**16:
-        msg = f"zk_port {value!r} is not a TCP port"
-        raise ValueError(msg)
-    return value
-
-
-def _pid(value: object) -> int | None:
-    if value is not None and (
-        isinstance(value, bool) or not isinstance(value, int) or value <= 0
-    ):
-        msg = f"pid {value!r} is not a process id"
-        raise ValueError(msg)
-    return value
-
-
-def _optional_dict(value: object) -> dict[str, Any] | None:
-    if value is not None and not isinstance(value, dict):
-        msg = f"spark {value!r} is not an object"
-        raise TypeError(msg)
-    return value
-
-
-def _nodes(raw: dict[str, Any]) -> dict[str, Any]:
-    nodes = raw.get("nodes", {})
-    if not isinstance(nodes, dict):
-        msg = f"nodes {nodes!r} is not an object"
-        raise TypeError(msg)
-    return nodes
-
-
-def _lab_node(node_id: str, raw: object) -> LabNode:
-    if not isinstance(raw, dict):
-        msg = f"node {node_id!r} is {raw!r}, not an object"
-        raise TypeError(msg)
-    node = LabNode(**raw)
-    node.pid = _pid(node.pid)
-    if node.port is not None:
-        node.port = _port(node.port)
-    if node.node_id != node_id or not isinstance(node.data_dir, str):
-        msg = f"node {node_id!r} has id {node.node_id!r}, data dir {node.data_dir!r}"
-        raise ValueError(msg)
-    return node
 
 
 def resolve_lab_dir(explicit: str | None) -> Path | None:
@@ -101,24 +94,13 @@ def resolve_lab_dir(explicit: str | None) -> Path | None:
 
 
 @dataclass
-class LabNode:
-    """One ring node of the lab."""
-
-    node_id: str
-    data_dir: str
-    zone: str | None = None
-    pid: int | None = None
-    port: int | None = None
-
-    @property
-    def alive(self) -> bool:
-        """Whether its process runs (a pid now another program's does not)."""
-        return _runs(self.pid, Path(self.data_dir))
-
-
-@dataclass
 class Lab:
-    """A lab directory and what runs in it."""
+    """A lab directory and what runs in it.
+
+    Methods that change what runs (``start_*``, ``stop_*``, ``add_nodes``) hold
+    the lab's lock and first re-read lab.json, so an object loaded long ago (by
+    a run that lasts minutes) never writes back what it read then.
+    """
 
     root: Path
     zk_port: int = 0
@@ -126,50 +108,158 @@ class Lab:
     chroot: str = "/sr3/default"
     nodes: dict[str, LabNode] = field(default_factory=dict)
     spark: dict[str, Any] | None = None
+    #: top-level keys of lab.json this version does not know, written back as read
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)
+    _lock_depth: int = field(default=0, init=False, repr=False, compare=False)
+    _on_disk: bool = field(default=False, init=False, repr=False, compare=False)
 
     @classmethod
     def load(cls, root: Path) -> Lab:
-        """Read ``lab.json`` in ``root``.
+        """Read ``lab.json`` in ``root`` (to look at; change it with :meth:`update`).
 
         Raises:
-            ConfigError: there is no lab there.
+            ConfigError: there is no lab there, or its lab.json cannot be read.
         """
         path = root / _STATE
         if not cls.exists(root):
-            msg = f"no lab in {root}: run `sr3 lab up --dir {root}` first"
-            raise ConfigError(msg)
+            raise ConfigError(E_NO_LAB.format(root=root))
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-            return cls(
+            if not isinstance(raw, dict):
+                msg = f"{type(raw).__name__} {raw!r} is not an object"
+                raise TypeError(msg)
+            lab = cls(
                 root=root,
-                zk_port=_port(raw["zk_port"]),
-                zk_pid=_pid(raw.get("zk_pid")),
+                zk_port=port_value(raw["zk_port"]),
+                zk_pid=pid_value(raw.get("zk_pid")),
                 chroot=str(raw.get("chroot", "/sr3/default")),
-                nodes={k: _lab_node(k, v) for k, v in _nodes(raw).items()},
-                spark=_optional_dict(raw.get("spark")),
+                nodes=lab_nodes(raw),
+                extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
             )
+            for name in _SECTIONS:
+                setattr(lab, name, optional_object(name, raw.get(name)))
         except (OSError, UnicodeError, ValueError, TypeError, KeyError) as exc:
             detail = f"{type(exc).__name__}: {exc}"
             msg = E_CORRUPT_LAB.format(path=path, root=root, detail=detail)
             raise ConfigError(msg) from exc
+        lab._on_disk = True
+        return lab
 
     @staticmethod
     def exists(root: Path) -> bool:
         """Whether ``root`` holds a lab (a ``lab.json``, readable or not)."""
         return os.path.lexists(root / _STATE)
 
+    @classmethod
+    @contextmanager
+    def update(
+        cls, root: Path, *, create: bool = False, timeout_s: float = LOCK_TIMEOUT_S
+    ) -> Iterator[Lab]:
+        """Lock the lab, load the current lab.json, yield it, and save it on exit.
+
+        Args:
+            root: The lab dir.
+            create: Write a new empty lab when there is none (else refuse).
+            timeout_s: How long to wait for another command's lock.
+
+        Raises:
+            ConfigError: there is no lab (``create`` unset) or its lab.json
+                cannot be read; the dir cannot be written.
+            LockTimeoutError: another command held the lock for ``timeout_s``.
+        """
+        lab = cls(root=root)
+        if not root.is_dir():
+            raise ConfigError(E_NO_LAB.format(root=root))
+        with lab.locked(timeout_s=timeout_s):
+            if not lab._on_disk:
+                if not create:
+                    raise ConfigError(E_NO_LAB.format(root=root))
+                lab.save()
+            yield lab
+
+    @contextmanager
+    def locked(self, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[Lab]:
+        """Hold the lab's lock; refresh this object from lab.json; save it on exit.
+
+        Re-entrant: only the outermost block locks, re-reads and saves. The save
+        happens on errors too, as what was started then runs. Without a lab dir
+        (deleted under a running lab) nothing is locked, read or written, so
+        processes this object knows can still be stopped.
+
+        Raises:
+            ConfigError: lab.json cannot be read, or the lock file not created.
+            LockTimeoutError: another command held the lock for ``timeout_s``.
+        """
+        if self._lock_depth or not self.root.is_dir():
+            self._lock_depth += 1
+            try:
+                yield self
+            finally:
+                self._lock_depth -= 1
+            return
+        with ExitStack() as stack:
+            try:
+                stack.enter_context(exclusive(self.root / _LOCK, timeout_s=timeout_s))
+            except OSError as exc:
+                msg = E_LOCK_DIR.format(root=self.root, exc=exc)
+                raise ConfigError(msg) from exc
+            self._on_disk = self.exists(self.root)
+            if self._on_disk:
+                self._refresh()
+            self._lock_depth = 1
+            try:
+                yield self
+            finally:
+                self._lock_depth = 0
+                if self._on_disk:
+                    self._write()
+
+    def _refresh(self) -> None:
+        fresh = Lab.load(self.root)
+        self.zk_port, self.zk_pid, self.chroot = (
+            fresh.zk_port,
+            fresh.zk_pid,
+            fresh.chroot,
+        )
+        self.nodes, self.extra = fresh.nodes, fresh.extra
+        for name in _SECTIONS:
+            setattr(self, name, getattr(fresh, name))
+
     def save(self) -> None:
-        """Write ``lab.json`` atomically."""
-        raw = {
+        """Write ``lab.json`` atomically, under the lab's lock.
+
+        Inside :meth:`locked` it writes what was read there and changed since;
+        outside, it only creates a new lab.
+
+        Raises:
+            ConfigError: outside :meth:`locked`, the lab already has a lab.json
+                (writing a copy read earlier would undo other commands' changes).
+        """
+        if self._lock_depth or not self.root.is_dir():
+            self._on_disk = True
+            self._write()  # without a dir: FileNotFoundError naming the path
+            return
+        with self.locked():
+            if self._on_disk:
+                raise ConfigError(E_OVERWRITE.format(path=self.root / _STATE))
+            self._on_disk = True
+
+    def _write(self) -> None:
+        # temp file + fsync + rename: a reader sees the old file or the new one
+        raw: dict[str, Any] = {
+            **self.extra,
             "zk_port": self.zk_port,
             "zk_pid": self.zk_pid,
             "chroot": self.chroot,
             "nodes": {k: vars(v) for k, v in self.nodes.items()},
-            "spark": self.spark,
         }
-        tmp = self.root / (_STATE + ".tmp")
-        tmp.write_text(json.dumps(raw, indent=2), encoding="utf-8")
-        tmp.replace(self.root / _STATE)
+        raw.update({name: getattr(self, name) for name in _SECTIONS})
+        write_atomically(self.root / _STATE, json.dumps(raw, indent=2))
+
+    def _checkpoint(self) -> None:
+        """Record progress now (pids of processes just started), inside locked()."""
+        if self._lock_depth and self._on_disk:
+            self._write()
 
     @property
     def zookeeper_running(self) -> bool:
@@ -236,8 +326,31 @@ class Lab:
     # --- ZooKeeper -------------------------------------------------------------
 
     def start_zookeeper(self) -> None:
-        """Start the lab's ZooKeeper unless it runs already (same port on restart)."""
+        """Start the lab's ZooKeeper unless it runs already (same port on restart).
+
+        One that runs from the lab's zk dir but is missing from lab.json (a
+        stale copy written back by hand) is adopted, not started twice.
+
+        Raises:
+            ZooKeeperMissingError: java or ZooKeeper is not installed.
+            CoordinationError: it did not start (the message quotes its log).
+        """
+        with self.locked():
+            self._start_zookeeper()
+
+    def _start_zookeeper(self) -> None:
         if self.zookeeper_running:
+            return
+        zk_dir = self.root / "zk"
+        running = EmbeddedZooKeeper.detached_pid(zk_dir)
+        hosts = EmbeddedZooKeeper.detached_hosts(zk_dir)
+        if running is not None and hosts is not None:
+            logger.warning(
+                "lab.json did not list the lab's running ZooKeeper (pid %s); "
+                "adopting it",
+                running,
+            )
+            self.zk_pid, self.zk_port = running, int(hosts.rsplit(":", 1)[1])
             return
         if self.zk_port and port_taken(self.zk_port):
             # ZooKeeper keeps its data across ports; only `--zk` users must follow
@@ -247,18 +360,17 @@ class Lab:
                 self.zk_port,
             )
             self.zk_port = 0
-        zk = EmbeddedZooKeeper(self.root / "zk", port=self.zk_port, detached=True)
+        zk = EmbeddedZooKeeper(zk_dir, port=self.zk_port, detached=True)
         zk.start()
         self.zk_port = zk.port
         self.zk_pid = zk.pid
-        self.save()
 
     def stop_zookeeper(self) -> None:
         """Stop the lab's ZooKeeper."""
-        if self.zookeeper_running:
-            _terminate(self.zk_pid)
-        self.zk_pid = None
-        self.save()
+        with self.locked():
+            if self.zookeeper_running:
+                _terminate(self.zk_pid)
+            self.zk_pid = None
 
     # --- Spark standalone cluster ----------------------------------------------
 
@@ -269,6 +381,10 @@ class Lab:
             SR3Error: java or pyspark is missing, or a daemon did not start (the
                 message quotes its log).
         """
+        with self.locked():
+            return self._start_spark(cores=cores, memory=memory)
+
+    def _start_spark(self, *, cores: int, memory: str) -> str:
         from spark_bridge.standalone import StandaloneCluster  # noqa: PLC0415 (pyspark only when asked)
 
         running = self._spark_cluster()
@@ -289,16 +405,15 @@ class Lab:
             "memory": memory,
             "dir": str(cluster.root),
         }
-        self.save()
         return info.master
 
     def stop_spark(self) -> None:
         """Stop the lab's Spark worker, master and executors, if any."""
-        cluster = self._spark_cluster()
-        if cluster is not None:
-            cluster.stop()
-        self.spark = None
-        self.save()
+        with self.locked():
+            cluster = self._spark_cluster()
+            if cluster is not None:
+                cluster.stop()
+            self.spark = None
 
     def _spark_cluster(self) -> StandaloneCluster | None:
         if self.spark is None:
@@ -318,24 +433,31 @@ class Lab:
     def add_nodes(self, count: int, zones: list[str] | None = None) -> list[str]:
         """Define ``count`` more nodes (not started) and return their ids."""
         added = []
-        for _ in range(count):
-            index = len(self.nodes) + 1
-            node_id = f"node-{index}"
-            zone = zones[(index - 1) % len(zones)] if zones else None
-            data_dir = self.root / "nodes" / node_id
-            self.nodes[node_id] = LabNode(
-                node_id=node_id, data_dir=str(data_dir), zone=zone
-            )
-            added.append(node_id)
-        self.save()
+        with self.locked():
+            for _ in range(count):
+                index = len(self.nodes) + 1
+                node_id = f"node-{index}"
+                zone = zones[(index - 1) % len(zones)] if zones else None
+                data_dir = self.root / "nodes" / node_id
+                self.nodes[node_id] = LabNode(
+                    node_id=node_id, data_dir=str(data_dir), zone=zone
+                )
+                added.append(node_id)
         return added
 
     def start_nodes(self, node_ids: list[str], *, log_level: str = "INFO") -> None:
         """Start the given nodes (those not running) and wait until each is ready.
 
+        The lab stays locked until they are ready: a second command starting the
+        same nodes waits, then finds them running.
+
         Raises:
             SR3Error: a node exited or did not become ready in time.
         """
+        with self.locked():
+            self._start_nodes(node_ids, log_level=log_level)
+
+    def _start_nodes(self, node_ids: list[str], *, log_level: str) -> None:
         self.check_nodes(node_ids)
         self.secret()  # created before any node reads it
         started: dict[str, subprocess.Popen[bytes]] = {}
@@ -381,10 +503,9 @@ class Lab:
             log.close()
             node.pid = proc.pid
             started[node_id] = proc
-        self.save()
+        self._checkpoint()  # their pids, should this command die while they start
         for node_id, proc in started.items():
             self._wait_ready(node_id, proc, offsets[node_id])
-        self.save()
 
     def _wait_ready(
         self, node_id: str, proc: subprocess.Popen[bytes], log_offset: int
@@ -421,25 +542,49 @@ class Lab:
     def kill_nodes(self, node_ids: list[str], sig: int = signal.SIGKILL) -> list[str]:
         """Send ``sig`` (SIGKILL by default) to the given nodes; return those running.
 
+        The pids come from lab.json as it is now (a node restarted since this
+        object was loaded has a new one); nothing is written.
+
         Raises:
-            ConfigError: a node id is not in the lab (then no node is signalled).
+            ConfigError: a node id is not in the lab (then no node is signalled),
+                or lab.json cannot be read.
         """
-        nodes = [self._node(node_id) for node_id in node_ids]
+        current = Lab.load(self.root) if self.exists(self.root) else self
+        current.check_nodes(node_ids)
+        nodes = [current.nodes[node_id] for node_id in node_ids]
         signalled = []
         for node in nodes:
             if node.pid and node.alive:
                 os.kill(node.pid, sig)
                 signalled.append(node.node_id)
-        self.save()
         return signalled
 
     def stop_nodes(self) -> None:
         """Stop every node gracefully."""
-        for node in self.nodes.values():
-            if node.alive:
-                _terminate(node.pid)
-            node.pid = None
-        self.save()
+        with self.locked():
+            for node in self.nodes.values():
+                if node.alive:
+                    _terminate(node.pid)
+                node.pid = None
+
+    def stop(self) -> list[int]:
+        """Stop everything the lab started; return the pids lab.json did not list.
+
+        Spark, the nodes and ZooKeeper as lab.json lists them stop first
+        (gracefully, in that order); then every other process still running
+        from the lab dir (lab.json stale or edited) gets SIGTERM, then SIGKILL.
+
+        Raises:
+            ConfigError: lab.json cannot be read (:func:`lab_processes` still
+                finds what runs).
+        """
+        with self.locked():
+            self.stop_spark()
+            self.stop_nodes()
+            self.stop_zookeeper()
+            leftovers = lab_processes(self.root)
+            stop_processes(leftovers)
+        return leftovers
 
     def check_nodes(self, node_ids: list[str]) -> None:
         """Check that every id names a node of this lab.

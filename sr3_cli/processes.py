@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 from pathlib import Path
 
-__all__ = ["alive", "command_line", "lab_processes", "runs", "terminate"]
+__all__ = [
+    "alive",
+    "command_line",
+    "lab_processes",
+    "runs",
+    "stop_processes",
+    "terminate",
+]
 
 _PROC = Path("/proc")
 
@@ -62,23 +70,82 @@ def runs(pid: int | None, argument: Path) -> bool:
     return bool({str(argument), str(argument.resolve())}.intersection(args))
 
 
-def lab_processes(root: Path) -> list[int]:
-    """Return the pids of ring nodes and ZooKeepers running from files under ``root``.
+def _session_and_tty(pid: int) -> tuple[int, int] | None:
+    """Return ``pid``'s session id and controlling terminal (0: none), or None."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    # after "pid (comm)": state ppid pgrp session tty_nr ...
+    fields = stat.rsplit(")", 1)[-1].split()
+    if len(fields) < 5 or fields[0] == "Z":
+        return None
+    return int(fields[3]), int(fields[4])
 
-    Found by their arguments (a node's ``--data-dir``, ZooKeeper's zoo.cfg),
-    for a lab whose lab.json is gone or damaged: what it started may still run.
+
+def _refers_to(pid: int, prefixes: tuple[str, ...]) -> bool:
+    """Whether an argument of ``pid`` or its working dir is a path under a prefix."""
+    args = command_line(pid) or []
+    if any(prefix in arg for arg in args for prefix in prefixes):
+        return True  # --data-dir DIR, a zoo.cfg, -Dx=file:DIR/..., --opt=DIR/...
+    try:
+        cwd = os.readlink(_PROC / str(pid) / "cwd")
+    except OSError:
+        return False
+    return f"{cwd}/".startswith(prefixes)
+
+
+def lab_processes(root: Path) -> list[int]:
+    """Return the pids of the processes a lab in ``root`` started that still run.
+
+    Found from ``/proc`` alone, for a lab whose lab.json is stale, gone or
+    damaged. A lab starts every daemon (ring node, ZooKeeper, Spark master and
+    worker, any kind added later) in a session of its own, without a terminal,
+    with a path under ``root`` among its arguments (a node's ``--data-dir``,
+    ZooKeeper's zoo.cfg) or as its working dir (Spark's). So a process counts
+    when it has no controlling terminal, refers to ``root`` that way, and leads
+    its session or sits in the session of one that counts or is gone (a Spark
+    executor under its worker). A ``tail -f`` of a lab log in a terminal, an
+    ``sr3 run`` a script started with a checkpoint dir in the lab, and the
+    session of the caller itself never count.
     """
     prefixes = tuple({f"{root}/", f"{root.resolve()}/"})
-    found = []
+    own_session = os.getsid(0)
+    live: set[int] = set()
+    candidates: dict[int, int] = {}  # pid -> its session id
     for entry in _PROC.glob("[0-9]*"):
         pid = int(entry.name)
-        args = command_line(pid) if pid != os.getpid() else None
-        if not args or not any(arg.startswith(prefixes) for arg in args):
+        info = _session_and_tty(pid)
+        if info is None:
             continue
-        node = "sr3_cli" in args and "node" in args
-        if node or "org.apache.zookeeper.server.ZooKeeperServerMain" in args:
-            found.append(pid)
-    return sorted(found)
+        live.add(pid)
+        session, tty = info
+        if tty == 0 and session != own_session and _refers_to(pid, prefixes):
+            candidates[pid] = session
+    return sorted(
+        pid
+        for pid, session in candidates.items()
+        if session == pid or session in candidates or session not in live
+    )
+
+
+def stop_processes(pids: list[int], grace_s: float = 10.0) -> None:
+    """SIGTERM every pid at once, then SIGKILL those still running after ``grace_s``.
+
+    Returns once none runs, or 5 s after the SIGKILL (a process stuck in the
+    kernel cannot be helped).
+    """
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        running = [pid for pid in pids if alive(pid)]
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while running and time.monotonic() < deadline:
+            time.sleep(0.05)  # not our children: no wait() to block on, so poll
+            running = [pid for pid in running if alive(pid)]
+        if not running:
+            return
 
 
 def terminate(pid: int | None, timeout_s: float = 10.0) -> None:
