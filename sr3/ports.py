@@ -8,7 +8,7 @@ The core never sees kazoo: implementations translate its errors into
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from sr3.manifest import Manifest, ShardMeta
@@ -18,6 +18,7 @@ __all__ = [
     "ManifestStore",
     "Membership",
     "MembersCallback",
+    "MembershipChange",
     "NodeInfo",
 ]
 
@@ -32,6 +33,15 @@ class NodeInfo:
         port: TCP port of the node's server.
         zone: Failure zone label; preference lists spread over zones first.
         capacity: Relative weight; scales the node's virtual nodes (default 1).
+        incarnation: Which registration of ``node_id`` this is, set by the
+            membership that read it, never by the node (it is no part of the
+            record :meth:`to_dict` writes). Every registration gets a new one: a
+            restarted process, and the same process registering again after its
+            session expired (``ZkMembership``: the member znode's creation
+            zxid), greater than every earlier one of the ring. None when the
+            membership cannot tell (records built by hand, memberships without
+            it). Left out of ``==`` and ``hash``: compare registrations with
+            :meth:`same_registration`.
     """
 
     node_id: str
@@ -39,14 +49,28 @@ class NodeInfo:
     port: int
     zone: str | None = None
     capacity: int = 1
+    incarnation: int | None = field(default=None, compare=False)
 
     @property
     def address(self) -> str:
         """``host:port``."""
         return f"{self.host}:{self.port}"
 
+    def same_registration(self, other: NodeInfo) -> bool:
+        """Return whether ``other`` is this very registration of this node.
+
+        False when the ids differ, or when both incarnations are known and
+        differ (the node left and registered again in between). With an
+        incarnation unknown on either side, the same id is the same node.
+        """
+        if other.node_id != self.node_id:
+            return False
+        if self.incarnation is None or other.incarnation is None:
+            return True
+        return other.incarnation == self.incarnation
+
     def to_dict(self) -> dict[str, object]:
-        """Return a JSON/msgpack-friendly dict."""
+        """Return the registered record, a JSON/msgpack-friendly dict."""
         return {
             "node_id": self.node_id,
             "host": self.host,
@@ -71,6 +95,50 @@ class NodeInfo:
 MembersCallback = Callable[[Mapping[str, NodeInfo]], None]
 
 
+@dataclass(frozen=True)
+class MembershipChange:
+    """Which registrations ended and began between two membership snapshots.
+
+    A node that left and registered again between the two snapshots keeps its
+    id but not its incarnation: it is in both :attr:`left` (the old
+    registration) and :attr:`joined` (the new one). Comparing ids alone would
+    miss that it ever left.
+
+    Attributes:
+        left: Registrations of ``before`` that ``after`` no longer has, by id.
+        joined: Registrations of ``after`` that ``before`` did not have, by id.
+    """
+
+    left: tuple[NodeInfo, ...] = ()
+    joined: tuple[NodeInfo, ...] = ()
+
+    @classmethod
+    def between(
+        cls, before: Mapping[str, NodeInfo], after: Mapping[str, NodeInfo]
+    ) -> MembershipChange:
+        """Compare two ``{node id: NodeInfo}`` snapshots, registration by id."""
+        left = tuple(
+            info
+            for node_id, info in sorted(before.items())
+            if node_id not in after or not info.same_registration(after[node_id])
+        )
+        joined = tuple(
+            info
+            for node_id, info in sorted(after.items())
+            if node_id not in before or not info.same_registration(before[node_id])
+        )
+        return cls(left=left, joined=joined)
+
+    @property
+    def rejoined(self) -> tuple[str, ...]:
+        """Ids that left and registered again between the snapshots, sorted."""
+        joined = {info.node_id for info in self.joined}
+        return tuple(info.node_id for info in self.left if info.node_id in joined)
+
+    def __bool__(self) -> bool:
+        return bool(self.left or self.joined)
+
+
 class Membership(Protocol):
     """Which ring nodes are alive, and changes to that set."""
 
@@ -81,10 +149,15 @@ class Membership(Protocol):
         """Withdraw a node's announcement (no error if already gone)."""
 
     def members(self) -> dict[str, NodeInfo]:
-        """Return the live nodes by id."""
+        """Return the live nodes by id (with their incarnation where known)."""
 
     def watch(self, callback: MembersCallback) -> None:
-        """Call ``callback(members)`` now and after every membership change."""
+        """Call ``callback(members)`` now and after every membership change.
+
+        Two calls may be the same ids while a node left and registered again
+        in between (its incarnation differs): find departures with
+        :meth:`MembershipChange.between`, not by comparing ids.
+        """
 
 
 class Election(Protocol):

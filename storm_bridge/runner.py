@@ -34,6 +34,7 @@ from storm_bridge.report import (
     recovery_dict,
     state_summary,
 )
+from storm_bridge.ringwatch import RingWatch
 from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import CommitRecord, RingAccess
 from zk.epochs import Phase, ZkEpochStore
@@ -218,27 +219,20 @@ class _Run:
         self.ring = ring
         self.kill_node = kill_node
         self.clock = clock
+        self.started = clock()
         self.kill_times: dict[str, float] = {}
         self.killed_tasks: list[tuple[int, float]] = []
-        self._members: set[str] | None = None
         self._wakeup = threading.Event()
-        self._lock = threading.Lock()
-        self._nodes_handled = threading.Condition(self._lock)
-        #: Killed ring nodes whose departure has not been handled yet.
-        self._nodes_pending: set[str] = set()
+        self.ring_watch = RingWatch(
+            ring.membership,
+            self._node_left,
+            clock,
+            lambda: ring.session.connected,
+        )
 
     def watch_ring(self) -> None:
-        def changed(members: Mapping[str, Any]) -> None:
-            now = set(members)
-            gone = sorted((self._members or set()) - now)
-            self._members = now
-            for node in gone:
-                # Watch callbacks must be quick: roll back on another thread.
-                threading.Thread(
-                    target=self._node_left, args=(node,), daemon=True
-                ).start()
-
-        self.ring.membership.watch(changed)
+        """Roll back whenever a registration leaves the ring, rejoins included."""
+        self.ring_watch.start()
 
     def _node_left(self, node: str) -> None:
         cause = f"ring node {node}"
@@ -251,20 +245,15 @@ class _Run:
             # no stateful bolt, no replayable spout: no task keeps anything in
             # the ring, and restarting them all would only lose their memory
             logger.info("%s left the ring; nothing to roll back", cause)
-        with self._nodes_handled:
-            self._nodes_pending.discard(node)
-            self._nodes_handled.notify_all()
 
     def wait_nodes_handled(self, deadline: float) -> bool:
         """Wait until every killed ring node left the ring and was rolled back."""
-        with self._nodes_handled:
-            return self._nodes_handled.wait_for(
-                lambda: not self._nodes_pending, max(0.0, deadline - self.clock())
-            )
+        return self.ring_watch.wait_handled(deadline)
 
     def inject(
         self, kills: Sequence[TaskKill], node_kills: Sequence[NodeKill], started: float
     ) -> None:
+        self.started = started
         events: list[tuple[float, Any]] = [(k.at_s, k) for k in kills]
         events += [(k.at_s, k) for k in node_kills]
         for at_s, kill in sorted(events, key=lambda e: e[0]):
@@ -281,15 +270,15 @@ class _Run:
                     msg = f"--kill-node {kill.node}: this run cannot kill ring nodes"
                     raise StormBridgeError(msg)
                 self.kill_times[f"ring node {kill.node}"] = self.clock()
-                with self._lock:
-                    self._nodes_pending.add(kill.node)
+                self.ring_watch.killing(kill.node)
                 self.kill_node(kill.node)
 
     def final_epoch(self, deadline: float) -> bool:
         """Run until idle with a final epoch committed after every injected failure.
 
-        A killed ring node counts once its ZooKeeper session ended and the
-        rollback it caused ran, so a run never ends between the two.
+        A killed ring node counts once the registration it had when killed left
+        the ring (its ZooKeeper session ended, or a restarted node replaced it)
+        and the rollback that caused ran, so a run never ends between the two.
         """
         cluster = self.cluster
         if not self.wait_nodes_handled(deadline):
@@ -363,11 +352,19 @@ def _native_final(
     return False
 
 
-def _busy_reason(cluster: LocalCluster) -> str:
-    """Why an ``--until-idle`` run did not go idle, for the report."""
+def _busy_reason(run: _Run, *, waits_for_nodes: bool) -> str:
+    """Why an ``--until-idle`` run did not go idle, for the report.
+
+    Args:
+        run: The run.
+        waits_for_nodes: Whether its end waits for killed ring nodes to leave
+            (:meth:`_Run.final_epoch` does; native mode does not).
+    """
+    cluster = run.cluster
     if cluster.cannot_come_up():
         return "a task cannot come up (see task_failures)"
-    return cluster.busy_reason() or "the final epoch did not commit in time"
+    nodes = run.ring_watch.reason(run.started) if waits_for_nodes else None
+    return nodes or cluster.busy_reason() or "the final epoch did not commit in time"
 
 
 def _deaths_seen(killed: tuple[tuple[int, float], ...], cluster: LocalCluster) -> bool:
@@ -476,7 +473,7 @@ def run_topology(
             else:
                 idle = run.final_epoch(started + limit)
             if not idle:
-                busy = _busy_reason(cluster)
+                busy = _busy_reason(run, waits_for_nodes=store is None)
                 logger.warning("not idle by the end of the run: %s", busy)
         elif options.duration_s is not None:
             remaining = started + options.duration_s - clock()

@@ -2,13 +2,16 @@
 
 Each live node owns ``/members/<node id>`` (an ephemeral znode holding its
 :class:`~sr3.ports.NodeInfo`), so the announcement ends with the node's session.
+The znode's creation zxid is the registration's incarnation: a node that left
+and registered again keeps its id but not its incarnation.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -40,11 +43,15 @@ class ZkMembership:
 
     ``register`` replaces a znode left by the node's previous process (a restart
     within the session timeout) and re-creates the node's znode by itself after
-    the session expires and the client reconnects with a new one. Listing skips
-    a member whose data cannot be decoded, with a warning, so one bad entry does
-    not blind every node; a member whose capacity is no whole number in
-    1..:data:`~sr3.ring.MAX_CAPACITY` counts with the nearest valid one (1 when
-    it is no number), with one warning per member and value.
+    the session expires and the client reconnects with a new one. Every read
+    sets :attr:`NodeInfo.incarnation <sr3.ports.NodeInfo.incarnation>` to the
+    member znode's creation zxid, so a registration replaced in place (a
+    restarted node taking its id over from its previous process) is told from
+    the one it replaced. Listing skips a member whose data cannot be decoded,
+    with a warning, so one bad entry does not blind every node; a member whose
+    capacity is no whole number in 1..:data:`~sr3.ring.MAX_CAPACITY` counts
+    with the nearest valid one (1 when it is no number), with one warning per
+    member and value.
 
     Args:
         session: An open session; it stays owned by the caller.
@@ -57,6 +64,9 @@ class ZkMembership:
         self._lock = threading.RLock()
         self._closed = threading.Event()
         self._warned: set[tuple[str, str]] = set()
+        #: One refresh per watch, run after every reconnect (see :meth:`watch`).
+        self._refreshes: list[Callable[[], object]] = []
+        self._reconnecting = False
         session.add_listener(self._on_state)
 
     def __repr__(self) -> str:
@@ -121,29 +131,47 @@ class ZkMembership:
         ZooKeeper. An exception in ``callback`` is logged and the watch goes on.
         Watches end with :meth:`close`.
 
+        Each call gets a listing read after the change, one call at a time, so
+        calls never go back in time. A node that left and registered again
+        between two calls has the same id in both but another incarnation
+        (ZooKeeper may report the deletion and the creation as one change):
+        compare calls with :meth:`sr3.ports.MembershipChange.between`. After
+        every reconnect the watch calls again, even with the ids unchanged:
+        kazoo's ``ChildrenWatch`` then stays silent, though a node may have been
+        replaced while this client was away.
+
         Raises:
             CoordinationError: the watch could not be set.
         """
         directory = self._paths.members
         client = self._session.client
+        order = threading.Lock()
 
-        def on_children(children: list[str]) -> bool | None:
+        def deliver() -> bool | None:
             if self._closed.is_set():
                 return False  # tells kazoo to drop the watch
-            try:
-                members = self._read(children)
-            except CoordinationError as exc:
-                logger.warning("membership watch skipped a change: %s", exc)
-                return None
-            try:
-                callback(members)
-            except Exception:
-                logger.exception("membership callback %r failed", callback)
+            with order:
+                try:
+                    members = self.members()
+                except CoordinationError as exc:
+                    logger.warning("membership watch skipped a change: %s", exc)
+                    return None
+                try:
+                    callback(members)
+                except Exception:
+                    logger.exception("membership callback %r failed", callback)
             return None
+
+        def on_children(_children: list[str]) -> bool | None:
+            # kazoo's list only says that something changed: it was read before
+            # this call waited for the previous one, so it may be older
+            return deliver()
 
         with self._session.translate("watch members", directory):
             self._session.call(partial(client.ensure_path_async, directory))
             client.ChildrenWatch(directory, on_children)
+        with self._lock:
+            self._refreshes.append(deliver)
 
     def close(self) -> None:
         """Stop watching and re-registering; the znodes live on with the session."""
@@ -155,14 +183,14 @@ class ZkMembership:
         with self._session.translate("read members", self._paths.members):
             found = self._session.get_many(paths)
         members: dict[str, NodeInfo] = {}
-        for path, (data, _stat) in found.items():
+        for path, (data, stat) in found.items():
             try:
                 info = NodeInfo.from_dict(self._checked(path, unpack_meta(data)))
                 _check_member(path, info)
             except (CodecError, KeyError, TypeError, ValueError) as exc:
                 logger.warning("member znode %s is unreadable, skipped: %s", path, exc)
                 continue
-            members[info.node_id] = info
+            members[info.node_id] = replace(info, incarnation=int(stat.czxid))
         return members
 
     def _checked(self, path: str, raw: Any) -> Mapping[str, Any]:
@@ -230,14 +258,27 @@ class ZkMembership:
 
     def _on_state(self, state: SessionState) -> None:
         # Runs on kazoo's connection thread: never call ZooKeeper here.
-        if (
-            state is SessionState.CONNECTED
-            and self._registered
-            and not self._closed.is_set()
-        ):
+        if state is not SessionState.CONNECTED:
+            self._reconnecting = True
+            return
+        if self._closed.is_set():
+            return
+        if self._registered:
             threading.Thread(
                 target=self._reassert, name="sr3-zk-reregister", daemon=True
             ).start()
+        if self._reconnecting and self._refreshes:
+            self._reconnecting = False
+            threading.Thread(
+                target=self._refresh, name="sr3-zk-members-refresh", daemon=True
+            ).start()
+
+    def _refresh(self) -> None:
+        """Call every watch again with a fresh listing (after a reconnect)."""
+        with self._lock:
+            refreshes = list(self._refreshes)
+        for deliver in refreshes:
+            deliver()
 
     def _reassert(self) -> None:
         """Re-announce every registered node (after a reconnect or a new session)."""

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from sr3 import ports
 from sr3.codec import pack_meta
 from sr3.config import ZkConfig
 from sr3.ports import Membership, NodeInfo
@@ -223,3 +224,55 @@ def test_member_survives_a_zookeeper_restart(
     assert stat is not None
     assert stat.ephemeralOwner == sid
     assert membership.members() == {"n1": N1}
+
+
+def test_a_node_replaced_between_two_deliveries_is_seen_leaving(
+    zk_connect: Callable[..., ZkSession], wait_until: Any
+) -> None:
+    # A node killed and restarted before its old session ended deletes its old
+    # member znode and creates its own (issue 21, bug 3). The observer's kazoo
+    # callback thread is held busy meanwhile (a gate watch of the same session
+    # blocks it), as a loaded one is in a real run: the watch then fires once,
+    # after both changes, with the same ids. Its delivery must still tell that
+    # n1 left and came back.
+    observer_session = zk_connect()
+    observer = ZkMembership(observer_session)
+    recorder = Recorder()
+    observer.watch(recorder)
+    old = zk_connect(session_timeout_s=10.0)  # the killed process's session
+    ZkMembership(old).register(N1)
+    wait_until(lambda: recorder.last() == {"n1": N1}, what="n1 in the watch")
+    before = recorder.calls[-1]["n1"]
+
+    gate = observer_session.paths.members + "-gate"
+    client = observer_session.client
+    client.ensure_path(gate)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(_data: bytes | None, _stat: Any) -> None:
+        if _stat is not None and _stat.version > 0:
+            holding.set()
+            release.wait(30)
+
+    client.DataWatch(gate, hold)
+    delivered = len(recorder.calls)
+    try:
+        zk_connect().client.set(gate, b"hold")
+        wait_until(holding.is_set, what="the observer's callback thread to be held")
+        restarted = ZkMembership(zk_connect())  # the restarted process
+        restarted.register(N1)
+    finally:
+        release.set()
+    # its first call after the hold reads the listing after both changes
+    wait_until(lambda: len(recorder.calls) > delivered, what="the watch to fire")
+    after = recorder.calls[delivered]["n1"]
+    assert after == before  # same record: only its registration tells them apart
+    assert getattr(after, "incarnation", None) is not None, (
+        "the watch delivered n1 unchanged: its leave and rejoin went unseen"
+    )
+    assert after.incarnation != before.incarnation
+    assert not after.same_registration(before)
+    change = ports.MembershipChange.between({"n1": before}, recorder.calls[delivered])
+    assert change.left == (before,)
+    assert change.joined == (after,)
+    assert change.rejoined == ("n1",)
