@@ -149,9 +149,20 @@ def _run_spark(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``sr3 run``: run a topology file on the local cluster or on Spark."""
+    """``sr3 run``: run a topology file on the local cluster, Spark or Storm."""
     if args.engine == "spark":
         return _run_spark(args)
+    if args.engine == "apache-storm":
+        from sr3_cli.storm_run_cmd import run_apache_storm  # noqa: PLC0415 (cycle)
+
+        return run_apache_storm(args)
+    for flag, items in (
+        ("--kill-worker", args.kill_worker),
+        ("--kill-supervisor", args.kill_supervisor),
+    ):
+        if items:
+            msg = f"{flag} is an --engine apache-storm option"
+            raise ConfigError(msg)
     check_topology_file(args.file)
     options = RunOptions(
         until_idle=args.until_idle,
@@ -299,7 +310,36 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "run", help="run a topology file on the local Storm cluster or on Spark"
     )
     p.add_argument("file", help="topology file (its stem is the topology name)")
-    p.add_argument("--engine", choices=["storm", "spark"], default="storm")
+    p.add_argument(
+        "--engine",
+        choices=["storm", "spark", "apache-storm"],
+        default="storm",
+        help="storm: our local multilang cluster; spark; apache-storm: a real "
+        "Storm cluster (the lab's, or --nimbus)",
+    )
+    p.add_argument(
+        "--nimbus",
+        default=None,
+        metavar="HOST:PORT",
+        help="Nimbus of the Storm cluster (--engine apache-storm; default: the lab's)",
+    )
+    p.add_argument(
+        "--kill-worker",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="INDEX@SECONDS",
+        help="SIGKILL worker JVM INDEX (by slot port) (--engine apache-storm)",
+    )
+    p.add_argument(
+        "--kill-supervisor",
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar="INDEX@SECONDS",
+        help="SIGKILL the lab's supervisor INDEX, then restart it "
+        "(--engine apache-storm)",
+    )
     p.add_argument(
         "--master", default="local[2]", help="Spark master (--engine spark; local[2])"
     )

@@ -1,0 +1,397 @@
+"""``sr3 run --engine apache-storm``: a topology file on a real Storm cluster.
+
+:func:`run_on_storm` starts from an empty committed epoch (or resumes), builds
+the jar and submits it as ``sparse submit`` does (:mod:`.submit`) with
+``sr3.checkpoint.mode=native``, follows the native protocol's control record in
+ZooKeeper, injects kills (a task's Python process, a worker JVM, a supervisor,
+a ring node), decides when the run is over, reads Storm's counters from Nimbus,
+kills the topology and reports in the shape of the other engines.
+
+A run is final (``--until-idle``) when two consecutive commits of one
+generation hold the same spout offsets, every replayable spout task among them:
+each commit drains every tree its spouts emitted before it (PAUSE), so nothing
+was emitted between the two and the second one holds the final state. Every
+task or worker kill must have been followed by a rollback first.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+from storm_bridge.errors import StormBridgeError
+from storm_bridge.native import MODE_KEY, NATIVE, SPOUT
+from storm_bridge.report import native_checkpoints, state_summary
+from storm_bridge.sparse.monitor import ControlMonitor
+from storm_bridge.sparse.package import build_jar
+from storm_bridge.sparse.stats import counters_of, errors_of
+from storm_bridge.sparse.submit import (
+    NimbusSession,
+    python_components,
+    streamparse_run_of,
+)
+from storm_bridge.sparse.workers import task_processes, worker_processes
+from storm_bridge.topology import LoadedTopology, load_topology
+from storm_bridge.wiring import RingAccess
+from zk.epochs import ZkEpochStore
+
+__all__ = ["Kill", "StormRunError", "StormRunOptions", "Supervisors", "run_on_storm"]
+
+logger = logging.getLogger(__name__)
+
+_POLL_S: Final = 0.1
+_INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
+_GONE_TIMEOUT_S: Final = 60.0
+_STATS_SETTLE_S: Final = 10.0
+_STATS_POLL_S: Final = 1.5
+E_NOT_STARTED = (
+    "topology {name!r} did not start on Storm within {timeout:g} s (no epoch "
+    "committed). {errors}"
+)
+
+
+class StormRunError(StormBridgeError):
+    """A run on Apache Storm could not start or be driven as asked."""
+
+
+@dataclass(frozen=True)
+class Kill:
+    """A failure to inject ``at_s`` seconds after the topology started.
+
+    ``kind`` is ``task`` (the Python process of task ``index`` of
+    ``component``), ``worker`` (worker JVM ``index`` by slot port),
+    ``supervisor`` (supervisor ``index`` of the lab, restarted at once, as a
+    process manager would) or ``node`` (ring node ``node``).
+    """
+
+    kind: str
+    at_s: float
+    index: int = 0
+    component: str = ""
+    node: str = ""
+
+    @property
+    def label(self) -> str:
+        """How the report names it."""
+        if self.kind == "task":
+            return f"{self.component}:{self.index}"
+        if self.kind == "node":
+            return f"ring node {self.node}"
+        return f"{self.kind} {self.index}"
+
+
+class Supervisors(Protocol):
+    """The lab's supervisors (``ApacheStormCluster``)."""
+
+    def kill_supervisor(self, index: int, sig: int = ...) -> int | None:
+        """SIGKILL supervisor ``index``."""
+
+    def restart_supervisor(self, index: int) -> int:
+        """Start supervisor ``index`` again."""
+
+
+@dataclass(frozen=True)
+class StormRunOptions:
+    """What ``sr3 run --engine apache-storm`` asks for (see ``RunOptions``)."""
+
+    until_idle: bool = False
+    duration_s: float | None = None
+    kills: Sequence[Kill] = ()
+    conf: Mapping[str, Any] = field(default_factory=dict)
+    serializer: str = "json"
+    timeout_s: float = 600.0
+    resume: bool = False
+    start_timeout_s: float = 180.0
+
+
+def _check_kills(topology: LoadedTopology, options: StormRunOptions) -> None:
+    for kill in options.kills:
+        if options.duration_s is not None and kill.at_s >= options.duration_s:
+            msg = (
+                f"kill of {kill.label} at {kill.at_s:g} s is not before the end of "
+                f"the run (--duration {options.duration_s:g}); kill earlier"
+            )
+            raise StormRunError(msg)
+        if kill.kind != "task":
+            continue
+        comp = topology.components.get(kill.component)
+        if comp is None:
+            known = ", ".join(topology.components)
+            msg = (
+                f"--kill {kill.label}: topology {topology.name!r} has no component "
+                f"{kill.component!r} (components: {known})"
+            )
+            raise StormRunError(msg)
+        if not 0 <= kill.index < comp.tasks:
+            msg = (
+                f"--kill {kill.label}: {kill.component!r} has tasks 0..{comp.tasks - 1}"
+            )
+            raise StormRunError(msg)
+
+
+def _spout_tasks(topology: LoadedTopology) -> int:
+    return sum(
+        c.tasks
+        for c in topology.components.values()
+        if c.kind == "spout" and c.stateful
+    )
+
+
+@dataclass
+class _Run:
+    topology: LoadedTopology
+    session: NimbusSession
+    topology_id: str
+    monitor: ControlMonitor
+    supervisors: Supervisors | None
+    kill_node: Callable[[str], None] | None
+    clock: Callable[[], float]
+    killed: list[tuple[Kill, float]] = field(default_factory=list)
+
+    def inject(self, kill: Kill) -> None:
+        now = self.clock()
+        if kill.kind == "task":
+            tasks = task_processes(self.topology_id).get(kill.component, [])
+            if len(tasks) <= kill.index:
+                msg = f"--kill {kill.label}: no live Python process of that task"
+                raise StormRunError(msg)
+            _sigkill(tasks[kill.index].pid)
+        elif kill.kind == "worker":
+            workers = worker_processes(self.topology_id)
+            if len(workers) <= kill.index:
+                msg = f"--kill-worker {kill.index}: the topology has {len(workers)}"
+                raise StormRunError(msg)
+            _sigkill(workers[kill.index].pid)
+        elif kill.kind == "supervisor":
+            if self.supervisors is None:
+                msg = "--kill-supervisor needs the lab's Storm cluster (--lab)"
+                raise StormRunError(msg)
+            self.supervisors.kill_supervisor(kill.index)
+            self.supervisors.restart_supervisor(kill.index)
+        else:
+            if self.kill_node is None:
+                msg = f"--kill-node {kill.node}: this run cannot kill ring nodes"
+                raise StormRunError(msg)
+            self.kill_node(kill.node)
+        self.killed.append((kill, now))
+        logger.info("killed %s", kill.label)
+
+    def recovered(self) -> bool:
+        """Whether every task or worker kill was followed by a rollback's RUNNING."""
+        return all(
+            self.monitor.rollback_after(at) is not None
+            for kill, at in self.killed
+            if kill.kind in ("task", "worker")
+        )
+
+
+def _sigkill(pid: int) -> None:
+    import os  # noqa: PLC0415 (one use)
+    import signal  # noqa: PLC0415 (one use)
+
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        logger.warning("pid %s was already gone", pid)
+
+
+def _conf(
+    topology: LoadedTopology,
+    ring: RingAccess,
+    options: StormRunOptions,
+    *,
+    secret: bool,
+) -> dict[str, Any]:
+    config = ring.config
+    if not config.zk.hosts:
+        msg = "sr3.zk.hosts is empty: give --zk HOSTS or --lab DIR"
+        raise StormRunError(msg)
+    conf: dict[str, Any] = {
+        # exact counters, sent to Nimbus every second (Storm: 5 %, every 60 s)
+        "topology.stats.sample.rate": 1.0,
+        "executor.metrics.frequency.secs": 1,
+        **topology.config,
+        **options.conf,
+        MODE_KEY: NATIVE,
+        "sr3.zk.hosts": config.zk.hosts,
+        "sr3.zk.chroot": config.zk.chroot,
+    }
+    if secret and config.node.secret:
+        conf.setdefault("sr3.node.secret", config.node.secret)
+    return conf
+
+
+def _wait_gone(session: NimbusSession, run: _Run, clock: Callable[[], float]) -> None:
+    deadline = clock() + _GONE_TIMEOUT_S
+    while clock() < deadline:
+        if run.topology.name not in session.topologies() and not worker_processes(
+            run.topology_id
+        ):
+            return
+        time.sleep(_POLL_S)
+    logger.warning("topology %s still has workers after its kill", run.topology.name)
+
+
+def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
+    path: str | Path,
+    *,
+    ring: RingAccess,
+    nimbus: str,
+    options: StormRunOptions,
+    supervisors: Supervisors | None = None,
+    kill_node: Callable[[str], None] | None = None,
+    secret_in_conf: bool = True,
+    clock: Callable[[], float] = time.monotonic,
+) -> dict[str, Any]:
+    """Run a topology file on the Storm cluster behind ``nimbus``; return the report.
+
+    ``secret_in_conf`` puts the ring secret in the topology conf, for clusters
+    that do not hand it to their workers (a lab's do, in their environment:
+    workers log their topology conf).
+
+    Raises:
+        TopologyError: the file cannot be loaded.
+        StormRunError: bad kills, a topology of that name already runs, or it
+            did not start (the message carries the errors Storm reported).
+        SubmitError: Nimbus refused the topology.
+        NimbusUnreachableError: no Nimbus at ``nimbus``.
+        CoordinationError: ZooKeeper failed.
+    """
+    topology = load_topology(path)
+    _check_kills(topology, options)
+    conf = _conf(topology, ring, options, secret=secret_in_conf)
+    session = NimbusSession(nimbus)
+    if topology.name in session.topologies():
+        msg = (
+            f"a topology named {topology.name!r} already runs on Nimbus {nimbus}; "
+            f"kill it first (`sparse kill -e lab -n {topology.name}`)"
+        )
+        raise StormRunError(msg)
+    python_components(topology, run=streamparse_run_of(), serializer=options.serializer)
+    ring.fresh_start(topology.name, resume=options.resume)
+    store = ZkEpochStore(ring.session, topology.name)
+    if not options.resume:
+        store.reset()
+    scratch = Path(tempfile.mkdtemp(prefix="sr3-storm-jar-"))
+    try:
+        jar = build_jar(topology.path, scratch / f"{topology.name}.jar")
+        location = session.upload(jar)
+        submitted = clock()
+        topology_id = session.submit(topology, location=location, conf=conf)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    monitor = ControlMonitor(store, ring, topology.name, clock=clock)
+    run = _Run(topology, session, topology_id, monitor, supervisors, kill_node, clock)
+    monitor.start()
+    try:
+        return _drive(run, options, conf, submitted)
+    finally:
+        monitor.stop()
+        session.kill(topology.name)
+        _wait_gone(session, run, clock)
+
+
+def _started(run: _Run, options: StormRunOptions) -> float:
+    deadline = run.clock() + options.start_timeout_s
+    while run.clock() < deadline:
+        first = run.monitor.first_commit_at()
+        if first is not None:
+            return run.monitor.first_seen_at() or first
+        time.sleep(_POLL_S)
+    errors = errors_of(run.session.topology_info(run.topology_id))
+    detail = (
+        "Storm reported: " + " | ".join(errors[-3:])
+        if errors
+        else "Storm reported no error; see the workers' worker.log"
+    )
+    msg = E_NOT_STARTED.format(
+        name=run.topology.name, timeout=options.start_timeout_s, errors=detail
+    )
+    raise StormRunError(msg)
+
+
+def _drive(
+    run: _Run, options: StormRunOptions, conf: Mapping[str, Any], submitted: float
+) -> dict[str, Any]:
+    started = _started(run, options)
+    limit = options.timeout_s if options.until_idle else float("inf")
+    if options.duration_s is not None:
+        limit = min(limit, options.duration_s)
+    end = started + limit
+    pending = sorted(options.kills, key=lambda k: k.at_s)
+    final_at: float | None = None
+    spouts = _spout_tasks(run.topology)
+    while run.clock() < end:
+        while pending and run.clock() >= started + pending[0].at_s:
+            run.inject(pending.pop(0))
+        if options.until_idle and not pending and run.recovered():
+            final_at = run.monitor.final_commit(spouts, after=_last_kill(run))
+            if final_at is not None:
+                break
+        time.sleep(_POLL_S)
+    info = _settled_info(run)
+    seconds = (final_at or run.clock()) - started
+    ring = run.monitor.ring
+    interval = float(conf.get(_INTERVAL_KEY, 1.0))
+    store = run.monitor.store
+    counters = counters_of(info, run.topology)
+    processed = sum(c["bolt_acked"] for c in counters.values())
+    spout_tuples = sum(c["spout_emitted"] for c in counters.values())
+    errors = errors_of(info)
+    idle = final_at is not None
+    return {
+        "topology": run.topology.name,
+        "engine": "apache-storm",
+        "nimbus": run.session.nimbus,
+        "topology_id": run.topology_id,
+        "seconds": round(seconds, 3),
+        "startup_s": round(started - submitted, 3),
+        "idle": idle,
+        "busy": None
+        if idle or not options.until_idle
+        else "the final epoch did not commit in time",
+        "throughput": {
+            "tuples_per_s": round(processed / max(seconds, 1e-9), 1),
+            "spout_tuples_per_s": round(spout_tuples / max(seconds, 1e-9), 1),
+            "bolt_tuples": processed,
+            "spout_tuples": spout_tuples,
+        },
+        "checkpoints": native_checkpoints(ring, store, run.topology.name, interval),
+        "recoveries": [
+            run.monitor.recovery(kill.label, at, started) for kill, at in run.killed
+        ],
+        "state": state_summary(ring, run.topology),
+        "outputs": {},
+        "counters": counters,
+        "errors": errors[:20],
+        "error_count": len(errors),
+        "task_failures": [],
+        "registered_spouts": sorted(store.registered(SPOUT)),
+    }
+
+
+def _settled_info(run: _Run) -> Any:
+    """Nimbus's TopologyInfo once its counters stopped moving (they lag ~1 s)."""
+    deadline = run.clock() + _STATS_SETTLE_S
+    last: tuple[int, ...] | None = None
+    info = run.session.topology_info(run.topology_id)
+    while run.clock() < deadline:
+        totals = tuple(
+            sorted(sum(c.values()) for c in counters_of(info, run.topology).values())
+        )
+        if totals == last and any(totals):
+            break
+        last = totals
+        time.sleep(_STATS_POLL_S)
+        info = run.session.topology_info(run.topology_id)
+    return info
+
+
+def _last_kill(run: _Run) -> float | None:
+    return max((at for _, at in run.killed), default=None)

@@ -1,0 +1,221 @@
+"""Submitting a topology file to Nimbus the way ``sparse submit`` does.
+
+The same Thrift calls as streamparse's ``sparse submit`` (``beginFileUpload``,
+``uploadChunk``, ``finishFileUpload``, ``submitTopologyWithOpts`` with the
+streamparse ``Topology``'s own ``StormTopology``), from a topology file rather
+than a project: the jar holds the file and the modules beside it
+(:func:`~storm_bridge.sparse.package.build_jar`), and every Python component
+runs ``streamparse_run`` of the virtualenv given (the one running ``sr3``, for
+workers on this machine), as ``use_virtualenv`` makes streamparse do.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from streamparse.thrift import (
+    KillOptions,
+    Nimbus,
+    ShellComponent,
+    SubmitOptions,
+    TopologyInitialStatus,
+)
+from thriftpy2.protocol import TBinaryProtocolFactory
+from thriftpy2.rpc import make_client
+from thriftpy2.thrift import TException
+from thriftpy2.transport import TFramedTransportFactory, TTransportException
+
+from storm_bridge.apache.nimbus import E_UNREACHABLE, NimbusUnreachableError
+from storm_bridge.errors import StormBridgeError
+from storm_bridge.topology import STREAMPARSE_RUN, LoadedTopology
+
+__all__ = [
+    "CHUNK_BYTES",
+    "NimbusSession",
+    "SubmitError",
+    "python_components",
+    "streamparse_run_of",
+]
+
+#: Upload chunk, as streamparse's ``THRIFT_CHUNK_SIZE``.
+CHUNK_BYTES: Final = 307200
+_TIMEOUT_MS: Final = 10000
+
+
+class SubmitError(StormBridgeError):
+    """Nimbus refused a topology, or the topology cannot run on the workers."""
+
+
+def streamparse_run_of(prefix: Path | None = None) -> Path:
+    """Return the ``streamparse_run`` of a virtualenv (default: this one).
+
+    Raises:
+        SubmitError: the virtualenv has none.
+    """
+    venv = Path(sys.prefix if prefix is None else prefix)
+    run = venv / "bin" / STREAMPARSE_RUN
+    if not run.is_file():
+        msg = (
+            f"{run} does not exist: the workers run the Python components with the "
+            "virtualenv's streamparse_run; install streamparse there (make setup)"
+        )
+        raise SubmitError(msg)
+    return run
+
+
+def python_components(
+    topology: LoadedTopology, *, run: Path, serializer: str
+) -> list[str]:
+    """Point every Python component at ``run`` with ``-s serializer``.
+
+    What ``sparse submit`` does with ``use_virtualenv`` and the project's
+    ``serializer``; returns the components changed.
+    """
+    cls: Any = topology.topology_class
+    changed = []
+    shells = [
+        *((n, b.bolt_object.shell) for n, b in cls.thrift_bolts.items()),
+        *((n, s.spout_object.shell) for n, s in cls.thrift_spouts.items()),
+    ]
+    for name, shell in shells:
+        if not isinstance(shell, ShellComponent):
+            continue
+        if STREAMPARSE_RUN not in str(shell.execution_command):
+            continue
+        shell.execution_command = str(run)
+        script = str(shell.script)
+        if not script.startswith("-s "):
+            shell.script = f"-s {serializer} {script}"
+        changed.append(name)
+    return changed
+
+
+def _address(nimbus: str) -> tuple[str, int]:
+    host, sep, port = nimbus.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        msg = f"--nimbus {nimbus!r} is not HOST:PORT (e.g. 127.0.0.1:6627)"
+        raise SubmitError(msg)
+    return host, int(port)
+
+
+@dataclass(frozen=True)
+class TopologyRef:
+    """A topology Nimbus runs: its name, id and status."""
+
+    name: str
+    topology_id: str
+    status: str
+
+
+class NimbusSession:
+    """One Thrift connection to Nimbus, with errors that say what to do.
+
+    Args:
+        nimbus: ``HOST:PORT`` of Nimbus's Thrift server.
+        timeout_ms: Per-call timeout.
+    """
+
+    def __init__(self, nimbus: str, *, timeout_ms: int = _TIMEOUT_MS) -> None:
+        self.nimbus = nimbus
+        self._host, self._port = _address(nimbus)
+        self._timeout_ms = timeout_ms
+
+    @contextmanager
+    def client(self) -> Iterator[Any]:
+        """Yield a connected client; close it after.
+
+        Raises:
+            NimbusUnreachableError: no Nimbus answers at the address.
+        """
+        try:
+            client = make_client(
+                Nimbus,
+                host=self._host,
+                port=self._port,
+                proto_factory=TBinaryProtocolFactory(),  # type: ignore[no-untyped-call]
+                trans_factory=TFramedTransportFactory(),
+                timeout=self._timeout_ms,
+            )
+        except (TTransportException, OSError) as exc:
+            msg = E_UNREACHABLE.format(address=self.nimbus, exc=exc)
+            raise NimbusUnreachableError(msg) from exc
+        try:
+            yield client
+        except (TTransportException, ConnectionError) as exc:
+            msg = E_UNREACHABLE.format(address=self.nimbus, exc=exc)
+            raise NimbusUnreachableError(msg) from exc
+        finally:
+            client.close()
+
+    def topologies(self) -> dict[str, TopologyRef]:
+        """Return the topologies Nimbus runs, by name."""
+        with self.client() as client:
+            info = client.getClusterInfo()
+        return {
+            t.name: TopologyRef(t.name, t.id, str(t.status))
+            for t in info.topologies or []
+        }
+
+    def upload(self, jar: Path) -> str:
+        """Upload ``jar`` as ``sparse submit`` does; return its location on Nimbus."""
+        with self.client() as client, Path(jar).open("rb") as data:
+            location = client.beginFileUpload()
+            while chunk := data.read(CHUNK_BYTES):
+                client.uploadChunk(location, chunk)
+            client.finishFileUpload(location)
+        return str(location)
+
+    def submit(
+        self, topology: LoadedTopology, *, location: str, conf: Mapping[str, Any]
+    ) -> str:
+        """Submit the topology (active); return its Storm topology id.
+
+        Raises:
+            SubmitError: Nimbus refused it (the message says why).
+        """
+        cls: Any = topology.topology_class
+        options = SubmitOptions(initial_status=TopologyInitialStatus.ACTIVE)
+        try:
+            with self.client() as client:
+                client.submitTopologyWithOpts(
+                    name=topology.name,
+                    uploadedJarLocation=location,
+                    jsonConf=json.dumps(dict(conf)),
+                    topology=cls.thrift_topology,
+                    options=options,
+                )
+        except TException as exc:
+            if isinstance(exc, TTransportException):
+                raise
+            reason = getattr(exc, "msg", None) or str(exc)
+            msg = f"Nimbus {self.nimbus} refused topology {topology.name!r}: {reason}"
+            raise SubmitError(msg) from exc
+        ref = self.topologies().get(topology.name)
+        if ref is None:
+            msg = f"Nimbus {self.nimbus} took {topology.name!r} but does not list it"
+            raise SubmitError(msg)
+        return ref.topology_id
+
+    def topology_info(self, topology_id: str) -> Any:
+        """Return Nimbus's ``TopologyInfo`` (executors, stats, errors)."""
+        with self.client() as client:
+            return client.getTopologyInfo(topology_id)
+
+    def kill(self, name: str, *, wait_s: int = 0) -> None:
+        """Kill a topology (``sparse kill``); a missing one is no error."""
+        try:
+            with self.client() as client:
+                client.killTopologyWithOpts(
+                    name=name, options=KillOptions(wait_secs=wait_s)
+                )
+        except TException as exc:
+            if isinstance(exc, TTransportException):
+                raise
+            if type(exc).__name__ != "NotAliveException":
+                raise
