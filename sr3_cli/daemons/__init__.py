@@ -1,0 +1,1 @@
+"""Third-party daemons a lab runs from their own jars (Apache Kafka)."""
