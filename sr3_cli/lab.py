@@ -9,6 +9,9 @@ Layout of a lab dir::
     nodes/<id>/       each node's data dir and node.log
     spark/            with ``sr3 lab up --spark``: a Spark standalone master and
                       worker (logs, work dir); lab.json's ``spark.master`` is its URL
+    storm/            with ``sr3 lab up --storm``: a real Apache Storm cluster (Nimbus,
+                      supervisors, their workers; :mod:`sr3_cli.lab_storm`);
+                      lab.json's ``storm.nimbus`` is Nimbus's Thrift address
 
 lab.json is changed only by read-modify-write of the current file under the
 lab's lock (:meth:`Lab.locked`, :meth:`Lab.update`), so commands running at once
@@ -66,7 +69,7 @@ _NODE_READY_TIMEOUT_S = 30.0
 LOCK_TIMEOUT_S = 300.0
 #: Optional sections of lab.json, each an object or null, read and written as
 #: they are (a field of :class:`Lab` of the same name holds each).
-_SECTIONS = ("spark",)
+_SECTIONS = ("spark", "storm")
 _KNOWN_KEYS = frozenset({"zk_port", "zk_pid", "chroot", "nodes", *_SECTIONS})
 
 
@@ -108,6 +111,7 @@ class Lab:
     chroot: str = "/sr3/default"
     nodes: dict[str, LabNode] = field(default_factory=dict)
     spark: dict[str, Any] | None = None
+    storm: dict[str, Any] | None = None
     #: top-level keys of lab.json this version does not know, written back as read
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock_depth: int = field(default=0, init=False, repr=False, compare=False)
@@ -415,6 +419,12 @@ class Lab:
                 cluster.stop()
             self.spark = None
 
+    def stop_storm(self) -> None:
+        """Stop the lab's Storm supervisors, their workers and Nimbus, if any."""
+        from sr3_cli.lab_storm import stop_storm  # noqa: PLC0415 (it imports this module)
+
+        stop_storm(self)
+
     def _spark_cluster(self) -> StandaloneCluster | None:
         if self.spark is None:
             return None
@@ -570,15 +580,17 @@ class Lab:
     def stop(self) -> list[int]:
         """Stop everything the lab started; return the pids lab.json did not list.
 
-        Spark, the nodes and ZooKeeper as lab.json lists them stop first
-        (gracefully, in that order); then every other process still running
-        from the lab dir (lab.json stale or edited) gets SIGTERM, then SIGKILL.
+        Storm (workers included), Spark, the nodes and ZooKeeper as lab.json
+        lists them stop first (gracefully, in that order); then every other
+        process still running from the lab dir (lab.json stale or edited) gets
+        SIGTERM, then SIGKILL.
 
         Raises:
             ConfigError: lab.json cannot be read (:func:`lab_processes` still
                 finds what runs).
         """
         with self.locked():
+            self.stop_storm()
             self.stop_spark()
             self.stop_nodes()
             self.stop_zookeeper()

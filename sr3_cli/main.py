@@ -94,7 +94,7 @@ def _lab_dir_arg(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the ``sr3`` argument parser."""
-    from sr3_cli import commands, topology_cmd  # noqa: PLC0415 - keeps --help fast
+    from sr3_cli import commands, storm_cmd, topology_cmd  # noqa: PLC0415 - keeps --help fast
 
     parser = _Parser(
         prog="sr3", description="SR3 for Python: replicated state ring and recovery"
@@ -141,8 +141,35 @@ def build_parser() -> argparse.ArgumentParser:
         "--spark-cores", type=at_least(1), default=2, help="worker cores (2)"
     )
     up.add_argument("--spark-memory", default="2g", help="worker memory (2g)")
-    up.set_defaults(handler=commands.lab_up)
-    down = lab.add_parser("down", help="stop the lab's Spark, nodes and ZooKeeper")
+    up.add_argument(
+        "--storm",
+        action="store_true",
+        help="also start a real Apache Storm cluster (Nimbus, supervisors) from "
+        "the fetched jars; its storm.yaml is LAB/storm/conf/storm.yaml",
+    )
+    up.add_argument(
+        "--supervisors",
+        type=int_between(1, 8),
+        default=1,
+        help="Storm supervisors, 1..8 (1)",
+    )
+    up.add_argument(
+        "--storm-slots",
+        type=int_between(1, 8),
+        default=2,
+        help="worker slots per supervisor, 1..8 (2)",
+    )
+    up.add_argument(
+        "--nimbus-port",
+        type=tcp_port,
+        default=None,
+        help="Nimbus's Thrift port (default 6627 when free, else any free one; "
+        "0: any free one)",
+    )
+    up.set_defaults(handler=storm_cmd.lab_up)
+    down = lab.add_parser(
+        "down", help="stop the lab's Storm, Spark, nodes and ZooKeeper"
+    )
     _lab_dir_arg(down)
     down.add_argument("--purge", action="store_true", help="also delete the lab dir")
     down.set_defaults(handler=commands.lab_down)

@@ -10,6 +10,7 @@ from sr3.errors import CodecError
 from sr3.repair import replication_health
 from sr3_cli.cluster import Cluster, cluster_config, open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
+from sr3_cli.lab_storm import storm_status
 from sr3_cli.output import emit_json, format_bytes, table
 
 __all__ = ["collect_status", "run_status"]
@@ -81,6 +82,8 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         "unreadable_owners": unreadable,
         "replication_factor": r,
         "live_nodes": len(live),
+        # the lab's Apache Storm cluster (`sr3 lab up --storm`), else null
+        "storm": storm_status(lab) if lab is not None else None,
     }
 
 
@@ -114,4 +117,33 @@ def run_status(args: argparse.Namespace) -> int:
     if status["unreadable_owners"]:
         names = ", ".join(repr(o) for o in status["unreadable_owners"])
         print(f"owners whose shard records cannot be read (not counted): {names}")
+    if status["storm"] is not None:
+        _print_storm(status["storm"])
     return 0
+
+
+def _print_storm(storm: dict[str, Any]) -> None:
+    """Print the lab's Storm cluster: Nimbus, supervisors and slots, topologies."""
+    leader = "leader" if storm["leader"] else "NOT LEADING"
+    pid = storm["nimbus_pid"] or "not running"
+    print(
+        f"\nApache Storm {storm['version']}: Nimbus {storm['nimbus']} "
+        f"({leader}, pid {pid}), UI: {storm['ui'] or 'none'}"
+    )
+    if storm["error"]:
+        print(f"  {storm['error']}")
+    for sup in storm["supervisors"]:
+        print(
+            f"  supervisor {sup['supervisor_id']}: {sup['used_slots']} of "
+            f"{sup['slots']} slots used, {sup['free_slots']} free"
+        )
+    down = [p["name"] for p in storm["supervisor_processes"] if p["pid"] is None]
+    if down:
+        print(f"  not running: {', '.join(down)}")
+    for topo in storm["topologies"]:
+        print(
+            f"  topology {topo['name']} ({topo['status']}): {topo['workers']} "
+            f"workers, {topo['executors']} executors, up {topo['uptime_s']} s"
+        )
+    if not storm["topologies"]:
+        print("  no topologies")

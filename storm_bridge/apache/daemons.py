@@ -460,11 +460,18 @@ class ApacheStormCluster:
     # --- lifecycle -------------------------------------------------------------
 
     @classmethod
-    def attach(cls, root: Path) -> ApacheStormCluster:
+    def attach(
+        cls, root: Path, *, env: Mapping[str, str] | None = None
+    ) -> ApacheStormCluster:
         """Return the cluster described by ``root/cluster.json``.
 
         Its pids are trusted only while their command lines match, so a stale
         file (cluster gone, pids recycled) is harmless.
+
+        Args:
+            root: The cluster's root dir.
+            env: Extra environment for supervisors it restarts (not recorded
+                in cluster.json: it may hold a secret).
 
         Raises:
             StormClusterError: there is no readable ``cluster.json``.
@@ -484,6 +491,7 @@ class ApacheStormCluster:
             supervisors=max(1, len(info.supervisors)),
             nimbus_port=info.nimbus_port,
             home=StormHome(Path(info.storm_home), info.version),
+            env=env,
             detached=True,
         )
         cluster._info = info

@@ -1,0 +1,126 @@
+"""The lab's real Apache Storm cluster: ``sr3 lab up --storm``, its status, its stop.
+
+Nimbus and the supervisors run from the jars ``scripts/fetch-jars.sh`` fetched
+(:class:`storm_bridge.apache.ApacheStormCluster`), in the lab's ``storm/`` dir,
+against the lab's ZooKeeper under the znode root ``/storm``. Every worker gets
+the lab's ring in its Storm conf (``sr3.zk.hosts``, ``sr3.zk.chroot`` in the
+cluster's ``storm.yaml``) and the ring secret as ``SR3_NODE_SECRET`` in its
+environment (kept out of ``storm.yaml``, whose values workers log), which
+:func:`storm_bridge.wiring.config_from_conf` falls back to.
+
+lab.json records the cluster in its ``storm`` section (:attr:`Lab.storm`: dir
+and Nimbus address), changed only under the lab's lock; ``sr3 lab down``
+(:meth:`Lab.stop`) stops the cluster, its workers included, before the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from sr3_cli.lab import Lab
+
+if TYPE_CHECKING:
+    from storm_bridge.apache import ApacheStormCluster
+
+__all__ = [
+    "start_storm",
+    "stop_storm",
+    "storm_cluster",
+    "storm_status",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Storm's znode root in the lab's ZooKeeper (the ring lives under /sr3).
+ZK_ROOT: Final = "/storm"
+
+
+def _env(lab: Lab) -> dict[str, str]:
+    return {"SR3_NODE_SECRET": lab.secret()}
+
+
+def storm_cluster(lab: Lab) -> ApacheStormCluster | None:
+    """Return the lab's Storm cluster as lab.json records it, else None."""
+    section = lab.storm
+    if section is None or "dir" not in section:
+        return None
+    from storm_bridge.apache import (  # noqa: PLC0415 (streamparse only when asked)
+        ApacheStormCluster,
+        StormClusterError,
+    )
+
+    try:
+        return ApacheStormCluster.attach(Path(section["dir"]), env=_env(lab))
+    except StormClusterError:
+        return None
+
+
+def start_storm(
+    lab: Lab, *, supervisors: int = 1, slots: int = 2, nimbus_port: int | None = None
+) -> ApacheStormCluster:
+    """Start the lab's Nimbus and supervisors unless they run; return the cluster.
+
+    The lab's ZooKeeper must run. A running cluster with as many supervisors
+    is kept; one with another count is stopped and started again.
+
+    Raises:
+        StormMissingError: Storm's jars are not fetched, or java is missing.
+        StormClusterError: Nimbus's port is taken, or a daemon did not start
+            (the message quotes its output).
+    """
+    with lab.locked():
+        running = storm_cluster(lab)
+        if running is not None:
+            info = running.info
+            healthy = running.nimbus_pid is not None and all(
+                running.supervisor_pid(s.index) for s in info.supervisors
+            )
+            if healthy and len(info.supervisors) == supervisors:
+                return running
+            running.stop()
+        from storm_bridge.apache import ApacheStormCluster  # noqa: PLC0415 (as above)
+
+        cluster = ApacheStormCluster(
+            lab.root / "storm",
+            zk_hosts=lab.zk_hosts,
+            zk_root=ZK_ROOT,
+            supervisors=supervisors,
+            slots=slots,
+            nimbus_port=nimbus_port,
+            conf={"sr3.zk.hosts": lab.zk_hosts, "sr3.zk.chroot": lab.chroot},
+            env=_env(lab),
+            detached=True,
+        )
+        # recorded first: should this command die while the JVMs start,
+        # `sr3 lab down` still finds them through cluster.json
+        lab.storm = {"dir": str(cluster.root), "nimbus": None}
+        try:
+            cluster.start()
+        except BaseException:
+            lab.storm = None
+            raise
+        lab.storm = {
+            "dir": str(cluster.root),
+            "nimbus": cluster.nimbus,
+            "supervisors": supervisors,
+            "slots": slots,
+            "conf_file": str(cluster.conf_file),
+        }
+        return cluster
+
+
+def stop_storm(lab: Lab) -> list[int]:
+    """Stop the lab's supervisors, their workers and Nimbus; return the pids stopped."""
+    with lab.locked():
+        cluster = storm_cluster(lab)
+        stopped = cluster.stop() if cluster is not None else []
+        lab.storm = None
+        return stopped
+
+
+def storm_status(lab: Lab) -> dict[str, Any] | None:
+    """Return the ``storm`` object of ``sr3 status --json`` (None: no cluster)."""
+    cluster = storm_cluster(lab)
+    return cluster.status() if cluster is not None else None
