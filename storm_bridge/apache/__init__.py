@@ -10,8 +10,6 @@ from storm_bridge.apache.daemons import (
     DEFAULT_NIMBUS_PORT,
     ApacheStormCluster,
     StormClusterError,
-    StormClusterInfo,
-    SupervisorInfo,
 )
 from storm_bridge.apache.home import (
     StormHome,
@@ -27,6 +25,7 @@ from storm_bridge.apache.nimbus import (
     SupervisorStatus,
     TopologyStatus,
 )
+from storm_bridge.apache.state import StormClusterInfo, SupervisorInfo
 
 __all__ = [
     "DEFAULT_NIMBUS_PORT",

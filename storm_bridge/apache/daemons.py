@@ -28,11 +28,10 @@ import logging
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -44,14 +43,26 @@ from storm_bridge.apache.nimbus import (
     NimbusClient,
     NimbusUnreachableError,
 )
+from storm_bridge.apache.procs import (
+    cmdline,
+    cwd,
+    free_port,
+    pids,
+    port_free,
+    terminate_all,
+)
+from storm_bridge.apache.state import (
+    StormClusterInfo,
+    SupervisorInfo,
+    cluster_conf,
+    write_yaml,
+)
 from storm_bridge.errors import StormBridgeError
 
 __all__ = [
     "DEFAULT_NIMBUS_PORT",
     "ApacheStormCluster",
     "StormClusterError",
-    "StormClusterInfo",
-    "SupervisorInfo",
 ]
 
 logger = logging.getLogger(__name__)
@@ -88,113 +99,6 @@ E_EXITED = (
 
 class StormClusterError(StormBridgeError):
     """A Storm daemon did not start or stop, or is not this cluster's."""
-
-
-@dataclass(frozen=True)
-class SupervisorInfo:
-    """One supervisor of the cluster: its dirs, ports and pid.
-
-    Attributes:
-        index: 1-based, as in ``supervisor-<index>``.
-        local_dir: Its ``storm.local.dir`` (its id, its workers' dirs).
-        slots: Its ``supervisor.slots.ports``: one worker JVM per port.
-        thrift_port: Its ``supervisor.thrift.port`` (workers heartbeat there).
-        pid: The supervisor JVM (None once stopped).
-    """
-
-    index: int
-    local_dir: str
-    slots: tuple[int, ...]
-    thrift_port: int
-    pid: int | None = None
-
-    @property
-    def name(self) -> str:
-        """``supervisor-<index>``."""
-        return f"supervisor-{self.index}"
-
-
-@dataclass(frozen=True)
-class StormClusterInfo:
-    """What ``cluster.json`` records: enough to find, query and stop the cluster."""
-
-    version: str
-    storm_home: str
-    conf_file: str
-    zk_hosts: str
-    zk_root: str
-    nimbus_port: int
-    nimbus_pid: int | None = None
-    supervisors: tuple[SupervisorInfo, ...] = ()
-    ui_port: int | None = None
-
-    @property
-    def nimbus(self) -> str:
-        """Nimbus's Thrift address, ``127.0.0.1:PORT``."""
-        return f"127.0.0.1:{self.nimbus_port}"
-
-    def to_json(self) -> dict[str, Any]:
-        """Return a JSON-able dict (read back by :meth:`from_json`)."""
-        raw = asdict(self)
-        raw["supervisors"] = [asdict(s) for s in self.supervisors]
-        return raw
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> StormClusterInfo:
-        """Read what :meth:`to_json` wrote.
-
-        Raises:
-            TypeError, ValueError, KeyError: not such a dict.
-        """
-        sups = tuple(
-            SupervisorInfo(**{**s, "slots": tuple(s["slots"])})
-            for s in raw.get("supervisors", ())
-        )
-        return cls(**{**raw, "supervisors": sups})
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("0.0.0.0", port))  # noqa: S104 (Storm's servers bind every address)
-        except OSError:
-            return False
-    return True
-
-
-def _cmdline(pid: int) -> list[str]:
-    """Return the argv of a live, non-zombie ``pid``, else []."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    if stat.rpartition(")")[2].split()[0] in ("Z", "X"):
-        return []
-    return raw.decode("utf-8", errors="replace").split("\0")
-
-
-def _cwd(pid: int) -> str:
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return ""
-
-
-def _pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
-def _yaml(conf: Mapping[str, object]) -> str:
-    # JSON is YAML: every value is written as JSON, one key per line.
-    return "".join(f"{key}: {json.dumps(value)}\n" for key, value in conf.items())
 
 
 class ApacheStormCluster:
@@ -350,8 +254,8 @@ class ApacheStormCluster:
         sups = self._info.supervisors if index is None else (self.supervisor(index),)
         marks = {f"-Dstorm.local.dir={s.local_dir}" for s in sups}
         found = []
-        for pid in _pids():
-            argv = _cmdline(pid)
+        for pid in pids():
+            argv = cmdline(pid)
             is_worker = WORKER_MAIN in argv and LOG_WRITER_MAIN not in argv
             if is_worker and marks & set(argv):
                 found.append(pid)
@@ -363,14 +267,14 @@ class ApacheStormCluster:
         found = []
         daemons = {self._info.nimbus_pid} if self._info else set()
         daemons |= {s.pid for s in self._info.supervisors} if self._info else set()
-        for pid in _pids():
+        for pid in pids():
             if pid in daemons or pid == os.getpid():
                 continue
-            argv = _cmdline(pid)
+            argv = cmdline(pid)
             if not argv:
                 continue
             if any(a.startswith(f"-Dstorm.local.dir={local}") for a in argv) or (
-                f"{_cwd(pid)}/".startswith(local)
+                f"{cwd(pid)}/".startswith(local)
             ):
                 found.append(pid)
         return sorted(found)
@@ -444,14 +348,14 @@ class ApacheStormCluster:
         return out
 
     def _is_nimbus(self, pid: int) -> bool:
-        argv = _cmdline(pid)
+        argv = cmdline(pid)
         return (
             DAEMON_MAINS["nimbus"] in argv
             and f"-Dstorm.conf.file={self.conf_file}" in argv
         )
 
     def _is_supervisor(self, sup: SupervisorInfo) -> bool:
-        argv = _cmdline(sup.pid) if sup.pid else []
+        argv = cmdline(sup.pid) if sup.pid else []
         return (
             DAEMON_MAINS["supervisor"] in argv
             and f"-Dsr3.storm.dir={sup.local_dir}" in argv
@@ -521,8 +425,8 @@ class ApacheStormCluster:
             SupervisorInfo(
                 index=i,
                 local_dir=str(self.root / "local" / f"supervisor-{i}"),
-                slots=tuple(_free_port() for _ in range(self.slots)),
-                thrift_port=_free_port(),
+                slots=tuple(free_port() for _ in range(self.slots)),
+                thrift_port=free_port(),
             )
             for i in range(1, self.supervisor_count + 1)
         )
@@ -563,9 +467,9 @@ class ApacheStormCluster:
 
     def _pick_nimbus_port(self) -> int:
         if self.nimbus_port is None:
-            if _port_free(DEFAULT_NIMBUS_PORT):
+            if port_free(DEFAULT_NIMBUS_PORT):
                 return DEFAULT_NIMBUS_PORT
-            port = _free_port()
+            port = free_port()
             logger.warning(
                 "Nimbus's default port %s is taken; this cluster's Nimbus listens on "
                 "%s (point config.json's env `lab` or --nimbus there)",
@@ -574,59 +478,21 @@ class ApacheStormCluster:
             )
             return port
         if self.nimbus_port == 0:
-            return _free_port()
-        if not _port_free(self.nimbus_port):
+            return free_port()
+        if not port_free(self.nimbus_port):
             raise StormClusterError(E_PORT_TAKEN.format(port=self.nimbus_port))
         return self.nimbus_port
 
     def _write_conf(self, info: StormClusterInfo) -> None:
-        first = info.supervisors[0]
-        conf: dict[str, object] = {
-            "storm.zookeeper.servers": [info.zk_hosts.rsplit(":", 1)[0]],
-            "storm.zookeeper.port": int(info.zk_hosts.rsplit(":", 1)[1]),
-            "storm.zookeeper.root": info.zk_root,
-            # short enough that a SIGKILLed supervisor's znode goes within seconds
-            "storm.zookeeper.session.timeout": 8000,
-            "storm.zookeeper.connection.timeout": 8000,
-            "nimbus.seeds": ["127.0.0.1"],
-            "nimbus.thrift.port": info.nimbus_port,
-            "storm.local.hostname": "127.0.0.1",
-            "storm.local.dir": str(self.root / "local" / "nimbus"),
-            "storm.log.dir": str(self.log_dir),
-            "supervisor.slots.ports": list(first.slots),
-            "supervisor.thrift.port": first.thrift_port,
-            # test-sized timeouts: failures are seen in seconds, not minutes
-            "nimbus.monitor.freq.secs": 2,
-            "nimbus.supervisor.timeout.secs": 15,
-            "nimbus.task.timeout.secs": 15,
-            "nimbus.task.launch.secs": 60,
-            "supervisor.worker.start.timeout.secs": 60,
-            "supervisor.worker.timeout.secs": 15,
-            "supervisor.monitor.frequency.secs": 1,
-            "supervisor.heartbeat.frequency.secs": 2,
-            "worker.heartbeat.frequency.secs": 1,
-            "worker.heap.memory.mb": self.worker_heap_mb,
-            "worker.childopts": (
-                f"-Xmx{self.worker_heap_mb}m -Djava.net.preferIPv4Stack=true"
-            ),
-            "topology.worker.logwriter.childopts": "-Xmx64m",
-            "storm.health.check.dir": str(self.root / "healthchecks"),
-            # Nimbus's metrics store defaults to STORM_HOME/storm_rocks: keep
-            # the shared jar cache read-only
-            "storm.metricstore.rocksdb.location": str(
-                self.root / "local" / "nimbus" / "storm_rocks"
-            ),
-            # Nimbus blacklists a supervisor missing 3 times in 5 min for 30 min;
-            # the lab kills supervisors on purpose, so never blacklist here
-            "blacklist.scheduler.tolerance.count": 1_000_000,
-            **self.conf,
-        }
-        self.conf_file.parent.mkdir(parents=True, exist_ok=True)
+        conf = cluster_conf(
+            info,
+            root=self.root,
+            log_dir=self.log_dir,
+            worker_heap_mb=self.worker_heap_mb,
+            extra=self.conf,
+        )
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        header = f"# Written by sr3 for the Apache Storm cluster in {self.root}.\n"
-        tmp = self.conf_file.with_suffix(".tmp")
-        tmp.write_text(header + _yaml(conf), encoding="utf-8")
-        tmp.replace(self.conf_file)
+        write_yaml(self.conf_file, conf, f"the Apache Storm cluster in {self.root}")
 
     def _spawn_supervisor(self, sup: SupervisorInfo, home: StormHome, java: str) -> int:
         Path(sup.local_dir).mkdir(parents=True, exist_ok=True)
@@ -816,32 +682,8 @@ class ApacheStormCluster:
     def _terminate(self, pid: int) -> None:
         self._terminate_all([pid])
 
-    def _terminate_all(self, pids: list[int]) -> None:
-        def running(pid: int) -> bool:
-            proc = self._procs.get(pid)
-            if proc is not None:
-                return proc.poll() is None
-            return bool(_cmdline(pid))
-
-        for sig, wait_s in (
-            (signal.SIGTERM, self.stop_timeout_s),
-            (signal.SIGKILL, 5.0),
-        ):
-            live = [p for p in pids if running(p)]
-            for pid in live:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + wait_s
-            while live and time.monotonic() < deadline:
-                time.sleep(0.05)  # workers are not our children: poll
-                live = [p for p in live if running(p)]
-            if not live:
-                break
-            logger.warning("Storm pids %s ignored %s", live, signal.Signals(sig).name)
-        for pid in pids:
-            proc = self._procs.pop(pid, None)
-            if proc is not None:
-                proc.wait()
+    def _terminate_all(self, targets: list[int]) -> None:
+        terminate_all(targets, self._procs, grace_s=self.stop_timeout_s)
 
     def __enter__(self) -> ApacheStormCluster:
         return self.start()

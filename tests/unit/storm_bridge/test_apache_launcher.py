@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from storm_bridge.apache.daemons import StormClusterInfo, SupervisorInfo
 from storm_bridge.apache.home import StormHome, StormMissingError, pinned_version
 from storm_bridge.apache.launcher import daemon_command, jar_command, storm_options
+from storm_bridge.apache.state import StormClusterInfo, SupervisorInfo
 
 
 def _decode(value: str) -> dict[str, object]:
