@@ -458,16 +458,36 @@ class Lab:
     def start_nodes(self, node_ids: list[str], *, log_level: str = "INFO") -> None:
         """Start the given nodes (those not running) and wait until each is ready.
 
-        The lab stays locked until they are ready: a second command starting the
-        same nodes waits, then finds them running.
+        The lab is locked while the nodes are spawned and their pids recorded;
+        a second command starting the same nodes then finds them running. It
+        is not locked while they come up (inside a command that holds the lock
+        it stays locked): a node waiting for a ZooKeeper that is restarting must
+        not keep the command restarting ZooKeeper from taking the lock.
 
         Raises:
             SR3Error: a node exited or did not become ready in time.
         """
-        with self.locked():
+        if self._lock_depth:
             self._start_nodes(node_ids, log_level=log_level)
+            return
+        with self.locked():
+            started, offsets = self._spawn_nodes(node_ids, log_level=log_level)
+        ports = {n: self._wait_ready(n, p, offsets[n]) for n, p in started.items()}
+        with self.locked():
+            for node_id, port in ports.items():
+                node = self.nodes.get(node_id)
+                if node is not None and node.pid == started[node_id].pid:
+                    node.port = port
 
     def _start_nodes(self, node_ids: list[str], *, log_level: str) -> None:
+        started, offsets = self._spawn_nodes(node_ids, log_level=log_level)
+        for node_id, proc in started.items():
+            self.nodes[node_id].port = self._wait_ready(node_id, proc, offsets[node_id])
+
+    def _spawn_nodes(
+        self, node_ids: list[str], *, log_level: str
+    ) -> tuple[dict[str, subprocess.Popen[bytes]], dict[str, int]]:
+        """Start the nodes not running; return their processes and log offsets."""
         self.check_nodes(node_ids)
         self.secret()  # created before any node reads it
         started: dict[str, subprocess.Popen[bytes]] = {}
@@ -514,12 +534,12 @@ class Lab:
             node.pid = proc.pid
             started[node_id] = proc
         self._checkpoint()  # their pids, should this command die while they start
-        for node_id, proc in started.items():
-            self._wait_ready(node_id, proc, offsets[node_id])
+        return started, offsets
 
     def _wait_ready(
         self, node_id: str, proc: subprocess.Popen[bytes], log_offset: int
-    ) -> None:
+    ) -> int:
+        """Wait for a started node's READY line; return the port it listens on."""
         if proc.stdout is None:
             msg = f"ring node {node_id} was started without a stdout pipe"
             raise SR3Error(msg)
@@ -531,8 +551,8 @@ class Lab:
                 break
         if not line.startswith(b"READY"):
             raise SR3Error(self._not_started(node_id, log_offset))
-        self.nodes[node_id].port = int(line.split()[2])
         proc.stdout.close()
+        return int(line.split()[2])
 
     def _not_started(self, node_id: str, log_offset: int) -> str:
         """Say why a node did not start: its error line, else its log's tail."""

@@ -335,13 +335,21 @@ def _native_final(
     seen: tuple[int, Any] | None = None
     while run.clock() < deadline and not cluster.cannot_come_up():
         if cluster.run_until_idle(0.0):
-            record = run.ring.committed(topology)
-            control = store.control()
+            try:
+                record = run.ring.committed(topology)
+                control = store.control()
+                generation = store.generation()
+            except SR3Error as exc:
+                if not exc.retriable:
+                    raise
+                # ZooKeeper restarting: the tasks wait for it too; so do we
+                logger.info("native run end: records unreadable for now: %s", exc)
+                record = control = None
             if record is not None and control is not None:
                 mark = (dict(record.offsets), record.extra.get("generation"))
                 steady = (
                     control.phase is Phase.RUNNING
-                    and control.generation == store.generation() == mark[1]
+                    and control.generation == generation == mark[1]
                 )
                 if steady and seen is not None and record.epoch > seen[0]:
                     if seen[1] == mark:

@@ -1,0 +1,93 @@
+"""A small randomized failure campaign with a fixed seed (issue 21's suite campaign).
+
+Schedules mix SIGKILLed tasks, ring nodes killed and started again, frozen ring
+nodes and ZooKeeper restarts, in both checkpoint modes; each run must end with
+exactly the committed state of a failure-free run. The full campaign is a
+benchmark-style command; this one keeps the suite honest in about a minute.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sr3.config import Sr3Config
+from sr3_cli.chaos import KINDS, final_state, generate, replay_command, run_schedule
+from sr3_cli.lab import Lab
+from storm_bridge.runner import RunOptions, run_topology
+from storm_bridge.topology import load_topology
+from storm_bridge.wiring import RingAccess
+
+pytestmark = [pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
+
+TOPOLOGY = Path(__file__).parent / "topologies" / "exact_wc.py"
+SEED = 2
+SCHEDULES = 5
+NODES = 4
+
+
+def test_generate_is_seeded_and_keeps_r_minus_1_nodes_up() -> None:
+    topology = load_topology(TOPOLOGY)
+    nodes = [f"node-{i}" for i in range(1, NODES + 1)]
+    first = generate(SEED, 40, topology=topology, nodes=nodes)
+    assert first == generate(SEED, 40, topology=topology, nodes=nodes)
+    assert first != generate(SEED + 1, 40, topology=topology, nodes=nodes)
+    kinds = {f.kind for s in first for f in s.faults}
+    assert kinds == set(KINDS)
+    assert {s.mode for s in first} == {"local", "native"}
+    for schedule in first:
+        spans = [
+            (f.at_s, f.at_s + f.down_s)
+            for f in schedule.faults
+            if f.kind in ("kill-node", "freeze-node")
+        ]
+        for at_s, _end in spans:
+            down = sum(1 for a, b in spans if a <= at_s < b)
+            assert down <= 2, schedule.describe()
+    assert "--seed 2 " in replay_command(first[3], TOPOLOGY)
+
+
+def test_a_seeded_campaign_ends_every_schedule_with_the_failure_free_state(
+    lab_factory: Callable[..., Lab], tmp_path: Path
+) -> None:
+    lab = lab_factory(nodes=NODES)
+    conf = {
+        "exact.lines": 500,
+        "exact.out": str(tmp_path),
+        "sr3.checkpoint.interval.s": 0.3,
+    }
+    topology = load_topology(TOPOLOGY)
+    ring = RingAccess(lab.config(Sr3Config()))
+    try:
+        clean = run_topology(
+            TOPOLOGY, ring=ring, options=RunOptions(until_idle=True, conf=conf)
+        )
+        assert clean.idle, clean.busy
+        expected = final_state(ring, topology)
+    finally:
+        ring.close()
+    assert sum(v["n"] for v in expected["count"].values()) == 500 * 6
+    schedules = generate(SEED, SCHEDULES, topology=topology, nodes=sorted(lab.nodes))
+    # the fixed seed covers what the campaign is for
+    kinds = {f.kind for s in schedules for f in s.faults}
+    assert {"kill-node", "restart-zk"} <= kinds, kinds
+    failures = []
+    for schedule in schedules:
+        outcome = run_schedule(
+            lab,
+            TOPOLOGY,
+            schedule,
+            conf=conf,
+            expected=expected,
+            expected_outputs=clean.outputs,
+            timeout_s=90.0,
+        )
+        if not outcome.passed:
+            failures.append(
+                f"{schedule.describe()}: {outcome.reason} "
+                f"(replay: {replay_command(schedule, TOPOLOGY)})"
+            )
+    if failures:
+        pytest.fail("\n".join(failures))
