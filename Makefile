@@ -7,7 +7,7 @@ export PYTHONWARNINGS ?= ignore::DeprecationWarning
 export PYSPARK_PYTHON := $(abspath $(PY))
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test ci lint format typecheck imports test-fast test-unit test-integration bench-ring bench-recovery bench-storm bench-spark clean
+.PHONY: help setup demo test ci lint format typecheck imports test-fast chaos test-unit test-integration bench-ring bench-recovery bench-storm bench-spark clean
 
 help:  ## List the targets (not in CI)
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -39,6 +39,9 @@ imports: setup  ## import-linter layer contracts (CI: yes)
 
 test-fast: setup  ## Edit loop, a few minutes: unit tests and the quick ZooKeeper/ring integration tests (not in CI on its own)
 	$(BIN)/pytest -q -m "not slow and not spark and not apache_storm" tests/unit tests/integration/zk tests/integration/sr3
+
+chaos: setup  ## Randomized failure campaign: 100 seeded schedules on word count (not in CI; the suite runs a small one)
+	$(BIN)/sr3 chaos --schedules $${SCHEDULES:-100} --seed $${SEED:-1}
 
 test-unit: setup  ## Unit tests only: no JVM, no sockets (not in CI on its own)
 	$(BIN)/pytest -q tests/unit

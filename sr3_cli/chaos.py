@@ -12,8 +12,10 @@ index (:func:`replay_command`).
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import shlex
 import signal
 import threading
 import time
@@ -160,11 +162,16 @@ def _overlap(one: Fault, other: Fault) -> bool:
     return one.at_s < other.at_s + other.down_s and other.at_s < one.at_s + one.down_s
 
 
-def replay_command(schedule: Schedule, topology: Path) -> str:
-    """Return the command that runs ``schedule`` again."""
+def replay_command(
+    schedule: Schedule, topology: Path, conf: Mapping[str, Any] | None = None
+) -> str:
+    """Return the command that runs ``schedule`` again (with the campaign's conf)."""
+    options = "".join(
+        f" -o {shlex.quote(f'{k}={json.dumps(v)}')}" for k, v in (conf or {}).items()
+    )
     return (
-        f"sr3 chaos --topology {topology} --seed {schedule.seed} "
-        f"--schedules {schedule.index + 1} --only {schedule.index}"
+        f"sr3 chaos --topology {shlex.quote(str(topology))} --seed {schedule.seed} "
+        f"--schedules {schedule.index + 1} --only {schedule.index}{options}"
     )
 
 

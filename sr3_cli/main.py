@@ -94,7 +94,12 @@ def _lab_dir_arg(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the ``sr3`` argument parser."""
-    from sr3_cli import commands, storm_cmd, topology_cmd  # noqa: PLC0415 - keeps --help fast
+    from sr3_cli import (  # noqa: PLC0415 - keeps --help fast
+        chaos_cmd,
+        commands,
+        storm_cmd,
+        topology_cmd,
+    )
 
     parser = _Parser(
         prog="sr3", description="SR3 for Python: replicated state ring and recovery"
@@ -276,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     get.set_defaults(handler=commands.snapshot_get)
 
     topology_cmd.add_parsers(sub)
+    chaos_cmd.add_parsers(sub)
 
     demo = sub.add_parser("demo", help="the main job on embedded defaults")
     demo.add_argument(

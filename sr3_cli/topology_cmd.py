@@ -31,7 +31,7 @@ from sr3_cli.run_checks import (
 from storm_bridge.runner import RunOptions, run_topology
 from storm_bridge.wiring import RingAccess
 
-__all__ = ["add_parsers", "parse_kill", "parse_node_kill"]
+__all__ = ["add_parsers", "embedded_lab", "parse_kill", "parse_node_kill"]
 
 #: Distinct task errors the text report lists (``--json`` has them all).
 _ERRORS_SHOWN = 3
@@ -51,19 +51,19 @@ class _Target:
 
 
 @contextmanager
-def _embedded_lab() -> Iterator[_Target]:
+def embedded_lab(nodes: int = EMBEDDED_NODES) -> Iterator[Lab]:
+    """Run a throw-away lab (ZooKeeper and ``nodes`` ring nodes) in a temp dir."""
     root = Path(tempfile.mkdtemp(prefix="sr3-run-"))
     lab = Lab(root=root)
     lab.save()
     try:
         lab.start_zookeeper()
-        lab.add_nodes(EMBEDDED_NODES)
+        lab.add_nodes(nodes)
         lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
-        wait_for_members(lab, EMBEDDED_NODES)
-        yield _Target(lab.config(Sr3Config.from_env()), lab)
+        wait_for_members(lab, nodes)
+        yield lab
     finally:
-        lab.stop_nodes()
-        lab.stop_zookeeper()
+        Lab.load(root).stop()
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -75,8 +75,8 @@ def _target(args: argparse.Namespace) -> Iterator[_Target]:
         lab = Lab.load(Path(lab_dir).resolve()) if lab_dir and not args.zk else None
         yield _Target(config, lab)
         return
-    with _embedded_lab() as target:
-        yield target
+    with embedded_lab() as lab:
+        yield _Target(lab.config(Sr3Config.from_env()), lab)
 
 
 def _run_spark(args: argparse.Namespace) -> int:

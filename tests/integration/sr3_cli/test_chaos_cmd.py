@@ -1,0 +1,51 @@
+"""``sr3 chaos`` as a user types it: a seeded campaign, its report, its bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def sr3(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sr3_cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_one_schedule_campaign_reports_and_replays_it(zk_server: object) -> None:
+    proc = sr3("chaos", "--schedules", "3", "--seed", "2", "--only", "2", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["schedules"], report["passed"], report["seed"]) == (1, 1, 2)
+    (run,) = report["runs"]
+    assert run["index"] == 2
+    assert run["faults"] == ["restart-zk zookeeper@2.8s for 1.8s"]
+    assert "--seed 2 --schedules 3 --only 2" in run["replay"]
+    assert "-o wordcount.lines=600" in run["replay"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--schedules", "2", "--only", "2"], "the campaign has schedules 0..1"),
+        (["--topology", "nowhere.py"], "nowhere.py"),
+        (["--schedules", "0"], "--schedules"),
+    ],
+)
+def test_bad_requests_are_refused_before_any_run(args: list[str], says: str) -> None:
+    proc = sr3("chaos", *args)
+    assert proc.returncode == 2
+    assert says in proc.stderr
