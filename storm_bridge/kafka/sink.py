@@ -1,0 +1,243 @@
+"""``KafkaSink``: a bolt whose outputs reach Kafka exactly once, when epochs commit.
+
+Each input becomes one record for ``sr3.kafka.sink.topic``. The record is
+first kept in the task's keyed state (key ``(OUT_KEY, seq)``, one per output),
+so it is part of the epoch's snapshot; once the epoch commits, a delivery
+thread writes the epoch's outputs and a marker in one Kafka transaction
+(:mod:`storm_bridge.kafka.delivery`). Outputs thus become visible to
+``read_committed`` consumers one checkpoint interval (plus the commit and the
+transaction) after they were produced, and exactly once across task kills,
+ring-node kills and rollbacks: a rolled-back epoch never committed, so its
+outputs were never written, and its replay writes them in a later epoch.
+
+The bolt learns that an epoch committed by reading the topology's commit record
+in ZooKeeper (the same record in both checkpoint modes), and what the epoch
+holds by reading its own committed snapshot back from the ring.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Final
+
+from confluent_kafka import Producer
+from pystorm.component import Tuple as StormTuple
+
+from sr3.state import KeyedState
+from storm_bridge.barriers import task_index
+from storm_bridge.kafka.delivery import (
+    OUT_KEY,
+    DeliveryThread,
+    EpochDelivery,
+    Marker,
+    pending_outputs,
+)
+from storm_bridge.kafka.settings import SinkSettings
+from storm_bridge.stateful import StatefulBolt
+
+__all__ = ["KafkaSink", "deliver_committed", "transactional_id"]
+
+logger = logging.getLogger(__name__)
+
+#: State key of the next output number (it survives the trimming of outputs).
+_NEXT_KEY: Final = ("sr3.kafka.next",)
+_MECHANISM: Final = "star"
+
+
+def transactional_id(topology: str, component: str, index: int) -> str:
+    """Return the Kafka ``transactional.id`` of a sink task (stable across restarts)."""
+    return f"sr3-{topology}-{component}-{index}"
+
+
+class KafkaSink(StatefulBolt):
+    """Write each input tuple to a Kafka topic, visible when its epoch commits.
+
+    Storm conf: ``sr3.kafka.bootstrap``, ``sr3.kafka.sink.topic`` and the
+    optional keys of :class:`~storm_bridge.kafka.settings.SinkSettings`. By
+    default a record's value is the JSON object of the input's fields and its
+    key the value of ``sr3.kafka.sink.key.field``; override :meth:`record`.
+    Without a ring (``sr3.zk.hosts`` unset, no checkpoints) records are written
+    at once, with no guarantee beyond Kafka's idempotent producer.
+
+    The sink's parallelism must stay the same across runs that resume (its
+    pending outputs are per task, like Kafka transactional ids).
+    """
+
+    outputs: ClassVar[list[Any]] = []
+
+    def initialize(self, stormconf: Any, context: Any) -> None:
+        """Read the settings, find the next output number, start delivering."""
+        self._settings = SinkSettings.from_conf(stormconf)
+        index, _count = task_index(context)
+        component = str(context["componentid"])
+        topology = str(stormconf.get("topology.name", ""))
+        self._owner_id = f"{topology}/{component}/{index}"
+        self._fields: dict[tuple[str, str], list[str]] = {
+            (source, stream): list(names)
+            for source, streams in context.get("source->stream->fields", {}).items()
+            for stream, names in streams.items()
+        }
+        pending = pending_outputs(self.keyed_state.items())
+        counter = int(self.keyed_state.for_key(_NEXT_KEY).get("n", 0) or 0)
+        self._next = max([counter, *(seq + 1 for seq, _ in pending)])
+        self._live: collections.deque[int] = collections.deque(s for s, _ in pending)
+        self._delivered = -1
+        self._direct: Producer | None = None
+        self._thread: DeliveryThread | None = None
+        if not stormconf.get("sr3.zk.hosts"):
+            self._direct = Producer(
+                {
+                    "bootstrap.servers": self._settings.bootstrap,
+                    "enable.idempotence": True,
+                    "logger": logger,
+                }
+            )
+            return
+        self._thread = _delivery_thread(
+            stormconf,
+            settings=self._settings,
+            owner=self._owner_id,
+            tid=transactional_id(topology, component, index),
+            key_groups=self.keyed_state.key_group_count,
+            on_delivered=self._set_delivered,
+        )
+        self._thread.start()
+
+    def _set_delivered(self, seq: int) -> None:
+        # called on the delivery thread; process() trims on the task's thread
+        self._delivered = max(self._delivered, seq)
+
+    def state_key(self, tup: StormTuple) -> tuple[Any, ...]:
+        """Return the key the output of ``tup`` is kept under: ``(OUT_KEY, seq)``."""
+        return (OUT_KEY, self._next)
+
+    def process(self, tup: StormTuple) -> None:
+        """Keep the record of ``tup`` until its epoch commits (or write it now)."""
+        key, value = self.record(tup)
+        if self._direct is not None:
+            self._direct.produce(self._settings.topic, value=value, key=key)
+            self._direct.poll(0)
+            return
+        self._trim()
+        self.state["k"] = key
+        self.state["v"] = value
+        self._live.append(self._next)
+        self._next += 1
+        self.keyed_state.for_key(_NEXT_KEY)["n"] = self._next
+
+    def record(self, tup: StormTuple) -> tuple[bytes | None, bytes]:
+        """Return the Kafka ``(key, value)`` of an input tuple.
+
+        The value is the JSON object of the tuple's fields (``{"word": "a",
+        "count": 3}``); the key the UTF-8 text of ``sr3.kafka.sink.key.field``'s
+        value (or None).
+        """
+        names = self._fields.get((tup.component, tup.stream)) or [
+            f"f{i}" for i in range(len(tup.values))
+        ]
+        row = dict(zip(names, tup.values, strict=False))
+        value = json.dumps(row, separators=(",", ":")).encode()
+        field = self._settings.key_field
+        if field is None:
+            return None, value
+        raw = row.get(field)
+        key = raw if isinstance(raw, str) else json.dumps(raw)
+        return key.encode(), value
+
+    def _trim(self) -> None:
+        """Forget outputs Kafka has (the next snapshot no longer holds them)."""
+        delivered = self._delivered
+        live = self._live
+        while live and live[0] <= delivered:
+            self.keyed_state.for_key((OUT_KEY, live.popleft())).clear()
+
+
+def _delivery_thread(  # noqa: PLR0913 (what one task's delivery needs)
+    conf: Mapping[str, Any],
+    *,
+    settings: SinkSettings,
+    owner: str,
+    tid: str,
+    key_groups: int,
+    on_delivered: Any,
+) -> DeliveryThread:
+    from storm_bridge.wiring import RingAccess  # noqa: PLC0415 - ring clients on demand
+
+    ring = RingAccess.from_conf(conf)
+    if ring is None:
+        msg = "the Kafka sink's delivery needs sr3.zk.hosts"
+        raise ValueError(msg)
+    topology = owner.split("/", 1)[0]
+
+    def restore(record: Any) -> Iterable[tuple[tuple[Any, ...], Mapping[str, Any]]]:
+        state, _report = ring.restore(
+            owner, record, key_group_count=key_groups, mechanism=_MECHANISM
+        )
+        return list(state.items())
+
+    return DeliveryThread(
+        delivery=EpochDelivery(settings=settings, owner=owner, transactional_id=tid),
+        committed=lambda: ring.committed(topology),
+        restore=restore,
+        owner=owner,
+        on_delivered=on_delivered,
+        poll_s=settings.poll_s,
+    )
+
+
+def deliver_committed(
+    conf: Mapping[str, Any], *, ring: Any, component: str, tasks: int
+) -> list[Marker]:
+    """Deliver what a stopped topology's sink tasks left pending (idempotent).
+
+    A run that ends right after its last commit stops the sink tasks before
+    they wrote that epoch; a restarted task would write it. This does the same
+    from outside, with the tasks' transactional ids (fencing none: they are
+    gone).
+
+    Args:
+        conf: The topology's Storm conf (``sr3.kafka.*`` and ``topology.name``).
+        ring: A :class:`~storm_bridge.wiring.RingAccess`.
+        component: The sink component.
+        tasks: Its parallelism.
+
+    Returns:
+        Each task's marker after delivery.
+
+    Raises:
+        KafkaException: Kafka failed.
+        SR3Error: ZooKeeper or the ring failed.
+    """
+    settings = SinkSettings.from_conf(conf)
+    topology = str(conf["topology.name"])
+    record = ring.committed(topology)
+    markers: list[Marker] = []
+    for index in range(tasks):
+        owner = f"{topology}/{component}/{index}"
+        delivery = EpochDelivery(
+            settings=settings,
+            owner=owner,
+            transactional_id=transactional_id(topology, component, index),
+        )
+        try:
+            if record is None or owner not in record.owners:
+                markers.append(delivery.read_marker())
+                continue
+            manifest_groups = _key_groups(ring, owner, record.epoch)
+            state: KeyedState
+            state, _report = ring.restore(
+                owner, record, key_group_count=manifest_groups, mechanism=_MECHANISM
+            )
+            markers.append(
+                delivery.deliver(record.epoch, pending_outputs(state.items()))
+            )
+        finally:
+            delivery.close()
+    return markers
+
+
+def _key_groups(ring: Any, owner: str, epoch: int) -> int:
+    return int(ring.manifests.manifest(owner, epoch).key_group_count)
