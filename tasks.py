@@ -16,6 +16,27 @@ from typing import Any
 #: ``config.json`` env key and value that turn the hook on.
 VIRTUALENV_KEY = "sr3_virtualenv"
 SUBMITTER = "submitter"
+E_NO_ZK = (
+    "sr3.checkpoint.mode=native needs sr3.zk.hosts (the ring's ZooKeeper), and "
+    "neither the topology conf nor Nimbus's storm.yaml at {nimbus} sets it: add "
+    '"sr3.zk.hosts": "HOST:PORT" to the options of env {env!r} in config.json, '
+    "or pass -o sr3.zk.hosts=HOST:PORT"
+)
+
+
+def _check_ring(
+    env_name: str, env_config: dict[str, Any], options: dict[str, Any]
+) -> None:
+    """Refuse a native-mode submit whose workers could not reach the ring."""
+    if options.get("sr3.checkpoint.mode") != "native":
+        return
+    hosts = options.get("sr3.zk.hosts")
+    if hosts is None:
+        from streamparse.util import get_nimbus_config  # noqa: PLC0415
+
+        hosts = get_nimbus_config(env_config).get("sr3.zk.hosts")
+    if not hosts:
+        raise ValueError(E_NO_ZK.format(nimbus=env_config.get("nimbus"), env=env_name))
 
 
 def pre_submit(
@@ -30,9 +51,14 @@ def pre_submit(
     ``virtualenv_root/virtualenv_name/bin/streamparse_run`` right after this
     hook, from fabric's ``env.virtualenv_root`` and ``options["virtualenv_name"]``.
 
+    Also refuses a ``sr3.checkpoint.mode=native`` topology whose workers would
+    get no ``sr3.zk.hosts``: their state would silently stay in memory.
+
     Raises:
         FileNotFoundError: this virtualenv has no ``streamparse_run``.
+        ValueError: native mode without ``sr3.zk.hosts``.
     """
+    _check_ring(env_name, env_config, options)
     if env_config.get(VIRTUALENV_KEY) != SUBMITTER:
         return
     # streamparse keeps its settings in fabric 1's global env (untyped)

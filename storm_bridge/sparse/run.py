@@ -36,7 +36,11 @@ from storm_bridge.sparse.submit import (
     python_components,
     streamparse_run_of,
 )
-from storm_bridge.sparse.workers import task_processes, worker_processes
+from storm_bridge.sparse.workers import (
+    logged_lines,
+    task_processes,
+    worker_processes,
+)
 from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import RingAccess
 from zk.epochs import ZkEpochStore
@@ -50,6 +54,20 @@ _INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
 _GONE_TIMEOUT_S: Final = 60.0
 _STATS_SETTLE_S: Final = 10.0
 _STATS_POLL_S: Final = 1.5
+#: Task errors that no restart cures: the run ends at once, naming them.
+_FATAL: Final = (
+    "No module named",
+    "ImportError",
+    "cannot import name",
+    "sr3.node.secret",
+    "sr3.zk.hosts",
+)
+_ERROR_POLL_S: Final = 2.0
+E_FATAL = (
+    "topology {name!r} cannot run on Storm: {error}. Fix it and run again (a "
+    "missing module: put it beside the topology file or install it in the "
+    "workers' virtualenv; a secret: give the ring's sr3.node.secret)"
+)
 E_NOT_STARTED = (
     "topology {name!r} did not start on Storm within {timeout:g} s (no epoch "
     "committed). {errors}"
@@ -153,6 +171,8 @@ class _Run:
     kill_node: Callable[[str], None] | None
     clock: Callable[[], float]
     killed: list[tuple[Kill, float]] = field(default_factory=list)
+    errors_checked_at: float = float("-inf")
+    logs: set[Path] = field(default_factory=set)
 
     def inject(self, kill: Kill) -> None:
         now = self.clock()
@@ -181,6 +201,25 @@ class _Run:
             self.kill_node(kill.node)
         self.killed.append((kill, now))
         logger.info("killed %s", kill.label)
+
+    def check_errors(self) -> None:
+        """Raise when a task reported an error no restart cures (at most every 2 s).
+
+        Raises:
+            StormRunError: naming the first such error.
+        """
+        now = self.clock()
+        if now - self.errors_checked_at < _ERROR_POLL_S:
+            return
+        self.errors_checked_at = now
+        errors = errors_of(self.session.topology_info(self.topology_id), _FATAL)
+        fatal = [e for e in errors if any(mark in e for mark in _FATAL)]
+        # what tasks only log (a ring write refused) never reaches Nimbus
+        self.logs.update(w.log for w in worker_processes(self.topology_id))
+        fatal += logged_lines(sorted(self.logs), _FATAL)
+        if fatal:
+            msg = E_FATAL.format(name=self.topology.name, error=fatal[0])
+            raise StormRunError(msg)
 
     def recovered(self) -> bool:
         """Whether every task or worker kill was followed by a rollback's RUNNING."""
@@ -303,6 +342,7 @@ def _started(run: _Run, options: StormRunOptions) -> float:
         first = run.monitor.first_commit_at()
         if first is not None:
             return run.monitor.first_seen_at() or first
+        run.check_errors()
         time.sleep(_POLL_S)
     errors = errors_of(run.session.topology_info(run.topology_id))
     detail = (
@@ -334,6 +374,7 @@ def _drive(
             final_at = run.monitor.final_commit(spouts, after=_last_kill(run))
             if final_at is not None:
                 break
+        run.check_errors()
         time.sleep(_POLL_S)
     info = _settled_info(run)
     seconds = (final_at or run.clock()) - started

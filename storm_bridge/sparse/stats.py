@@ -8,7 +8,7 @@ and left out.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from storm_bridge.topology import LoadedTopology
@@ -64,12 +64,17 @@ def counters_of(info: Any, topology: LoadedTopology) -> dict[str, dict[str, int]
     return counters
 
 
-def errors_of(info: Any) -> list[str]:
-    """Return the errors tasks reported to Storm, oldest first, one line each."""
+def errors_of(info: Any, marks: Sequence[str] = ()) -> list[str]:
+    """Return the errors tasks reported to Storm, oldest first, one line each.
+
+    Each is ``component: line``: the first line of the error holding one of
+    ``marks`` (a Python exception deep in a Java stack trace), else its first.
+    """
     found: list[tuple[int, str]] = []
     for component, errors in (info.errors or {}).items():
         for error in errors or []:
-            first = str(error.error).strip().splitlines()
-            text = " ".join(line.strip() for line in first[:6])
+            lines = [ln.strip() for ln in str(error.error).strip().splitlines()]
+            marked = [ln for ln in lines if any(m in ln for m in marks)]
+            text = (marked or lines or [""])[0]
             found.append((int(error.error_time_secs or 0), f"{component}: {text}"))
     return [text for _, text in sorted(found)]

@@ -14,15 +14,28 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-__all__ = ["TaskProcess", "WorkerProcess", "task_processes", "worker_processes"]
+__all__ = [
+    "TaskProcess",
+    "WorkerProcess",
+    "logged_lines",
+    "task_processes",
+    "worker_processes",
+]
 
 WORKER_MAIN: Final = "org.apache.storm.daemon.worker.Worker"
 #: The JVM a supervisor starts first; its argv holds the worker's whole command.
 LOG_WRITER: Final = "org.apache.storm.LogWriter"
+#: What a Python task logs through Storm: ``ShellLog pid:N, name:COMPONENT text``.
+_SHELL_LOG: Final = re.compile(
+    r"ShellLog pid:\d+, name:(?P<component>\S+) (?P<text>.*)"
+)
+#: How much of a worker.log's end :func:`logged_lines` reads.
+_TAIL_BYTES: Final = 1 << 18
 _LAUNCHED: Final = re.compile(
     r"\[Thread-\d+-(?P<component>.+?)-executor\[(?P<task>-?\d+), -?\d+\]\] "
     r"Launched subprocess with pid (?P<pid>\d+)"
@@ -111,3 +124,22 @@ def task_processes(topology_id: str) -> dict[str, list[TaskProcess]]:
         if _alive_child(task.pid, task.worker.pid):
             by_component.setdefault(task.component, []).append(task)
     return by_component
+
+
+def logged_lines(logs: Iterable[Path], marks: Sequence[str]) -> list[str]:
+    """Return ``component: text`` of the tasks' log lines holding one of ``marks``.
+
+    Only the last 256 KB of each ``worker.log`` are read.
+    """
+    found = []
+    for log in logs:
+        try:
+            with log.open("rb") as data:
+                data.seek(max(0, log.stat().st_size - _TAIL_BYTES))
+                text = data.read().decode(errors="replace")
+        except OSError:
+            continue
+        for match in _SHELL_LOG.finditer(text):
+            if any(mark in match["text"] for mark in marks):
+                found.append(f"{match['component']}: {match['text'].strip()}")
+    return found

@@ -1,0 +1,292 @@
+"""``sparse submit`` and ``sr3 run --engine apache-storm`` on the real Storm cluster.
+
+Word count goes to the session's Apache Storm cluster (``apache_storm``)
+through the real ``sparse`` command (config.json's ``lab`` env, a Maven-built
+jar passed with ``-j``) and through ``sr3 run``; its committed state, read back
+from a ring of three node processes, must be the exact counts of a failure-free
+run, also after a worker JVM, a Python task process and a ring node are
+SIGKILLed. Bad input ends with an error naming the fix. Nothing here skips.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sr3.config import Sr3Config
+from sr3_cli.lab import Lab
+from storm_bridge.apache import ApacheStormCluster
+from storm_bridge.sparse.submit import NimbusSession
+from storm_bridge.sparse.workers import worker_processes
+from storm_bridge.wiring import RingAccess
+from tests.integration.conftest import WaitUntil, running_lab
+from zk.epochs import Phase, ZkEpochStore
+
+pytestmark = [pytest.mark.zk, pytest.mark.apache_storm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[3]
+WORDCOUNT = REPO / "topologies" / "wordcount.py"
+LINES = 3000
+#: Short timeouts keep the tier quick: a dead task's trees fail after 5 s.
+STORM_CONF = {
+    "wordcount.lines": LINES,
+    "topology.message.timeout.secs": 5,
+    "sr3.checkpoint.interval.s": 0.5,
+}
+_TIMEOUT_S = 150
+
+
+def expected_counts(lines: int = LINES) -> dict[str, int]:
+    """Word counts of a failure-free run, straight from the corpus generator."""
+    sys.path.insert(0, str(WORDCOUNT.parent))
+    try:
+        import wordcount  # type: ignore[import-not-found]  # noqa: PLC0415
+    finally:
+        sys.path.remove(str(WORDCOUNT.parent))
+    return dict(
+        Counter(w for line in wordcount.corpus(lines, 8, 7) for w in line.split())
+    )
+
+
+def committed_counts(ring: RingAccess, topology: str) -> dict[str, int] | None:
+    if ring.committed(topology) is None:
+        return None
+    _epoch, state = ring.committed_state(topology, "count")
+    return {str(key[0]): int(value["n"]) for key, value in state.items()}
+
+
+@pytest.fixture(scope="module")
+def ring_lab(
+    tmp_path_factory: pytest.TempPathFactory, zk_server: object
+) -> Iterator[Lab]:
+    """Three ring nodes (and their own ZooKeeper) the topologies checkpoint into."""
+    with running_lab(tmp_path_factory.mktemp("storm-ring") / "lab") as lab:
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def ring(ring_lab: Lab) -> Iterator[RingAccess]:
+    access = RingAccess(ring_lab.config(Sr3Config()))
+    yield access
+    access.close()
+
+
+@pytest.fixture(scope="module")
+def topology_jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The jar of jvm/topology/pom.xml, built with Maven (as users without lein do)."""
+    out = tmp_path_factory.mktemp("topology-jar")
+    proc = subprocess.run(  # noqa: S603
+        ["mvn", "-B", "-q", "-f", str(REPO / "jvm" / "topology" / "pom.xml"),  # noqa: S607
+         "package", f"-Dsr3.jar.dir={out}"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    jar = out / "sr3-topologies.jar"
+    assert proc.returncode == 0 and jar.is_file(), proc.stdout + proc.stderr
+    return jar
+
+
+def _env(nimbus: str) -> dict[str, str]:
+    venv_bin = str(Path(sys.executable).parent)
+    return {
+        **os.environ,
+        "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        "STREAMPARSE_NIMBUS": nimbus,  # config.json's lab env, at the test's port
+        "LEIN_ROOT": "1",  # streamparse refuses root without it
+        "PYTHONWARNINGS": "ignore",
+    }
+
+
+def sparse(args: Sequence[str], nimbus: str) -> subprocess.CompletedProcess[str]:
+    """Run the real ``sparse`` command in the repository (config.json's project)."""
+    cmd = [str(Path(sys.executable).parent / "sparse"), *args]
+    return subprocess.run(  # noqa: S603
+        cmd, cwd=REPO, env=_env(nimbus), capture_output=True, text=True,
+        timeout=_TIMEOUT_S, check=False,
+    )  # fmt: skip
+
+
+def sr3_run(
+    args: Sequence[str], nimbus: str, *, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "sr3_cli", "run", *args, "--engine", "apache-storm",
+           "--nimbus", nimbus]  # fmt: skip
+    return subprocess.run(  # noqa: S603
+        cmd, cwd=REPO, env={**_env(nimbus), **(extra_env or {})}, capture_output=True,
+        text=True, timeout=_TIMEOUT_S + 60, check=False,
+    )  # fmt: skip
+
+
+def ring_options(lab: Lab) -> list[str]:
+    config = lab.config(Sr3Config())
+    pairs = {
+        "sr3.zk.hosts": config.zk.hosts,
+        "sr3.zk.chroot": config.zk.chroot,
+        "sr3.node.secret": config.node.secret,
+        **STORM_CONF,
+    }
+    return [arg for key, value in pairs.items() for arg in ("-o", f"{key}={value}")]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_sr3_run_on_storm_exact_after_a_task_kill(
+    apache_storm: ApacheStormCluster, ring_lab: Lab, ring: RingAccess
+) -> None:
+    conf = [arg for k, v in STORM_CONF.items() for arg in ("-o", f"{k}={v}")]
+    proc = sr3_run(
+        [str(WORDCOUNT), "--lab", str(ring_lab.root), "--until-idle", "--json",
+         "--timeout", str(_TIMEOUT_S), "--kill", "count:0@1", *conf],
+        apache_storm.nimbus,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(proc.stdout)
+    assert report["engine"] == "apache-storm"
+    assert report["idle"] is True
+    assert report["checkpoints"]["mode"] == "native"
+    assert [r["cause"] for r in report["recoveries"]] == ["count:0"]
+    assert report["recoveries"][0]["timeline"]["detect_s"] is not None
+    assert committed_counts(ring, "wordcount") == expected_counts()
+    assert "wordcount" not in NimbusSession(apache_storm.nimbus).topologies()
+
+
+def test_unreachable_nimbus_names_the_fix(ring_lab: Lab) -> None:
+    proc = sr3_run(
+        [str(WORDCOUNT), "--lab", str(ring_lab.root), "--until-idle"],
+        f"127.0.0.1:{_free_port()}",
+    )
+    assert proc.returncode != 0
+    assert "is not reachable" in proc.stderr
+    assert "sr3 lab up --storm" in proc.stderr
+
+
+def test_component_that_cannot_be_imported_on_workers_is_named(
+    apache_storm: ApacheStormCluster, ring_lab: Lab, tmp_path: Path
+) -> None:
+    # the submitter imports a module the workers' virtualenv does not have
+    submitter_only = tmp_path / "submitter_site"
+    submitter_only.mkdir()
+    (submitter_only / "sr3_submitter_only.py").write_text("FACTOR = 1\n")
+    topo_dir = tmp_path / "topo"
+    topo_dir.mkdir()
+    source = WORDCOUNT.read_text().replace(
+        "import random\n", "import random\n\nimport sr3_submitter_only  # noqa: F401\n"
+    )
+    (topo_dir / "needs_dep.py").write_text(source)
+    proc = sr3_run(
+        [str(topo_dir / "needs_dep.py"), "--lab", str(ring_lab.root), "--until-idle",
+         "--timeout", str(_TIMEOUT_S)],
+        apache_storm.nimbus, extra_env={"PYTHONPATH": str(submitter_only)},
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "cannot run on Storm" in proc.stderr, proc.stderr[-3000:]
+    assert "No module named 'sr3_submitter_only'" in proc.stderr
+    assert "needs_dep" not in NimbusSession(apache_storm.nimbus).topologies()
+
+
+def test_wrong_ring_secret_is_named(
+    apache_storm: ApacheStormCluster, ring_lab: Lab
+) -> None:
+    proc = sr3_run(
+        [str(WORDCOUNT), "--lab", str(ring_lab.root), "--until-idle",
+         "--timeout", str(_TIMEOUT_S), "-o", "sr3.node.secret=not-the-ring-secret",
+         "-o", "wordcount.lines=200"],
+        apache_storm.nimbus,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    assert "sr3.node.secret" in proc.stderr, proc.stderr[-3000:]
+    assert "wordcount" not in NimbusSession(apache_storm.nimbus).topologies()
+
+
+def test_sparse_submit_without_zk_hosts_names_the_fix(
+    apache_storm: ApacheStormCluster, topology_jar: Path
+) -> None:
+    # an explicitly blank sr3.zk.hosts (the shell's -o 'sr3.zk.hosts=""') wins
+    # over the cluster's storm.yaml, as any topology conf key does
+    proc = sparse(
+        ["submit", "-e", "lab", "-n", "wordcount", "-N", "wc_nozk", "-j",
+         str(topology_jar), "-o", 'sr3.zk.hosts=""'],
+        apache_storm.nimbus,
+    )  # fmt: skip
+    try:
+        assert proc.returncode != 0
+        assert "needs sr3.zk.hosts" in proc.stdout + proc.stderr
+        assert "wc_nozk" not in NimbusSession(apache_storm.nimbus).topologies()
+    finally:
+        NimbusSession(apache_storm.nimbus).kill("wc_nozk")
+
+
+def test_sparse_submit_exact_after_worker_and_ring_node_kills(
+    apache_storm: ApacheStormCluster,
+    ring_lab: Lab,
+    ring: RingAccess,
+    topology_jar: Path,
+    wait_until: WaitUntil,
+) -> None:
+    name = f"wc_{uuid.uuid4().hex[:6]}"
+    nimbus = apache_storm.nimbus
+    submitted = sparse(
+        ["submit", "-e", "lab", "-n", "wordcount", "-N", name, "-j",
+         str(topology_jar), *ring_options(ring_lab)],
+        nimbus,
+    )  # fmt: skip
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    try:
+        listed = sparse(["list", "-e", "lab"], nimbus)
+        assert listed.returncode == 0 and name in listed.stdout, listed.stdout
+        store = ZkEpochStore(ring.session, name)
+
+        def emitted() -> bool:
+            record = ring.committed(name)
+            return record is not None and any(
+                v is not None for v in record.offsets.values()
+            )
+
+        wait_until(emitted, timeout_s=_TIMEOUT_S, what=f"{name}'s first commit")
+        generation = store.generation()
+        topology_id = NimbusSession(nimbus).topologies()[name].topology_id
+        workers = worker_processes(topology_id)
+        assert workers, f"no worker JVM of {topology_id} on this machine"
+        # a worker JVM and a ring node die together: the restarted tasks
+        # restore from the two nodes left while the spouts replay
+        os.kill(workers[0].pid, signal.SIGKILL)
+        ring_lab.kill_nodes(["node-1"])
+
+        def rolled_back() -> bool:
+            control = store.control()
+            return (
+                store.generation() > generation
+                and control is not None
+                and control.phase is Phase.RUNNING
+                and control.generation == store.generation()
+            )
+
+        wait_until(rolled_back, timeout_s=_TIMEOUT_S, what="the rollback")
+        expected = expected_counts()
+        wait_until(
+            lambda: committed_counts(ring, name) == expected,
+            timeout_s=_TIMEOUT_S,
+            what="the exact counts after the kills",
+        )
+    finally:
+        killed = sparse(["kill", "-e", "lab", "-n", name, "--wait", "0"], nimbus)
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    wait_until(
+        lambda: name not in sparse(["list", "-e", "lab"], nimbus).stdout,
+        timeout_s=60,
+        what=f"{name} gone from sparse list",
+    )
