@@ -4,12 +4,17 @@ A :class:`~storm_bridge.kafka.KafkaSink` keeps every output in its keyed state
 until Kafka has it, so the outputs of epoch ``e`` are part of ``e``'s snapshot
 on the ring (a write-ahead log, as in Flink's ``GenericWriteAheadSink``). Once
 ``e`` commits, :class:`EpochDelivery` reads that snapshot back and writes the
-outputs not yet delivered, plus a marker ``{epoch, seq}`` keyed by the task, in
-ONE Kafka transaction: a ``read_committed`` consumer sees both or neither. A
+outputs not yet delivered, plus a marker ``{epoch, run, seq}`` keyed by the task,
+in ONE Kafka transaction: a ``read_committed`` consumer sees both or neither. A
 task that restarts (or a producer whose commit outcome is unknown) reads the
 last marker back first, so no output is written twice and none is skipped.
 With ``at-least-once`` the same happens without a transaction: the marker
 follows the outputs, and a crash between the two writes the epoch again.
+
+Outputs are numbered ``(run, seq)``: ``seq`` counts a task's outputs and
+``run`` is a random id drawn when its state started empty (and kept in the state
+from then on), so a fresh run of the topology, whose numbers restart at 0, is
+never mistaken for the older run whose marker is still in Kafka.
 """
 
 from __future__ import annotations
@@ -36,17 +41,22 @@ from sr3.errors import SR3Error
 from storm_bridge.kafka.settings import EXACTLY_ONCE, SinkSettings
 
 __all__ = [
+    "NEXT_KEY",
     "OUT_KEY",
     "DeliveryThread",
     "EpochDelivery",
+    "NO_MARKER",
     "Marker",
-    "pending_outputs",
+    "Snapshot",
+    "snapshot_outputs",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: First element of the state key of a pending output, ``(OUT_KEY, seq)``.
 OUT_KEY: Final = "sr3.kafka.out"
+#: State key of the output counter: fields ``n`` (next seq) and ``r`` (run).
+NEXT_KEY: Final = ("sr3.kafka.next",)
 _TIMEOUT_S: Final = 30.0
 _RETRY_S: Final = 0.5
 _WARN_EVERY_S: Final = 10.0
@@ -57,7 +67,24 @@ class Marker:
     """What a sink task delivered last: the epoch and its highest output number."""
 
     epoch: int
+    run: str
     seq: int
+
+    def covers(self, run: str, seq: int) -> bool:
+        """Whether output ``(run, seq)`` was delivered."""
+        return run == self.run and seq <= self.seq
+
+
+#: No marker in Kafka yet.
+NO_MARKER: Final = Marker(0, "", -1)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The outputs a sink task's snapshot holds: its run and ``(seq, fields)``."""
+
+    run: str
+    outputs: list[tuple[int, Mapping[str, Any]]]
 
 
 class EpochDelivery:
@@ -90,14 +117,12 @@ class EpochDelivery:
             self._producer.flush(1.0)
             self._producer = None
 
-    def deliver(
-        self, epoch: int, outputs: Iterable[tuple[int, Mapping[str, Any]]]
-    ) -> Marker:
+    def deliver(self, epoch: int, snapshot: Snapshot) -> Marker:
         """Write the outputs of committed ``epoch`` numbered above the marker.
 
         Args:
             epoch: The committed epoch the outputs come from.
-            outputs: ``(seq, {"k": key, "v": value})`` of the task's snapshot.
+            snapshot: The task's outputs in that epoch's snapshot.
 
         Returns:
             The marker now in Kafka.
@@ -107,12 +132,15 @@ class EpochDelivery:
                 reads the marker back first).
         """
         self._ready()
-        marker = self.marker or Marker(0, -1)
-        todo = sorted((s, f) for s, f in outputs if s > marker.seq)
+        marker = self.marker or NO_MARKER
+        run = snapshot.run
+        todo = [(s, f) for s, f in snapshot.outputs if not marker.covers(run, s)]
         if epoch <= marker.epoch and not todo:
             return marker
-        seq = todo[-1][0] if todo else marker.seq
-        done = Marker(max(epoch, marker.epoch), seq)
+        if todo:
+            done = Marker(max(epoch, marker.epoch), run, todo[-1][0])
+        else:
+            done = Marker(max(epoch, marker.epoch), marker.run, marker.seq)
         producer = self._producer
         if producer is None:  # _ready() made one
             return marker
@@ -127,7 +155,12 @@ class EpochDelivery:
             if not self.transactional:
                 self._flush(producer)
             body = json.dumps(
-                {"epoch": done.epoch, "seq": done.seq, "owner": self._owner}
+                {
+                    "epoch": done.epoch,
+                    "run": done.run,
+                    "seq": done.seq,
+                    "owner": self._owner,
+                }
             )
             producer.produce(self._settings.marker_topic, key=self._tid, value=body)
             if self.transactional:
@@ -172,7 +205,7 @@ class EpochDelivery:
         self.marker = self.read_marker()
 
     def read_marker(self) -> Marker:
-        """Return this task's last marker in Kafka (``Marker(0, -1)``: none).
+        """Return this task's last marker in Kafka (:data:`NO_MARKER`: none).
 
         Creates the marker topic when it is missing.
 
@@ -189,7 +222,7 @@ class EpochDelivery:
                 "logger": logger,
             }
         )
-        found = Marker(0, -1)
+        found = NO_MARKER
         try:
             partition = TopicPartition(self._settings.marker_topic, 0)
             _low, high = consumer.get_watermark_offsets(partition, timeout=_TIMEOUT_S)
@@ -203,7 +236,9 @@ class EpochDelivery:
                 for message in consumer.consume(500, 0.2):
                     if message.error() is None and message.key() == self._tid.encode():
                         raw = json.loads(message.value() or b"{}")
-                        found = Marker(int(raw["epoch"]), int(raw["seq"]))
+                        found = Marker(
+                            int(raw["epoch"]), str(raw["run"]), int(raw["seq"])
+                        )
                 position = consumer.position([partition])[0].offset
                 if position >= high:
                     return found
@@ -254,15 +289,18 @@ class EpochDelivery:
             logger.warning("sink %s: " + fmt, self._owner, *args)
 
 
-def pending_outputs(
+def snapshot_outputs(
     items: Iterable[tuple[tuple[Any, ...], Mapping[str, Any]]],
-) -> list[tuple[int, Mapping[str, Any]]]:
-    """Return ``(seq, fields)`` of the pending outputs among keyed state items."""
-    return sorted(
-        (int(key[1]), fields)
-        for key, fields in items
-        if len(key) == 2 and key[0] == OUT_KEY  # noqa: PLR2004 (OUT_KEY, seq)
-    )
+) -> Snapshot:
+    """Return the run and the pending outputs among a sink task's state items."""
+    run = ""
+    outputs: list[tuple[int, Mapping[str, Any]]] = []
+    for key, fields in items:
+        if key == NEXT_KEY:
+            run = str(fields.get("r") or "")
+        elif len(key) == 2 and key[0] == OUT_KEY:  # noqa: PLR2004 (OUT_KEY, seq)
+            outputs.append((int(key[1]), fields))
+    return Snapshot(run, sorted(outputs, key=lambda o: o[0]))
 
 
 class DeliveryThread:
@@ -273,7 +311,7 @@ class DeliveryThread:
         committed: Returns the topology's committed record (None: none yet).
         restore: Returns the task's keyed state items at a committed record.
         owner: The task's owner id.
-        on_delivered: Called with the highest delivered output number.
+        on_delivered: Called with the marker after each delivery.
         poll_s: Time between two reads of the committed record.
     """
 
@@ -284,7 +322,7 @@ class DeliveryThread:
         committed: Callable[[], Any],
         restore: Callable[[Any], Iterable[tuple[tuple[Any, ...], Mapping[str, Any]]]],
         owner: str,
-        on_delivered: Callable[[int], None],
+        on_delivered: Callable[[Marker], None],
         poll_s: float,
     ) -> None:
         self._delivery = delivery
@@ -318,9 +356,9 @@ class DeliveryThread:
             return True
         if self._owner in record.owners:
             marker = self._delivery.deliver(
-                record.epoch, pending_outputs(self._restore(record))
+                record.epoch, snapshot_outputs(self._restore(record))
             )
-            self._on_delivered(marker.seq)
+            self._on_delivered(marker)
         self._handled = record.epoch
         return True
 

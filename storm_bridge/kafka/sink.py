@@ -20,20 +20,22 @@ from __future__ import annotations
 import collections
 import json
 import logging
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar, Final
 
 from confluent_kafka import Producer
 from pystorm.component import Tuple as StormTuple
 
-from sr3.state import KeyedState
+from sr3.state import KeyState
 from storm_bridge.barriers import task_index
 from storm_bridge.kafka.delivery import (
+    NEXT_KEY,
     OUT_KEY,
     DeliveryThread,
     EpochDelivery,
     Marker,
-    pending_outputs,
+    snapshot_outputs,
 )
 from storm_bridge.kafka.settings import SinkSettings
 from storm_bridge.stateful import StatefulBolt
@@ -42,8 +44,6 @@ __all__ = ["KafkaSink", "deliver_committed", "transactional_id"]
 
 logger = logging.getLogger(__name__)
 
-#: State key of the next output number (it survives the trimming of outputs).
-_NEXT_KEY: Final = ("sr3.kafka.next",)
 _MECHANISM: Final = "star"
 
 
@@ -80,14 +80,21 @@ class KafkaSink(StatefulBolt):
             for source, streams in context.get("source->stream->fields", {}).items()
             for stream, names in streams.items()
         }
-        pending = pending_outputs(self.keyed_state.items())
-        counter = int(self.keyed_state.for_key(_NEXT_KEY).get("n", 0) or 0)
-        self._next = max([counter, *(seq + 1 for seq, _ in pending)])
-        self._live: collections.deque[int] = collections.deque(s for s, _ in pending)
         self._delivered = -1
+        counter = self._sync()
         self._direct: Producer | None = None
         self._thread: DeliveryThread | None = None
-        if not stormconf.get("sr3.zk.hosts"):
+        ring = None
+        if stormconf.get("sr3.zk.hosts"):
+            from storm_bridge.wiring import RingAccess  # noqa: PLC0415 - ring on demand
+
+            ring = RingAccess.from_conf(stormconf)
+        if not counter.get("r"):
+            # a state that starts empty starts a run: a new id, so a marker an
+            # older run left in Kafka never hides its outputs
+            counter["r"] = uuid.uuid4().hex
+        self._out_run = str(counter["r"])
+        if ring is None:
             self._direct = Producer(
                 {
                     "bootstrap.servers": self._settings.bootstrap,
@@ -97,7 +104,7 @@ class KafkaSink(StatefulBolt):
             )
             return
         self._thread = _delivery_thread(
-            stormconf,
+            ring,
             settings=self._settings,
             owner=self._owner_id,
             tid=transactional_id(topology, component, index),
@@ -106,12 +113,31 @@ class KafkaSink(StatefulBolt):
         )
         self._thread.start()
 
-    def _set_delivered(self, seq: int) -> None:
+    def _sync(self) -> KeyState:
+        """Read the output counter and pending outputs from the keyed state.
+
+        Runs at start and after a native-mode rollback replaced the state.
+        """
+        self._known = self.keyed_state
+        snapshot = snapshot_outputs(self.keyed_state.items())
+        counter = self.keyed_state.for_key(NEXT_KEY)
+        self._next = max(
+            [int(counter.get("n", 0) or 0), *(s + 1 for s, _ in snapshot.outputs)]
+        )
+        self._live: collections.deque[int] = collections.deque(
+            s for s, _ in snapshot.outputs
+        )
+        return counter
+
+    def _set_delivered(self, marker: Marker) -> None:
         # called on the delivery thread; process() trims on the task's thread
-        self._delivered = max(self._delivered, seq)
+        if marker.run == self._out_run:
+            self._delivered = max(self._delivered, marker.seq)
 
     def state_key(self, tup: StormTuple) -> tuple[Any, ...]:
         """Return the key the output of ``tup`` is kept under: ``(OUT_KEY, seq)``."""
+        if self.keyed_state is not self._known:
+            self._sync()  # a native-mode rollback restored the committed state
         return (OUT_KEY, self._next)
 
     def process(self, tup: StormTuple) -> None:
@@ -126,7 +152,7 @@ class KafkaSink(StatefulBolt):
         self.state["v"] = value
         self._live.append(self._next)
         self._next += 1
-        self.keyed_state.for_key(_NEXT_KEY)["n"] = self._next
+        self.keyed_state.for_key(NEXT_KEY)["n"] = self._next
 
     def record(self, tup: StormTuple) -> tuple[bytes | None, bytes]:
         """Return the Kafka ``(key, value)`` of an input tuple.
@@ -156,20 +182,14 @@ class KafkaSink(StatefulBolt):
 
 
 def _delivery_thread(  # noqa: PLR0913 (what one task's delivery needs)
-    conf: Mapping[str, Any],
+    ring: Any,
     *,
     settings: SinkSettings,
     owner: str,
     tid: str,
     key_groups: int,
-    on_delivered: Any,
+    on_delivered: Callable[[Marker], None],
 ) -> DeliveryThread:
-    from storm_bridge.wiring import RingAccess  # noqa: PLC0415 - ring clients on demand
-
-    ring = RingAccess.from_conf(conf)
-    if ring is None:
-        msg = "the Kafka sink's delivery needs sr3.zk.hosts"
-        raise ValueError(msg)
     topology = owner.split("/", 1)[0]
 
     def restore(record: Any) -> Iterable[tuple[tuple[Any, ...], Mapping[str, Any]]]:
@@ -193,10 +213,10 @@ def deliver_committed(
 ) -> list[Marker]:
     """Deliver what a stopped topology's sink tasks left pending (idempotent).
 
-    A run that ends right after its last commit stops the sink tasks before
+    A run that ends right after its last commit may stop the sink tasks before
     they wrote that epoch; a restarted task would write it. This does the same
-    from outside, with the tasks' transactional ids (fencing none: they are
-    gone).
+    from outside, with the tasks' transactional ids (so it fences them: call it
+    only once they stopped).
 
     Args:
         conf: The topology's Storm conf (``sr3.kafka.*`` and ``topology.name``).
@@ -226,18 +246,12 @@ def deliver_committed(
             if record is None or owner not in record.owners:
                 markers.append(delivery.read_marker())
                 continue
-            manifest_groups = _key_groups(ring, owner, record.epoch)
-            state: KeyedState
+            groups = int(ring.manifests.manifest(owner, record.epoch).key_group_count)
             state, _report = ring.restore(
-                owner, record, key_group_count=manifest_groups, mechanism=_MECHANISM
+                owner, record, key_group_count=groups, mechanism=_MECHANISM
             )
-            markers.append(
-                delivery.deliver(record.epoch, pending_outputs(state.items()))
-            )
+            snapshot = snapshot_outputs(state.items())
+            markers.append(delivery.deliver(record.epoch, snapshot))
         finally:
             delivery.close()
     return markers
-
-
-def _key_groups(ring: Any, owner: str, epoch: int) -> int:
-    return int(ring.manifests.manifest(owner, epoch).key_group_count)
