@@ -475,9 +475,11 @@ class KafkaBroker:
                 )
                 raise KafkaBrokerError(msg)
             if admin is None and self._listening():
-                admin = AdminClient(
-                    {"bootstrap.servers": self.bootstrap, "logger": logger}
-                )
+                config: dict[str, Any] = {
+                    "bootstrap.servers": self.bootstrap,
+                    "logger": logger,
+                }
+                admin = AdminClient(config)
             if admin is not None:
                 with contextlib.suppress(Exception):  # not ready yet: retried
                     metadata = admin.list_topics(timeout=1.0)
