@@ -12,6 +12,9 @@ Layout of a lab dir::
     storm/            with ``sr3 lab up --storm``: a real Apache Storm cluster (Nimbus,
                       supervisors, their workers; :mod:`sr3_cli.lab_storm`);
                       lab.json's ``storm.nimbus`` is Nimbus's Thrift address
+    kafka/            with ``sr3 lab up --kafka``: an Apache Kafka KRaft broker (data,
+                      logs; :mod:`sr3_cli.lab_kafka`); lab.json's ``kafka.bootstrap``
+                      is its address
 
 lab.json is changed only by read-modify-write of the current file under the
 lab's lock (:meth:`Lab.locked`, :meth:`Lab.update`), so commands running at once
@@ -69,7 +72,7 @@ _NODE_READY_TIMEOUT_S = 30.0
 LOCK_TIMEOUT_S = 300.0
 #: Optional sections of lab.json, each an object or null, read and written as
 #: they are (a field of :class:`Lab` of the same name holds each).
-_SECTIONS = ("spark", "storm")
+_SECTIONS = ("spark", "storm", "kafka")
 _KNOWN_KEYS = frozenset({"zk_port", "zk_pid", "chroot", "nodes", *_SECTIONS})
 
 
@@ -112,6 +115,7 @@ class Lab:
     nodes: dict[str, LabNode] = field(default_factory=dict)
     spark: dict[str, Any] | None = None
     storm: dict[str, Any] | None = None
+    kafka: dict[str, Any] | None = None
     #: top-level keys of lab.json this version does not know, written back as read
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock_depth: int = field(default=0, init=False, repr=False, compare=False)
@@ -425,6 +429,12 @@ class Lab:
 
         stop_storm(self)
 
+    def stop_kafka(self) -> None:
+        """Stop the lab's Kafka broker, if any."""
+        from sr3_cli.lab_kafka import stop_kafka  # noqa: PLC0415 (it imports this module)
+
+        stop_kafka(self)
+
     def _spark_cluster(self) -> StandaloneCluster | None:
         if self.spark is None:
             return None
@@ -612,6 +622,7 @@ class Lab:
         with self.locked():
             self.stop_storm()
             self.stop_spark()
+            self.stop_kafka()
             self.stop_nodes()
             self.stop_zookeeper()
             leftovers = lab_processes(self.root)

@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sr3_cli import (  # noqa: PLC0415 - keeps --help fast
         chaos_cmd,
         commands,
-        storm_cmd,
+        lab_kafka,
         topology_cmd,
     )
 
@@ -171,9 +171,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="Nimbus's Thrift port (default 6627 when free, else any free one; "
         "0: any free one)",
     )
-    up.set_defaults(handler=storm_cmd.lab_up)
+    up.add_argument(
+        "--kafka",
+        action="store_true",
+        help="also start an Apache Kafka broker (KRaft) from the fetched jars; "
+        "its bootstrap address is in lab.json and `sr3 status --json`",
+    )
+    up.set_defaults(handler=lab_kafka.lab_up)
     down = lab.add_parser(
-        "down", help="stop the lab's Storm, Spark, nodes and ZooKeeper"
+        "down", help="stop the lab's Storm, Spark, Kafka, nodes and ZooKeeper"
     )
     _lab_dir_arg(down)
     down.add_argument("--purge", action="store_true", help="also delete the lab dir")

@@ -10,6 +10,7 @@ from sr3.errors import CodecError
 from sr3.repair import replication_health
 from sr3_cli.cluster import Cluster, cluster_config, open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
+from sr3_cli.lab_kafka import kafka_status
 from sr3_cli.lab_storm import storm_status
 from sr3_cli.output import emit_json, format_bytes, table
 
@@ -84,6 +85,8 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         "live_nodes": len(live),
         # the lab's Apache Storm cluster (`sr3 lab up --storm`), else null
         "storm": storm_status(lab) if lab is not None else None,
+        # the lab's Kafka broker (`sr3 lab up --kafka`), else null
+        "kafka": kafka_status(lab) if lab is not None else None,
     }
 
 
@@ -119,6 +122,10 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"owners whose shard records cannot be read (not counted): {names}")
     if status["storm"] is not None:
         _print_storm(status["storm"])
+    kafka = status["kafka"]
+    if kafka is not None:
+        state = f"pid {kafka['pid']}" if kafka["running"] else "NOT RUNNING"
+        print(f"\nApache Kafka {kafka['version']}: {kafka['bootstrap']} ({state})")
     return 0
 
 

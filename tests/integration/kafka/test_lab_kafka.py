@@ -1,0 +1,64 @@
+"""`sr3 lab up --kafka`, `sr3 status --json` and `sr3 lab down` with a real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from sr3_cli.daemons.kafka import KafkaBroker
+from sr3_cli.processes import alive, lab_processes
+
+pytestmark = [pytest.mark.kafka, pytest.mark.zk, pytest.mark.slow]
+
+
+def sr3(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``sr3 ARGS``; check it printed no traceback."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sr3_cli", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=240,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_lab_up_kafka_reports_the_broker_and_lab_down_stops_it(
+    tmp_path: Path, zk_server: object
+) -> None:
+    root = str(tmp_path / "lab")
+    up = sr3("lab", "up", "--dir", root, "--nodes", "1", "--kafka")
+    try:
+        assert up.returncode == 0, up.stderr
+        assert "Apache Kafka" in up.stdout
+        status = sr3("status", "--lab", root, "--json")
+        assert status.returncode == 0, status.stderr
+        kafka = json.loads(status.stdout)["kafka"]
+        assert kafka["running"] is True
+        bootstrap = kafka["bootstrap"]
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        assert admin.list_topics(timeout=10).brokers  # it speaks Kafka
+        again = sr3("lab", "up", "--dir", root, "--kafka")  # idempotent
+        assert again.returncode == 0, again.stderr
+        assert (
+            json.loads((tmp_path / "lab" / "lab.json").read_text())["kafka"][
+                "bootstrap"
+            ]
+            == bootstrap
+        )
+        pid = KafkaBroker.attach(Path(kafka["dir"])).pid
+        assert pid is not None
+    finally:
+        down = sr3("lab", "down", "--dir", root)
+    assert down.returncode == 0, down.stderr
+    assert not alive(pid)
+    assert lab_processes(tmp_path / "lab") == []
