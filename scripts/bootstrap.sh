@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up for humans and CI alike: Debian's ZooKeeper (when missing) and a
-# virtualenv in .venv with the project installed in editable mode, and Apache Storm's jars
-# from Maven Central (scripts/fetch-jars.sh). No other downloads than Debian, PyPI, Maven.
+# virtualenv in .venv with the project installed in editable mode (confluent-kafka, the
+# Kafka client, is a main dependency: Kafka spouts and sinks run in worker processes), and
+# Apache Storm's and Apache Kafka's jars from Maven Central (scripts/fetch-jars.sh). No
+# other downloads than Debian, PyPI, Maven.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,8 +29,9 @@ fi
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade "pip>=24" 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -m pip install -q -e ".[dev,spark]" 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import sr3, zk, kazoo, msgpack, mmh3" # fail loudly if the install did not work
+  .venv/bin/python -c "import sr3, zk, kazoo, msgpack, mmh3, confluent_kafka" # fail loudly if the install did not work
   touch "$stamp"
 fi
-# Apache Storm's jars for the lab's real Storm cluster (.cache/storm-<version>/); ~1 s when current.
+# Apache Storm's jars for the lab's real Storm cluster (.cache/storm-<version>/) and Apache
+# Kafka's for its broker (.cache/kafka-<version>/); ~1 s when current.
 scripts/fetch-jars.sh
