@@ -12,13 +12,23 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from sr3.errors import ConfigError
 from sr3_cli import storm_cmd
 from sr3_cli.daemons.kafka import KafkaBroker, KafkaBrokerError
 from sr3_cli.lab import Lab, resolve_lab_dir
 
-__all__ = ["kafka_broker", "kafka_status", "lab_up", "start_kafka", "stop_kafka"]
+__all__ = [
+    "create_topic",
+    "kafka_broker",
+    "kafka_status",
+    "lab_up",
+    "start_kafka",
+    "stop_kafka",
+]
+
+_TIMEOUT_S: Final = 30.0
 
 
 def kafka_broker(lab: Lab) -> KafkaBroker | None:
@@ -81,11 +91,44 @@ def lab_up(args: argparse.Namespace) -> int:
     code = storm_cmd.lab_up(args)
     if code != 0 or not args.kafka:
         return code
-    lab = Lab.load(resolve_lab_dir(args.lab_dir) or Path("lab").resolve())
+    lab = Lab.load(_lab_root(args))
     broker = start_kafka(lab)
     print(
         f"Apache Kafka {broker.home.version}: broker at {broker.bootstrap} "
         f"(KRaft, data and logs in {broker.root}); topologies reach it with "
-        f"--conf sr3.kafka.bootstrap={broker.bootstrap}"
+        f"-o sr3.kafka.bootstrap={broker.bootstrap}"
     )
+    return 0
+
+
+def _lab_root(args: argparse.Namespace) -> Path:
+    # as every `sr3 lab` command: --dir, else $SR3_LAB, else ./lab
+    return resolve_lab_dir(args.lab_dir) or Path("lab").resolve()
+
+
+def create_topic(args: argparse.Namespace) -> int:
+    """``sr3 lab topic NAME [--partitions N]``: create a topic on the lab's broker.
+
+    Raises:
+        ConfigError: the lab has no running broker, or Kafka refused the topic.
+    """
+    lab = Lab.load(_lab_root(args))
+    broker = kafka_broker(lab)
+    if broker is None or not broker.running():
+        msg = f"lab {lab.root} runs no Kafka broker; start it with `sr3 lab up --kafka`"
+        raise ConfigError(msg)
+    from confluent_kafka import KafkaException  # noqa: PLC0415 (fast --help)
+    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+    from confluent_kafka.cimpl import NewTopic  # noqa: PLC0415
+
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    futures = admin.create_topics([NewTopic(args.name, args.partitions, 1)])
+    try:
+        for future in futures.values():
+            future.result(_TIMEOUT_S)
+    except KafkaException as exc:
+        msg = f"Kafka at {broker.bootstrap} refused topic {args.name!r}: {exc}"
+        raise ConfigError(msg) from exc
+    where = broker.bootstrap
+    print(f"created topic {args.name} ({args.partitions} partitions) on {where}")
     return 0

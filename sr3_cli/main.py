@@ -194,6 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
     _lab_dir_arg(restart)
     restart.add_argument("node_ids", nargs="+", metavar="NODE_ID")
     restart.set_defaults(handler=commands.lab_restart)
+    topic = lab.add_parser(
+        "topic", help="create a topic on the lab's Kafka broker (lab up --kafka)"
+    )
+    _lab_dir_arg(topic)
+    topic.add_argument("name", help="the topic's name")
+    topic.add_argument(
+        "--partitions", type=int_between(1, 1000), default=2, help="partitions (2)"
+    )
+    topic.set_defaults(handler=lab_kafka.create_topic)
 
     node = sub.add_parser("node", help="run one ring node in the foreground")
     node.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,HOST:PORT]")

@@ -44,6 +44,23 @@ ENGINE_KEYS: Final = frozenset(
         INTEGER_BOXING_KEY,
         "sr3.idle.quiet.s",
         "sr3.on.error",
+        # storm_bridge.kafka.settings.KAFKA_KEYS, spelled out: importing it
+        # would load confluent-kafka for every `sr3 run`
+        "sr3.kafka.bootstrap",
+        "sr3.kafka.topics",
+        "sr3.kafka.topic.pattern",
+        "sr3.kafka.format",
+        "sr3.kafka.start",
+        "sr3.kafka.topic.wait.s",
+        "sr3.kafka.bad.records",
+        "sr3.kafka.dead.letter.topic",
+        "sr3.kafka.batch.records",
+        "sr3.kafka.poll.s",
+        "sr3.kafka.sink.topic",
+        "sr3.kafka.sink.guarantee",
+        "sr3.kafka.sink.key.field",
+        "sr3.kafka.sink.marker.topic",
+        "sr3.kafka.sink.poll.s",
     }
 )
 

@@ -8,8 +8,10 @@ to the topic ``sr3.kafka.sink.topic`` (default ``counts``) as the JSON record
 against a lab broker with::
 
     sr3 lab up --kafka
-    sr3 run topologies/kafka_wordcount.py \\
-        --conf sr3.kafka.bootstrap=$(sr3 status --json | jq -r .kafka.bootstrap)
+    sr3 lab topic lines && sr3 lab topic counts
+    (write lines to the topic ``lines``)
+    sr3 run topologies/kafka_wordcount.py --lab lab --until-idle \\
+        -o sr3.kafka.bootstrap=$(sr3 status --json | jq -r .kafka.bootstrap)
 """
 
 from __future__ import annotations

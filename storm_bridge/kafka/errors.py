@@ -18,8 +18,8 @@ __all__ = [
 E_TOPIC_MISSING: Final = (
     "Kafka topic {topics} does not exist on {bootstrap} (waited {waited_s:.1f} s, "
     "sr3.kafka.topic.wait.s={wait_s}). Create it, e.g. `kafka-topics.sh "
-    "--bootstrap-server {bootstrap} --create --topic {first} --partitions N` or "
-    "confluent_kafka.admin.AdminClient.create_topics(), or raise "
+    "--bootstrap-server {bootstrap} --create --topic {first} --partitions N` "
+    "(a lab's broker: `sr3 lab topic {first} --partitions N`), or raise "
     "sr3.kafka.topic.wait.s to wait for it"
 )
 E_OFFSET_GONE: Final = (

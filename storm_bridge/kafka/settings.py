@@ -13,6 +13,7 @@ __all__ = [
     "AT_LEAST_ONCE",
     "BOOTSTRAP_KEY",
     "EXACTLY_ONCE",
+    "KAFKA_KEYS",
     "SinkSettings",
     "SpoutSettings",
 ]
@@ -20,6 +21,26 @@ __all__ = [
 BOOTSTRAP_KEY: Final = "sr3.kafka.bootstrap"
 EXACTLY_ONCE: Final = "exactly-once"
 AT_LEAST_ONCE: Final = "at-least-once"
+#: Every conf key the Kafka spout and sink read (``sr3 run -o`` accepts them).
+KAFKA_KEYS: Final = frozenset(
+    {
+        BOOTSTRAP_KEY,
+        "sr3.kafka.topics",
+        "sr3.kafka.topic.pattern",
+        "sr3.kafka.format",
+        "sr3.kafka.start",
+        "sr3.kafka.topic.wait.s",
+        "sr3.kafka.bad.records",
+        "sr3.kafka.dead.letter.topic",
+        "sr3.kafka.batch.records",
+        "sr3.kafka.poll.s",
+        "sr3.kafka.sink.topic",
+        "sr3.kafka.sink.guarantee",
+        "sr3.kafka.sink.key.field",
+        "sr3.kafka.sink.marker.topic",
+        "sr3.kafka.sink.poll.s",
+    }
+)
 _FORMATS: Final = ("text", "json")
 _BAD: Final = ("fail", "dead-letter")
 _STARTS: Final = ("earliest", "latest")
@@ -53,7 +74,7 @@ def _bootstrap(conf: Mapping[str, Any]) -> str:
         msg = (
             f"{BOOTSTRAP_KEY} is not set: give the Kafka bootstrap address "
             "(host:port[,host:port]) in the topology's config or with "
-            f"`sr3 run --conf {BOOTSTRAP_KEY}=...` (`sr3 status --json` shows a "
+            f"`sr3 run -o {BOOTSTRAP_KEY}=...` (`sr3 status --json` shows a "
             "lab broker's under kafka.bootstrap)"
         )
         raise ConfigError(msg)

@@ -47,6 +47,14 @@ def test_lab_up_kafka_reports_the_broker_and_lab_down_stops_it(
         bootstrap = kafka["bootstrap"]
         admin = AdminClient({"bootstrap.servers": bootstrap})
         assert admin.list_topics(timeout=10).brokers  # it speaks Kafka
+        made = sr3("lab", "topic", "words", "--partitions", "3", "--dir", root)
+        assert made.returncode == 0, made.stderr
+        assert (
+            len(admin.list_topics("words", timeout=10).topics["words"].partitions) == 3
+        )
+        twice = sr3("lab", "topic", "words", "--dir", root)
+        assert twice.returncode == 2
+        assert "already exists" in twice.stderr
         again = sr3("lab", "up", "--dir", root, "--kafka")  # idempotent
         assert again.returncode == 0, again.stderr
         assert (

@@ -16,6 +16,7 @@ from storm_bridge.kafka.delivery import (
     Marker,
     snapshot_outputs,
 )
+from storm_bridge.kafka.settings import KAFKA_KEYS
 
 BASE = {"sr3.kafka.bootstrap": "127.0.0.1:9092"}
 
@@ -71,6 +72,12 @@ def test_sink_settings_default_to_exactly_once_and_need_a_topic() -> None:
         SinkSettings.from_conf(
             {**BASE, "sr3.kafka.sink.topic": "o", "sr3.kafka.sink.guarantee": "maybe"}
         )
+
+
+def test_sr3_run_accepts_every_kafka_key() -> None:
+    from sr3_cli.run_checks import ENGINE_KEYS  # noqa: PLC0415 (the CLI's list)
+
+    assert KAFKA_KEYS <= ENGINE_KEYS
 
 
 def test_partition_keys_are_topic_colon_partition() -> None:
