@@ -360,6 +360,24 @@ def _native_final(
     return False
 
 
+def _deliver_stopped(
+    topology: LoadedTopology, conf: Mapping[str, Any], ring: RingAccess
+) -> None:
+    """Let sinks that write on commit (``KafkaSink``) write the final epoch.
+
+    A run ends right after its last commit, so its sink tasks may stop before
+    they wrote that epoch out; a later run would. Sinks declare a
+    ``deliver_stopped`` class method for it.
+    """
+    for name, comp in topology.components.items():
+        deliver = getattr(comp.component_cls, "deliver_stopped", None)
+        if deliver is None:
+            continue
+        merged = {**topology.config, **comp.config, **conf}
+        merged["topology.name"] = topology.name
+        deliver(merged, ring=ring, component=name, tasks=comp.tasks)
+
+
 def _busy_reason(run: _Run, *, waits_for_nodes: bool) -> str:
     """Why an ``--until-idle`` run did not go idle, for the report.
 
@@ -511,6 +529,8 @@ def run_topology(
         cluster.stop()
         if hooks is not None:
             hooks.close()
+    if options.checkpoints and idle:
+        _deliver_stopped(topology, conf, ring)
     checkpoints, recoveries = coordinator_view or ({"count": 0}, [])
     state = state_summary(ring, topology) if options.checkpoints else {}
     return RunReport(

@@ -68,6 +68,17 @@ class KafkaSink(StatefulBolt):
 
     outputs: ClassVar[list[Any]] = []
 
+    @classmethod
+    def deliver_stopped(
+        cls, conf: Mapping[str, Any], *, ring: Any, component: str, tasks: int
+    ) -> None:
+        """Deliver what the stopped tasks of ``component`` left (after a run).
+
+        ``sr3 run`` calls this once a run's tasks stopped: see
+        :func:`deliver_committed`.
+        """
+        deliver_committed(conf, ring=ring, component=component, tasks=tasks)
+
     def initialize(self, stormconf: Any, context: Any) -> None:
         """Read the settings, find the next output number, start delivering."""
         self._settings = SinkSettings.from_conf(stormconf)
