@@ -59,8 +59,8 @@ _FATAL: Final = (
     "No module named",
     "ImportError",
     "cannot import name",
-    "sr3.node.secret",
-    "sr3.zk.hosts",
+    # a node refusing the secret (not transient ZooKeeper losses, which retry)
+    "rejected the HMAC answer",
 )
 _ERROR_POLL_S: Final = 2.0
 E_FATAL = (
@@ -84,8 +84,9 @@ class Kill:
 
     ``kind`` is ``task`` (the Python process of task ``index`` of
     ``component``), ``worker`` (worker JVM ``index`` by slot port),
-    ``supervisor`` (supervisor ``index`` of the lab, restarted at once, as a
-    process manager would) or ``node`` (ring node ``node``).
+    ``supervisor`` (the lab's supervisor ``index`` counted from 0, i.e.
+    ``supervisor-<index + 1>``, restarted at once, as a process manager
+    would) or ``node`` (ring node ``node``).
     """
 
     kind: str
@@ -112,6 +113,9 @@ class Supervisors(Protocol):
 
     def restart_supervisor(self, index: int) -> int:
         """Start supervisor ``index`` again."""
+
+    def supervisor_pid(self, index: int) -> int | None:
+        """Supervisor ``index``'s pid while it runs."""
 
 
 @dataclass(frozen=True)
@@ -192,8 +196,19 @@ class _Run:
             if self.supervisors is None:
                 msg = "--kill-supervisor needs the lab's Storm cluster (--lab)"
                 raise StormRunError(msg)
-            self.supervisors.kill_supervisor(kill.index)
-            self.supervisors.restart_supervisor(kill.index)
+            # the lab names its supervisors supervisor-1, supervisor-2, ...
+            number = kill.index + 1
+            self.supervisors.kill_supervisor(number)
+            # restarting before the killed JVM is gone would find it "running"
+            deadline = self.clock() + _GONE_TIMEOUT_S
+            while self.supervisors.supervisor_pid(number) is not None:
+                if self.clock() > deadline:
+                    msg = (
+                        f"--kill-supervisor {kill.index}: supervisor-{number} lives on"
+                    )
+                    raise StormRunError(msg)
+                time.sleep(_POLL_S)
+            self.supervisors.restart_supervisor(number)
         else:
             if self.kill_node is None:
                 msg = f"--kill-node {kill.node}: this run cannot kill ring nodes"
@@ -350,6 +365,11 @@ def _started(run: _Run, options: StormRunOptions) -> float:
         if errors
         else "Storm reported no error; see the workers' worker.log"
     )
+    if not worker_processes(run.topology_id):
+        detail += (
+            "; no worker of it runs on this machine: check that a supervisor with "
+            "free slots runs (`sr3 status`)"
+        )
     msg = E_NOT_STARTED.format(
         name=run.topology.name, timeout=options.start_timeout_s, errors=detail
     )
