@@ -17,6 +17,22 @@ if [ ! -f /usr/share/java/zookeeper.jar ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq zookeeper >/dev/null
 fi
+# Debian's vagrant (with its libvirt provider, so `vagrant validate` checks that block)
+# and shellcheck, for the suite's checks of vagrant/ (tests/integration/test_vagrant.py).
+# The lab's VMs skip vagrant (vagrant/provision/common.sh sets SR3_NO_VAGRANT=1).
+dev_tools=(shellcheck)
+[ "${SR3_NO_VAGRANT:-0}" = 1 ] || dev_tools+=(vagrant vagrant-libvirt)
+missing=()
+for pkg in "${dev_tools[@]}"; do
+  [ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" = installed ] || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "bootstrap: installing Debian's ${missing[*]} (needs root or sudo)"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
 if ! command -v java >/dev/null 2>&1; then
   echo "bootstrap: java not found; install Java 17 (apt-get install default-jre-headless)" >&2
   exit 1
