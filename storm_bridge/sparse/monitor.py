@@ -108,7 +108,8 @@ class ControlMonitor:
         if control is not None and control.phase is Phase.RESTORE:
             reports = self.store.reports(control.step())
             with self._lock:
-                self._restores[control.generation] = dict(reports)
+                # owners report one by one; keep every report seen
+                self._restores.setdefault(control.generation, {}).update(reports)
 
     def first_seen_at(self) -> float | None:
         """When the protocol's first control record was seen."""
