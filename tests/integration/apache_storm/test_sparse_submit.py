@@ -10,6 +10,7 @@ SIGKILLed. Bad input ends with an error naming the fix. Nothing here skips.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -162,6 +163,62 @@ def test_sr3_run_on_storm_exact_after_a_task_kill(
     assert report["recoveries"][0]["timeline"]["detect_s"] is not None
     assert committed_counts(ring, "wordcount") == expected_counts()
     assert "wordcount" not in NimbusSession(apache_storm.nimbus).topologies()
+
+
+SBT = REPO / "tests" / "integration" / "storm_bridge" / "topologies"
+
+
+def _module(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_expected", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_join_on_storm_exact_after_a_worker_kill(
+    apache_storm: ApacheStormCluster, ring_lab: Lab, ring: RingAccess
+) -> None:
+    # two stateful components, the join keyed on the order id, not its input's key
+    orders = 400
+    proc = sr3_run(
+        [str(SBT / "sbt_orders.py"), "--lab", str(ring_lab.root), "--until-idle",
+         "--json", "--timeout", str(_TIMEOUT_S), "--kill-worker", "0@1", "-o",
+         f"sbt.orders={orders}", "-o", "topology.message.timeout.secs=5", "-o",
+         "sr3.checkpoint.interval.s=0.5", "-o", "topology.max.spout.pending=20"],
+        apache_storm.nimbus,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [r["cause"] for r in json.loads(proc.stdout or "{}").get("recoveries", [])]
+    _epoch, state = ring.committed_state("sbt_orders", "ledger")
+    ledger = {tuple(k): dict(v) for k, v in state.items()}
+    assert ledger == _module(SBT / "sbt_orders.py").expected_ledger(orders)
+
+
+def test_a_tree_failing_without_a_restart_does_not_double_count_on_storm(
+    apache_storm: ApacheStormCluster, ring_lab: Lab, ring: RingAccess, tmp_path: Path
+) -> None:
+    count, keys = 400, 4
+    proc = sr3_run(
+        [str(SBT / "sbt_raise_once.py"), "--lab", str(ring_lab.root), "--until-idle",
+         "--json", "--timeout", str(_TIMEOUT_S), "-o", f"sbt.count={count}", "-o",
+         "sbt.raise_at=150", "-o", f"sbt.out_dir={tmp_path}", "-o",
+         "topology.message.timeout.secs=5", "-o", "sr3.checkpoint.interval.s=0.5"],
+        apache_storm.nimbus,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (tmp_path / "raised").exists()  # process raised once, on a worker
+    assert json.loads(proc.stdout)["checkpoints"]["rollbacks"] >= 1
+    _epoch, state = ring.committed_state("sbt_raise_once", "total")
+    totals = {tuple(k): dict(v) for k, v in state.items()}
+    expected = {
+        (f"k{k}",): {
+            "sum": sum(n for n in range(count) if n % keys == k),
+            "count": count // keys,
+        }
+        for k in range(keys)
+    }
+    assert totals == expected
 
 
 def test_unreachable_nimbus_names_the_fix(ring_lab: Lab) -> None:
