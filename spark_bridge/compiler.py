@@ -74,6 +74,7 @@ from spark_bridge.stages import (
     error_policy,
 )
 from spark_bridge.ticks import SHUFFLE_PARTITIONS_KEY
+from storm_bridge.barriers import internal_stream
 from storm_bridge.topology import LoadedTopology
 
 __all__ = ["Plan", "build_frame", "plan_topology"]
@@ -216,7 +217,7 @@ def plan_topology(topology: LoadedTopology) -> Plan:
         (name, stream)
         for name, comp in topology.components.items()
         for stream in comp.outputs
-        if not stream.startswith("__") and (name, stream) not in streams
+        if not internal_stream(stream) and (name, stream) not in streams
     )
     several = len(stateful) > 1
     return Plan(

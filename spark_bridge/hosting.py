@@ -29,6 +29,7 @@ from spark_bridge.routes import EmitRouter
 from spark_bridge.rows import storm_values
 from sr3.codec import decode_value, encode_value
 from sr3.state import KeyState
+from storm_bridge.barriers import internal_stream
 from storm_bridge.components import StatefulBolt
 from storm_bridge.topology import LoadedTopology, load_topology
 
@@ -245,7 +246,7 @@ class Host:
             raise TypeError(msg)
         width = self._widths.get(stream)
         if width is None:
-            declared = sorted(s for s in self._widths if not s.startswith("__"))
+            declared = sorted(s for s in self._widths if not internal_stream(s))
             msg = (
                 f"component {self.component!r} task {self.index}: emit of "
                 f"{values!r} on stream {stream!r} failed: Unknown stream ID: "

@@ -19,6 +19,7 @@ __all__ = [
     "BARRIER_STREAM",
     "RESTORED_METRIC",
     "SNAPSHOT_METRIC",
+    "internal_stream",
     "task_index",
     "with_barrier",
 ]
@@ -35,6 +36,17 @@ BARRIER_COMMAND: Final = "sr3_barrier"
 RESTORED_METRIC: Final = "sr3.restored"
 #: ``metrics`` name a stateful task sends once its snapshot of an epoch is durable.
 SNAPSHOT_METRIC: Final = "sr3.snapshot"
+
+
+def internal_stream(stream: object) -> bool:
+    """Whether ``stream`` is Storm's (``__...``) or SR3's barrier stream.
+
+    Neither is a user's output: reports, counters and error messages leave
+    them out. (The barrier stream's id has one leading underscore only, since
+    Nimbus refuses topologies that declare ids starting with ``__``.)
+    """
+    name = str(stream)
+    return name.startswith("__") or name == BARRIER_STREAM
 
 
 def with_barrier(outputs: Any) -> list[Any]:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from sr3.errors import ConfigError
+from storm_bridge.barriers import internal_stream
 from storm_bridge.topology import LoadedTopology
 
 __all__ = [
@@ -40,8 +41,6 @@ __all__ = [
 KEY_FIELDS_KEY: Final = "sr3.output.key.fields"
 #: The stream reported under the bare component id.
 DEFAULT_STREAM: Final = "default"
-#: Storm's system streams (``__ack_init``, ``__tick``...) start with it.
-_SYSTEM_PREFIX: Final = "__"
 
 
 def sink_components(topology: LoadedTopology) -> tuple[str, ...]:
@@ -70,7 +69,7 @@ def output_streams(topology: LoadedTopology) -> tuple[tuple[str, str], ...]:
         (name, stream)
         for name, comp in topology.components.items()
         for stream in comp.outputs
-        if not stream.startswith(_SYSTEM_PREFIX) and (name, stream) not in subscribed
+        if not internal_stream(stream) and (name, stream) not in subscribed
     )
 
 

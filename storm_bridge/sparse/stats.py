@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from storm_bridge.barriers import internal_stream
 from storm_bridge.topology import LoadedTopology
 
 __all__ = ["counters_of", "errors_of"]
@@ -22,7 +23,7 @@ def _user_total(by_stream: Mapping[Any, int] | None) -> int:
     total = 0
     for stream, count in (by_stream or {}).items():
         name = getattr(stream, "streamId", stream)
-        if not str(name).startswith("__"):
+        if not internal_stream(name):
             total += int(count)
     return total
 
