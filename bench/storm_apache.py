@@ -62,6 +62,39 @@ def storm_cluster(lab: Lab, root: Path) -> ApacheStormCluster:
     )
 
 
+def overhead(
+    ring: RingAccess, cluster: ApacheStormCluster, tmp: Path, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Tuples/s over ``--overhead-s``: checkpoints off (interval 1 h), every 1 s."""
+    rows = []
+    for label, interval in (("off", 3600.0), ("1 s", 1.0)):
+        report = run_on_storm(
+            topology_at(2, tmp),
+            ring=ring,
+            nimbus=cluster.nimbus,
+            options=StormRunOptions(
+                duration_s=args.overhead_s,
+                conf={
+                    "wordcount.lines": 300_000,
+                    "sr3.checkpoint.interval.s": interval,
+                },
+            ),
+            secret_in_conf=False,
+        )
+        cp = report["checkpoints"]
+        rows.append(
+            {
+                "checkpoints": label,
+                "tuples_per_s": report["throughput"]["tuples_per_s"],
+                "epochs": cp["count"],
+                "mean_pause_s": cp["mean_duration_s"],
+                "max_pause_s": cp["max_duration_s"],
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def measure(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
     conf = {
         "wordcount.lines": args.lines,
@@ -74,7 +107,7 @@ def measure(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
         cluster = storm_cluster(lab, Path(tmp) / "storm")
         cluster.start()
         try:
-            for par in args.par:
+            for par in [] if args.only_overhead else args.par:
                 path = topology_at(par, Path(tmp))
                 storm = run_on_storm(
                     path,
@@ -99,6 +132,9 @@ def measure(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
                     }
                 )
                 print(json.dumps(results["throughput"][-1]), flush=True)
+            if args.only_overhead:
+                results["overhead"] = overhead(ring, cluster, Path(tmp), args)
+                return results
             killed = run_on_storm(
                 topology_at(2, Path(tmp)),
                 ring=ring,
@@ -111,6 +147,7 @@ def measure(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
                 secret_in_conf=False,
             )
             results["worker_kill"] = killed["recoveries"]
+            results["overhead"] = overhead(ring, cluster, Path(tmp), args)
         finally:
             cluster.stop()
             ring.close()
@@ -122,6 +159,10 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=20000)
     parser.add_argument("--par", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--kill-at", type=float, default=3.0)
+    parser.add_argument("--overhead-s", type=float, default=30.0)
+    parser.add_argument(
+        "--only-overhead", action="store_true", help="skip throughput and the kill"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with bench_lab(3) as lab:
@@ -141,6 +182,12 @@ def main() -> None:
     ]
     headers = ["par", "Storm tuples/s", "local tuples/s", "Storm/local", "start s"]
     print(table(headers, rows))
+    for row in results.get("overhead") or []:
+        print(
+            f"checkpoints {row['checkpoints']}: {row['tuples_per_s']} tuples/s, "
+            f"{row['epochs']} epochs, pause mean {row['mean_pause_s']} s, "
+            f"max {row['max_pause_s']} s"
+        )
     for rec in results["worker_kill"] or []:
         t = rec["timeline"]
         print(

@@ -176,6 +176,7 @@ class _Run:
     clock: Callable[[], float]
     killed: list[tuple[Kill, float]] = field(default_factory=list)
     errors_checked_at: float = float("-inf")
+    interval_s: float = 1.0
     logs: set[Path] = field(default_factory=set)
 
     def inject(self, kill: Kill) -> None:
@@ -342,6 +343,7 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
         shutil.rmtree(scratch, ignore_errors=True)
     monitor = ControlMonitor(store, ring, topology.name, clock=clock)
     run = _Run(topology, session, topology_id, monitor, supervisors, kill_node, clock)
+    run.interval_s = float(conf.get(_INTERVAL_KEY, 1.0))
     monitor.start()
     try:
         return _drive(run, options, conf, submitted)
@@ -353,10 +355,14 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
 
 def _started(run: _Run, options: StormRunOptions) -> float:
     deadline = run.clock() + options.start_timeout_s
+    limit_s = options.duration_s if options.duration_s is not None else float("inf")
     while run.clock() < deadline:
-        first = run.monitor.first_commit_at()
-        if first is not None:
-            return run.monitor.first_seen_at() or first
+        # up once the coordinator (spout task 0) wrote its first control record
+        # and an epoch committed, or, with the interval longer than the run
+        # (checkpoints practically off), once the coordinator is up
+        seen, first = run.monitor.first_seen_at(), run.monitor.first_commit_at()
+        if seen is not None and (first is not None or run.interval_s > limit_s):
+            return seen
         run.check_errors()
         time.sleep(_POLL_S)
     errors = errors_of(run.session.topology_info(run.topology_id))
@@ -396,8 +402,14 @@ def _drive(
                 break
         run.check_errors()
         time.sleep(_POLL_S)
-    info = _settled_info(run)
+    # a finished run's counters settle; a running one's are read as they are
+    # (Storm's lag the executors' metrics interval behind)
     seconds = (final_at or run.clock()) - started
+    info = (
+        _settled_info(run)
+        if final_at is not None
+        else run.session.topology_info(run.topology_id)
+    )
     ring = run.monitor.ring
     interval = float(conf.get(_INTERVAL_KEY, 1.0))
     store = run.monitor.store
