@@ -62,6 +62,7 @@ __all__ = [
     "NativeCoordinator",
     "SpoutAgent",
     "checkpoint_mode",
+    "require_ring",
     "seconds",
     "step_name",
 ]
@@ -92,6 +93,24 @@ def checkpoint_mode(conf: Mapping[str, Any]) -> str:
         msg = f"{MODE_KEY}={mode!r} is invalid; use 'local' or 'native'"
         raise ConfigError(msg)
     return mode
+
+
+E_NO_RING: Final = (
+    "task {task}: sr3.checkpoint.mode=native but sr3.zk.hosts is not set, so its "
+    "state would live in this process only and be lost at the first failure; set "
+    "sr3.zk.hosts (and sr3.zk.chroot) in the topology conf, e.g. `sparse submit "
+    "-o sr3.zk.hosts=zk1:2181`, or in config.json's env options"
+)
+
+
+def require_ring(ring: object | None, conf: Mapping[str, Any], task: str) -> None:
+    """Refuse to run a task in native mode without the ring.
+
+    Raises:
+        ConfigError: native mode is asked for and ``ring`` is None.
+    """
+    if ring is None and checkpoint_mode(conf) == NATIVE:
+        raise ConfigError(E_NO_RING.format(task=task))
 
 
 def seconds(conf: Mapping[str, Any], key: str, default: float) -> float:

@@ -20,7 +20,7 @@ from storm_bridge.barriers import (
     task_index,
     with_barrier,
 )
-from storm_bridge.native import NATIVE, checkpoint_mode
+from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
 
 __all__ = ["ReplayableSpout"]
 
@@ -125,6 +125,7 @@ class ReplayableSpout(Spout):
 
         self._sr3_agent: Any = None
         ring = RingAccess.from_conf(storm_conf)
+        require_ring(ring, storm_conf, self._sr3_name)
         native = ring is not None and checkpoint_mode(storm_conf) == NATIVE
         if ring is not None:
             try:

@@ -29,7 +29,7 @@ from storm_bridge.barriers import (
 )
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.groupings import IntegerBoxing, fields_task_index
-from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode
+from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode, require_ring
 
 __all__ = ["StateKeyError", "StatefulBolt"]
 
@@ -172,6 +172,7 @@ class StatefulBolt(Bolt):
         from storm_bridge.wiring import RingAccess  # noqa: PLC0415 - ring clients on demand
 
         self._sr3_ring = RingAccess.from_conf(storm_conf)
+        require_ring(self._sr3_ring, storm_conf, self._sr3_owner)
         params: dict[str, Any] = {"owner": self._sr3_owner, "epoch": None}
         if self._sr3_ring is not None:
             record = self._sr3_ring.committed(self._sr3_topology)

@@ -114,6 +114,9 @@ def cluster_conf(
         "supervisor.monitor.frequency.secs": 1,
         "supervisor.heartbeat.frequency.secs": 2,
         "worker.heartbeat.frequency.secs": 1,
+        # executors report their counts to Nimbus every 60 s by default: run
+        # reports and `sr3 status` read them through Nimbus
+        "executor.metrics.frequency.secs": 1,
         "worker.heap.memory.mb": worker_heap_mb,
         "worker.childopts": f"-Xmx{worker_heap_mb}m -Djava.net.preferIPv4Stack=true",
         "topology.worker.logwriter.childopts": "-Xmx64m",

@@ -15,6 +15,7 @@ from storm_bridge.native import (
     NativeCoordinator,
     SpoutAgent,
     checkpoint_mode,
+    require_ring,
 )
 from zk.checkpoints import CommitRecord
 from zk.epochs import EpochControl, Phase
@@ -324,3 +325,10 @@ def test_native_stateful_specs_get_a_tick_unless_set() -> None:
     own = {**native, "topology.tick.tuple.freq.secs": 5}
     assert json.loads(Counter.spec(config=own).config) == own
     assert json.loads(Counter.spec(config={"a": 1}).config) == {"a": 1}
+
+
+def test_native_mode_without_the_ring_is_refused_naming_the_key() -> None:
+    require_ring(None, {"sr3.checkpoint.mode": "local"}, "wc/count/0")  # in memory
+    require_ring(object(), {"sr3.checkpoint.mode": "native"}, "wc/count/0")
+    with pytest.raises(ConfigError, match=r"wc/count/0: .*set sr3\.zk\.hosts"):
+        require_ring(None, {"sr3.checkpoint.mode": "native"}, "wc/count/0")
