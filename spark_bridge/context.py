@@ -42,7 +42,9 @@ __all__ = [
 ]
 
 #: Conf keys the bridge removes: they would make storm_bridge open its own ring.
-_STORM_RING_KEYS: Final = ("sr3.zk.hosts",)
+#: Keys that would make storm_bridge open a ring or run its native checkpoint
+#: protocol inside a Spark task; on Spark the bridge writes the state.
+_STORM_RING_KEYS: Final = ("sr3.zk.hosts", "sr3.checkpoint.mode")
 
 
 def _topology_conf(
@@ -56,8 +58,9 @@ def storm_conf(
 ) -> dict[str, Any]:
     """Return the Storm conf a task of ``component`` receives (module docstring).
 
-    The ``sr3.zk.hosts`` key is dropped so storm_bridge does not open a ring
-    itself: on Spark the bridge writes the state.
+    The ``sr3.zk.hosts`` and ``sr3.checkpoint.mode`` keys are dropped so
+    storm_bridge neither opens a ring nor runs its native protocol itself: on
+    Spark the bridge writes the state.
     """
     conf = component_conf(
         _topology_conf(topology, overrides), topology.components[component].config

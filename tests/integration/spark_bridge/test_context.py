@@ -168,3 +168,18 @@ def test_emitting_a_bare_string_fails_as_pystorm_refuses_it(
     first = str(failure.value).splitlines()[0]
     assert "bolt 'prose' failed on tuple ['b.log', 2]" in first
     assert "TypeError: All Tuples must be either lists or tuples" in first
+
+
+def test_a_topology_set_for_native_storm_checkpoints_runs_its_bolts_on_spark() -> None:
+    # a topology written for real Storm says sr3.checkpoint.mode=native; on Spark
+    # the bridge keeps the state, so its StatefulBolts must not ask for a ring
+    from spark_bridge.context import storm_conf  # noqa: PLC0415 (the unit under test)
+    from spark_bridge.hosting import BoltHost  # noqa: PLC0415
+
+    topology = load_topology(Path(__file__).parents[3] / "topologies" / "wordcount.py")
+    overrides = {"sr3.checkpoint.mode": "native", "sr3.zk.hosts": "127.0.0.1:1"}
+    conf = storm_conf(topology, "count", overrides)
+    assert "sr3.checkpoint.mode" not in conf
+    assert "sr3.zk.hosts" not in conf
+    host = BoltHost(topology, "count", 0, overrides)
+    assert host.instance.keyed_state is not None
