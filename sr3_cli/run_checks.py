@@ -17,7 +17,8 @@ from typing import Any, Final
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
 from storm_bridge.groupings import INTEGER_BOXING_KEY
-from storm_bridge.native import MODE_KEY
+from storm_bridge.kafka.settings import KAFKA_KEYS
+from storm_bridge.native import MODE_KEY, QUIET_KEY
 from storm_bridge.outputs import KEY_FIELDS_KEY
 from storm_bridge.runner import INTERVAL_KEY, TIMEOUT_KEY, NodeKill, TaskKill
 
@@ -35,32 +36,16 @@ __all__ = [
 #: one here, or ``sr3 run -o`` refuses it. The Spark one is spelled out
 #: (``spark_bridge.stages.ON_ERROR_KEY``): importing it would load pandas and
 #: pyarrow for every ``sr3 run``; so is the local cluster's idle quiet period.
-ENGINE_KEYS: Final = frozenset(
+ENGINE_KEYS: Final = KAFKA_KEYS | frozenset(
     {
         INTERVAL_KEY,
         TIMEOUT_KEY,
         MODE_KEY,
+        QUIET_KEY,
         KEY_FIELDS_KEY,
         INTEGER_BOXING_KEY,
         "sr3.idle.quiet.s",
         "sr3.on.error",
-        # storm_bridge.kafka.settings.KAFKA_KEYS, spelled out: importing it
-        # would load confluent-kafka for every `sr3 run`
-        "sr3.kafka.bootstrap",
-        "sr3.kafka.topics",
-        "sr3.kafka.topic.pattern",
-        "sr3.kafka.format",
-        "sr3.kafka.start",
-        "sr3.kafka.topic.wait.s",
-        "sr3.kafka.bad.records",
-        "sr3.kafka.dead.letter.topic",
-        "sr3.kafka.batch.records",
-        "sr3.kafka.poll.s",
-        "sr3.kafka.sink.topic",
-        "sr3.kafka.sink.guarantee",
-        "sr3.kafka.sink.key.field",
-        "sr3.kafka.sink.marker.topic",
-        "sr3.kafka.sink.poll.s",
     }
 )
 

@@ -28,7 +28,6 @@ checkpoint into its ring. Daemons are started by ``sr3 lab up --storm``, not her
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -40,6 +39,7 @@ from sr3.config import Sr3Config
 from sr3.errors import SR3Error
 from sr3_cli.lab import Lab, resolve_lab_dir
 from storm_bridge.apache import StormHome, jar_command, java_binary, storm_options
+from storm_bridge.apache.launcher import parse_option
 
 __all__ = ["local_command", "main", "translate_flux_args"]
 
@@ -148,18 +148,6 @@ def local_command(
     ]
 
 
-def _parse_option(text: str) -> tuple[str, object]:
-    key, sep, raw = text.partition("=")
-    if not sep or not key:
-        msg = f"-c wants KEY=VALUE, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    try:
-        value: object = json.loads(raw)
-    except ValueError:
-        value = raw
-    return key, value
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="storm",
@@ -172,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
         "-c",
         dest="options",
         action="append",
-        type=_parse_option,
+        type=parse_option,
         default=[],
         metavar="KEY=VALUE",
         help="conf override (repeatable)",

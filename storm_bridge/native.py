@@ -54,6 +54,7 @@ __all__ = [
     "MODE_KEY",
     "NATIVE",
     "OWNER",
+    "QUIET_KEY",
     "SPOUT",
     "BoltAgent",
     "CommitLog",
@@ -71,6 +72,8 @@ logger = logging.getLogger(__name__)
 
 #: Conf key choosing the checkpoint protocol.
 MODE_KEY: Final = "sr3.checkpoint.mode"
+#: Conf key of the time a rollback waits without stragglers before resuming.
+QUIET_KEY: Final = "sr3.checkpoint.rollback.quiet.s"
 LOCAL: Final = "local"
 NATIVE: Final = "native"
 #: Replays of a failed tree at one offset before it is dropped (a poison tuple).

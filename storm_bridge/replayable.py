@@ -20,7 +20,7 @@ from storm_bridge.barriers import (
     task_index,
     with_barrier,
 )
-from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
+from storm_bridge.native import NATIVE, QUIET_KEY, checkpoint_mode, require_ring
 
 __all__ = ["ReplayableSpout"]
 
@@ -28,7 +28,6 @@ logger = logging.getLogger(__name__)
 
 _INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
 _TIMEOUT_KEY: Final = "sr3.checkpoint.timeout.s"
-_QUIET_KEY: Final = "sr3.checkpoint.rollback.quiet.s"
 _COORDINATOR_POLL_S: Final = 0.02
 
 
@@ -171,7 +170,7 @@ class ReplayableSpout(Spout):
                 timeout_s=seconds(storm_conf, _TIMEOUT_KEY, 60.0),
                 clock=time.monotonic,
                 collect=functools.partial(_collect_manifests, ring),
-                quiet_s=seconds(storm_conf, _QUIET_KEY, 1.0),
+                quiet_s=seconds(storm_conf, QUIET_KEY, 1.0),
             )
             CoordinatorThread(
                 store=store,

@@ -30,6 +30,7 @@ __all__ = [
     "DAEMON_MAINS",
     "daemon_command",
     "jar_command",
+    "parse_option",
     "storm_options",
 ]
 
@@ -167,7 +168,8 @@ def jar_command(  # noqa: PLR0913 (keyword-only options)
     ]
 
 
-def _parse_option(text: str) -> tuple[str, object]:
+def parse_option(text: str) -> tuple[str, object]:
+    """Parse ``-c KEY=VALUE`` as Storm's launcher does (VALUE as JSON, else text)."""
     key, sep, raw = text.partition("=")
     if not sep or not key:
         msg = f"-c wants KEY=VALUE, got {text!r}"
@@ -195,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "-c",
         dest="options",
         action="append",
-        type=_parse_option,
+        type=parse_option,
         default=[],
         help="conf override KEY=VALUE (repeatable)",
     )

@@ -2,7 +2,14 @@
 
 :class:`KafkaSpout` reads partitions from offsets recorded in our epochs;
 :class:`KafkaSink` writes outputs exactly once, when their epoch commits.
+The errors and settings import without confluent-kafka (``sr3 run`` checks
+``sr3.kafka.*`` keys against :data:`~storm_bridge.kafka.settings.KAFKA_KEYS`);
+the spout and sink load it on first use.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from storm_bridge.kafka.errors import (
     KafkaBridgeError,
@@ -10,11 +17,14 @@ from storm_bridge.kafka.errors import (
     KafkaRecordError,
     KafkaTopicMissingError,
 )
-from storm_bridge.kafka.settings import SinkSettings, SpoutSettings
-from storm_bridge.kafka.sink import KafkaSink, deliver_committed, transactional_id
-from storm_bridge.kafka.spout import KafkaSpout, partition_key
+from storm_bridge.kafka.settings import KAFKA_KEYS, SinkSettings, SpoutSettings
+
+if TYPE_CHECKING:
+    from storm_bridge.kafka.sink import KafkaSink, deliver_committed, transactional_id
+    from storm_bridge.kafka.spout import KafkaSpout, partition_key
 
 __all__ = [
+    "KAFKA_KEYS",
     "KafkaBridgeError",
     "KafkaOffsetGoneError",
     "KafkaRecordError",
@@ -27,3 +37,22 @@ __all__ = [
     "partition_key",
     "transactional_id",
 ]
+
+#: Exports imported on first use: they load confluent-kafka.
+_LAZY = {
+    "KafkaSink": "storm_bridge.kafka.sink",
+    "deliver_committed": "storm_bridge.kafka.sink",
+    "transactional_id": "storm_bridge.kafka.sink",
+    "KafkaSpout": "storm_bridge.kafka.spout",
+    "partition_key": "storm_bridge.kafka.spout",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        msg = f"module 'storm_bridge.kafka' has no attribute {name!r}"
+        raise AttributeError(msg)
+    import importlib  # noqa: PLC0415 (lazy export)
+
+    return getattr(importlib.import_module(module), name)
