@@ -1,0 +1,249 @@
+"""Native-mode agents: what one replayable spout task and one stateful task decide.
+
+Pure bookkeeping, no ZooKeeper: :class:`SpoutAgent` tracks the trees a spout
+task emitted and asks for a rollback when one fails; :class:`BoltAgent` says
+what a control record asks of a stateful task. The protocol they follow is in
+:mod:`storm_bridge.native`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Final
+
+from zk.epochs import EpochControl, Phase
+
+__all__ = ["MAX_REPLAYS", "RESUMED", "BoltAgent", "SpoutAgent", "as_int"]
+
+logger = logging.getLogger(__name__)
+
+#: Replays of a failed tree at one offset before it is dropped (a poison tuple).
+MAX_REPLAYS: Final = 3
+#: Phases that follow a rollback's RUNNING: a watch may coalesce RUNNING away.
+RESUMED: Final = frozenset({Phase.RUNNING, Phase.PAUSE, Phase.SNAPSHOT})
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """A tree a replayable spout task emitted and Storm still tracks."""
+
+    user_id: Any
+    offset: Any
+    #: Generation the spout followed when it emitted the tree (None: none yet).
+    generation: int | None
+
+
+class SpoutAgent:
+    """Native-mode bookkeeping of one replayable spout task (its main thread).
+
+    The control record arrives through a ZooKeeper watch (:meth:`on_control`,
+    any thread); the spout reads it before each ``next_tuple``.
+
+    A failed tree (a tuple that raised, timed out or died with its task) never
+    replays on its own: replaying from the spout alone would feed the tuples
+    after it twice to stateful tasks that had seen them, and a join that had
+    already emitted would not emit again. The spout asks for a rollback instead
+    (:meth:`take_rollback`): every owner restores the last committed epoch and
+    every spout seeks to its offset. A tree failing at one offset more than
+    :data:`MAX_REPLAYS` times (a poison tuple) is still rolled back, and its
+    offset is then skipped (:meth:`skips`), so it has no effect at all.
+
+    Args:
+        name: The spout task (``component/index``).
+        bumped: Whether this task bumped the generation when it started (it then
+            waits for the rollback's RUNNING before emitting).
+    """
+
+    def __init__(self, *, name: str, bumped: bool) -> None:
+        self.name = name
+        self.control: EpochControl | None = None
+        self.bumped = bumped
+        #: Control records of an older generation are ignored (set after a bump).
+        self.min_generation = 0
+        #: Generation whose RUNNING this task follows (None: none seen yet).
+        self.generation: int | None = None
+        self._pending: dict[int, _Tree] = {}
+        self._seq = 0
+        #: Generation a rollback is to be asked from (set by a failed tree).
+        self._rollback: tuple[int | None] | None = None
+        #: A rollback was asked for and this task has not rewound since.
+        self._requested = False
+        self._failures: dict[str, int] = {}
+        self._poisoned: set[str] = set()
+        self._reported: set[str] = set()
+
+    def on_control(self, control: EpochControl | None) -> None:
+        """Remember the latest control record (called by the watch)."""
+        self.control = control
+
+    @property
+    def pending(self) -> int:
+        """Trees emitted and neither acked nor failed yet."""
+        return len(self._pending)
+
+    @property
+    def requested(self) -> bool:
+        """Whether this task asked for a rollback that has not ended yet."""
+        return self._requested or self._rollback is not None
+
+    def follow(self, generation: int) -> None:
+        """Follow ``generation``'s RUNNING (trees emitted before it join it)."""
+        if self.generation is None:
+            self._pending = {
+                seq: tree
+                if tree.generation is not None
+                else _Tree(tree.user_id, tree.offset, generation)
+                for seq, tree in self._pending.items()
+            }
+        self.generation = generation
+
+    def track(self, user_id: Any, offset: Any = None) -> int:
+        """Return the message id of a new emit at ``offset``."""
+        self._seq += 1
+        self._pending[self._seq] = _Tree(user_id, offset, self.generation)
+        return self._seq
+
+    def skips(self, offset: Any) -> bool:
+        """Whether an emit at ``offset`` is a dropped poison tuple."""
+        return offset is not None and repr(offset) in self._poisoned
+
+    def acked(self, seq: Any) -> Any:
+        """Forget an acked tree; return the user's message id (or None)."""
+        tree = self._pending.pop(as_int(seq), None)
+        return None if tree is None else tree.user_id
+
+    def failed(self, seq: Any) -> Any:
+        """Note a failed tree and ask for a rollback; return the user's id.
+
+        A tree of a generation already being rolled back asks for nothing: that
+        rollback replays it. One that failed :data:`MAX_REPLAYS` times at the
+        same offset (a poison tuple) is rolled back once more, then skipped.
+        """
+        tree = self._pending.pop(as_int(seq), None)
+        if tree is None:
+            return None
+        if not self._current(tree):
+            return tree.user_id
+        if tree.offset is not None:
+            mark = repr(tree.offset)
+            self._failures[mark] = self._failures.get(mark, 0) + 1
+            if self._failures[mark] > MAX_REPLAYS:
+                logger.error(
+                    "spout %s: tree at offset %r failed %s times; dropped (it is "
+                    "skipped after the rollback)",
+                    self.name,
+                    tree.offset,
+                    self._failures[mark],
+                )
+                self._poisoned.add(mark)
+        self._rollback = (tree.generation,)
+        return tree.user_id
+
+    def _current(self, tree: _Tree) -> bool:
+        """Whether ``tree`` failed in the generation running, no rollback asked."""
+        if self.requested or tree.generation != self.generation:
+            return False
+        control = self.control
+        return control is None or control.generation == self.generation
+
+    def take_rollback(self) -> tuple[bool, int | None]:
+        """Return (whether to ask for a rollback, generation it rolls back)."""
+        rollback, self._rollback = self._rollback, None
+        if rollback is None:
+            return False, None
+        self._requested = True
+        return True, rollback[0]
+
+    @staticmethod
+    def rewinding(control: EpochControl) -> bool:
+        """Whether ``control`` is a rollback under way (nothing to adopt yet)."""
+        return control.phase not in RESUMED
+
+    def rewinds(self, control: EpochControl) -> bool:
+        """Whether ``control`` shows a rollback ended that this task has not followed.
+
+        A watch may skip RUNNING: a later PAUSE or SNAPSHOT of a newer generation
+        also means the spouts resumed after the rollback.
+        """
+        return control.phase in RESUMED and self.generation != control.generation
+
+    def reset(self) -> None:
+        """Forget pending trees and asked rollbacks (a rollback sought the spout)."""
+        self._pending.clear()
+        self._rollback = None
+        self._requested = False
+
+    def report_once(self, step: str) -> bool:
+        """Return True the first time ``step`` is reported."""
+        if step in self._reported:
+            return False
+        self._reported.add(step)
+        return True
+
+
+def as_int(seq: Any) -> int:
+    """Return ``seq`` as an int (-1 when it is none: an id Storm did not give)."""
+    try:
+        return int(seq)
+    except (TypeError, ValueError):
+        return -1
+
+
+class BoltAgent:
+    """Native-mode decisions of one stateful task (pure; the caller holds a lock).
+
+    Args:
+        bumped: Whether this task bumped the generation when it started: it then
+            snapshots nothing before restoring in a rollback.
+    """
+
+    SNAPSHOT: Final = "snapshot"
+    RESTORE: Final = "restore"
+
+    def __init__(self, *, bumped: bool) -> None:
+        #: Control records of an older generation are ignored (set after a bump).
+        self.min_generation = 0
+        self._synced: int | None = None
+        self._adopt = not bumped
+        self._done: set[str] = set()
+        #: Generation restored and not yet RUNNING: data tuples are stragglers.
+        self.awaiting: int | None = None
+
+    def action(self, control: EpochControl | None) -> str | None:
+        """Return what ``control`` asks of this task now (None: nothing)."""
+        if control is None or control.generation < self.min_generation:
+            return None
+        generation = control.generation
+        if self._adopt:
+            self._adopt = False
+            self._synced = generation
+        if self.awaiting == generation and control.phase in RESUMED:
+            self.awaiting = None
+        if control.step() in self._done:
+            return None
+        if control.phase is Phase.SNAPSHOT and self._synced == generation:
+            return self.SNAPSHOT
+        if control.phase is Phase.RESTORE:
+            return self.RESTORE
+        return None
+
+    def done(self, control: EpochControl, action: str) -> None:
+        """Record that ``action`` of ``control`` completed."""
+        self._done.add(control.step())
+        if action == self.RESTORE:
+            self._synced = control.generation
+            self.awaiting = control.generation
+
+    def resumed(self, control: EpochControl | None) -> bool:
+        """Whether a straggler check read shows the rollback's RUNNING."""
+        if self.awaiting is None:
+            return True
+        if (
+            control is not None
+            and control.phase in RESUMED
+            and control.generation == self.awaiting
+        ):
+            self.awaiting = None
+            return True
+        return False
