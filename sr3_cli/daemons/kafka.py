@@ -356,7 +356,7 @@ class KafkaBroker:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 while not self._gone(pid):
-                    time.sleep(_POLL_S)
+                    time.sleep(_POLL_S)  # the broker is not answering yet: poll
         if self._info is not None:
             info = self._info
             self._info = BrokerInfo(info.port, info.controller_port, info.cluster_id)

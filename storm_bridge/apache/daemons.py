@@ -552,7 +552,7 @@ class ApacheStormCluster:
                     log=self.root / f"{name}.out", tail=self.log_tail(name),
                 )  # fmt: skip
                 raise StormClusterError(msg)
-            time.sleep(_POLL_S)
+            time.sleep(_POLL_S)  # readiness through Thrift/proc: poll to a deadline
 
     def _check_started(self) -> None:
         """Raise if a daemon started by this object has exited."""
@@ -634,7 +634,7 @@ class ApacheStormCluster:
                 seen = self.summary()
                 if len(seen.supervisors) == count:
                     return seen
-            time.sleep(_POLL_S)
+            time.sleep(_POLL_S)  # readiness through Thrift/proc: poll to a deadline
         have = (
             "Nimbus unreachable" if seen is None else f"{len(seen.supervisors)} listed"
         )

@@ -208,7 +208,7 @@ class _Run:
                         f"--kill-supervisor {kill.index}: supervisor-{number} lives on"
                     )
                     raise StormRunError(msg)
-                time.sleep(_POLL_S)
+                time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
             self.supervisors.restart_supervisor(number)
         else:
             if self.kill_node is None:
@@ -289,7 +289,7 @@ def _wait_gone(session: NimbusSession, run: _Run, clock: Callable[[], float]) ->
             run.topology_id
         ):
             return
-        time.sleep(_POLL_S)
+        time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
     logger.warning("topology %s still has workers after its kill", run.topology.name)
 
 
@@ -364,7 +364,7 @@ def _started(run: _Run, options: StormRunOptions) -> float:
         if seen is not None and (first is not None or run.interval_s > limit_s):
             return seen
         run.check_errors()
-        time.sleep(_POLL_S)
+        time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
     errors = errors_of(run.session.topology_info(run.topology_id))
     detail = (
         "Storm reported: " + " | ".join(errors[-3:])
@@ -401,7 +401,7 @@ def _drive(
             if final_at is not None:
                 break
         run.check_errors()
-        time.sleep(_POLL_S)
+        time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
     # a finished run's counters settle; a running one's are read as they are
     # (Storm's lag the executors' metrics interval behind)
     seconds = (final_at or run.clock()) - started
@@ -461,7 +461,7 @@ def _settled_info(run: _Run) -> Any:
         if totals == last and any(totals):
             break
         last = totals
-        time.sleep(_STATS_POLL_S)
+        time.sleep(_STATS_POLL_S)  # Nimbus stats refresh every second: poll
         info = run.session.topology_info(run.topology_id)
     return info
 

@@ -254,7 +254,7 @@ def _wait(
     while time.monotonic() < deadline:
         if ready():
             return
-        time.sleep(0.5)
+        time.sleep(0.5)  # polling a daemon of the loopback run; bounded by deadline
     tails = "\n".join(h.tails() for h in hosts.values())
     pytest.fail(f"{what} within {timeout_s} s\n{tails}")
 

@@ -94,7 +94,7 @@ def test_lab_down_without_lab_json_stops_its_spark_daemons_too(
         try:
             lab.start_spark(cores=1, memory="512m")  # what `sr3 lab up --spark` runs
         except SparkMissingError as exc:
-            pytest.skip(f"Spark cannot run here: {exc}")
+            pytest.fail(f"Spark cannot run here ({exc}); `make setup` installs it")
         try:
             running = lab_pids(root)
             assert len(running) == 4 and all(alive(pid) for pid in running)

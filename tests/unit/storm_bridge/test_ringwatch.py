@@ -49,7 +49,7 @@ def eventually(check: Callable[[], bool]) -> bool:
     while not check():
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.01)
+        time.sleep(0.01)  # departures run on threads: poll, bounded by TIMEOUT_S
     return True
 
 
