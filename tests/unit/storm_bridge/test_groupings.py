@@ -55,6 +55,7 @@ fit 32 bits for Storm >= 2.6 (json-smart); the ``int_*`` lines are the latter.
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -127,6 +128,124 @@ def test_golden_java_vectors(
         mod4,
         mod7,
     ]
+
+
+# Where Storm 2.8.3 itself sends a tuple whose only field is grouped on, among 5
+# tasks and among 7: (value as the router decodes it, task index of 5 and of 7
+# under `integer` boxing, the same under `long` boxing). Produced once, not by
+# hand: each value was emitted as pystorm emits it (``simplejson.dumps`` of
+# ``{"command": "emit", "tuple": [value]}`` then ``end``), and this program, run
+# with OpenJDK 17 on the jars of .cache/storm-2.8.3/lib-worker, read the emits
+# with Storm's own multilang ``JsonSerializer`` (json-smart) and routed them with
+# Storm's own ``GrouperFactory.FieldsGrouper`` (``TupleUtils.chooseTaskIndex``:
+# ``Math.floorMod(Arrays.deepHashCode(values), numTasks)``). The `long` columns
+# route the same tuple with json-simple's types (Storm < 2.6): every integer a
+# ``Long``, every decimal a ``Double``::
+#
+#     static Object widen(Object v) {
+#         if (v instanceof Integer) return Long.valueOf((Integer) v);
+#         if (v instanceof BigDecimal) return ((BigDecimal) v).doubleValue();
+#         if (v instanceof List) { /* widen each item */ }
+#         return v;
+#     }
+#     static int route(List<Object> tuple, List<Integer> tasks) {
+#         GrouperFactory.FieldsGrouper g = new GrouperFactory.FieldsGrouper(
+#             new Fields("value"), Grouping.fields(Arrays.asList("value")));
+#         g.prepare(null, null, tasks);
+#         return g.chooseTasks(0, tuple).get(0);
+#     }
+#     public static void main(String[] args) throws Exception {
+#         JsonSerializer s = new JsonSerializer();
+#         s.initialize(OutputStream.nullOutputStream(), System.in);
+#         List<Integer> five = Arrays.asList(10, 11, 12, 13, 14);
+#         List<Integer> seven = Arrays.asList(20, 21, 22, 23, 24, 25, 26);
+#         for (int i = 0; i < Integer.parseInt(args[0]); i++) {
+#             List<Object> t = s.readShellMsg().getTuple();
+#             List<Object> w = new ArrayList<>();
+#             for (Object o : t) w.add(widen(o));
+#             System.out.println((route(t, five) - 10) + " " + (route(t, seven) - 20)
+#                 + " " + (route(w, five) - 10) + " " + (route(w, seven) - 20));
+#         }
+#     }
+#
+# The comment after each row is the Java class json-smart gave the value.
+STORM_2_8_3_ROUTES = [
+    (0, 1, 3, 1, 3),  # Integer
+    (1, 2, 4, 2, 4),  # Integer
+    (42, 3, 3, 3, 3),  # Integer
+    (-1, 0, 2, 1, 3),  # Integer
+    (-12345, 1, 6, 0, 6),  # Integer
+    (2**31 - 1, 2, 0, 2, 0),  # Integer
+    (2**31, 3, 1, 3, 1),  # Long
+    (-(2**31), 3, 1, 2, 0),  # Integer
+    (-(2**31) - 1, 3, 1, 3, 1),  # Long
+    (2**40 + 7, 4, 0, 4, 0),  # Long
+    (-(2**53), 4, 2, 4, 2),  # Long
+    (2**63 - 1, 3, 1, 3, 1),  # Long
+    (-(2**63), 3, 1, 3, 1),  # Long
+    (2**64, 2, 5, 2, 5),  # BigInteger
+    (-98765432109876543210, 3, 6, 3, 6),  # BigInteger
+    (1.5, 2, 2, 2, 2),  # Double
+    (-0.1, 4, 3, 4, 3),  # Double
+    (0.0, 1, 3, 1, 3),  # Double
+    (-0.0, 3, 1, 3, 1),  # Double
+    (3.0, 3, 6, 3, 6),  # Double
+    (1e100, 3, 0, 3, 0),  # Double
+    (1e-07, 3, 0, 3, 0),  # Double
+    (123456.789, 1, 0, 1, 0),  # Double
+    (True, 2, 2, 2, 2),  # Boolean
+    (False, 3, 1, 3, 1),  # Boolean
+    (None, 1, 3, 1, 3),  # null
+    ("", 1, 3, 1, 3),  # String
+    ("dog", 0, 2, 0, 2),  # String
+    ("café über", 1, 3, 1, 3),  # String
+    ("a😀b", 0, 3, 0, 3),  # String
+    ("日本語", 4, 1, 4, 1),  # String
+    ("-1", 0, 5, 0, 5),  # String
+    ([], 2, 4, 2, 4),  # List
+    ([1, "a"], 0, 0, 0, 0),  # [Integer, String]
+    (["a", 1, [2.5, None]], 1, 0, 1, 0),  # [String, Integer, [Double, null]]
+    ([2**40, -1, True], 3, 6, 4, 2),  # [Long, Integer, Boolean]
+    ([[-(2**31) - 1], "x"], 0, 6, 0, 6),  # [[Long], String]
+]
+
+# json-smart reads a decimal whose JSON text is longer than 18 characters as a
+# BigDecimal, not a Double (``JSONParserBase.extractFloat``), and BigDecimal
+# hashes differently: Storm >= 2.6 routes these elsewhere than the router does.
+BIG_DECIMAL_ROUTES = [
+    (0.1 + 0.2, 1, 5, 4, 1),  # BigDecimal "0.30000000000000004"
+    (-1 / 3, 4, 2, 2, 6),  # BigDecimal "-0.3333333333333333"
+]
+BIG_DECIMAL_BUG = (
+    "the router hashes every JSON decimal as a Double; Storm 2.6+ (json-smart) "
+    "makes one longer than 18 characters a BigDecimal"
+)
+
+
+def _storm_routes() -> list[object]:
+    params: list[object] = []
+    for value, int5, int7, long5, long7 in STORM_2_8_3_ROUTES + BIG_DECIMAL_ROUTES:
+        big = any(value is row[0] for row in BIG_DECIMAL_ROUTES)
+        params.append(pytest.param(value, LONG, long5, long7, id=f"long-{value!r}"))
+        marks = [pytest.mark.xfail(strict=True, reason=BIG_DECIMAL_BUG)] if big else []
+        params.append(
+            pytest.param(
+                value, INTEGER, int5, int7, id=f"integer-{value!r}", marks=marks
+            )
+        )
+    return params
+
+
+@pytest.mark.parametrize(("value", "boxing", "index5", "index7"), _storm_routes())
+def test_fields_grouper_sends_each_value_where_storm_2_8_3_does(
+    value: object, boxing: IntegerBoxing, index5: int, index7: int
+) -> None:
+    routed = json.loads(json.dumps([value]))  # as the router decodes an emit
+    for tasks, index in (([14, 12, 10, 13, 11], index5), (range(20, 27), index7)):
+        grouper = FieldsGrouper(
+            list(tasks), output_fields=["value"], group_fields=["value"], boxing=boxing
+        )
+        assert grouper.choose_tasks(routed) == [sorted(tasks)[index]]
 
 
 def test_words_over_five_tasks() -> None:
