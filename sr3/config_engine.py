@@ -1,0 +1,142 @@
+"""The config sections the engines read: checkpoints, Storm, outputs, Kafka.
+
+Composed into :class:`sr3.config.Sr3Config` next to the cluster's sections;
+their keys are rows of :data:`sr3.config_table.KEYS` like every other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sr3.config_table import validate_section
+
+__all__ = ["CheckpointConfig", "KafkaConfig", "OutputConfig", "StormConfig"]
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """The checkpoint protocol of a topology (one value per topology).
+
+    Attributes:
+        interval_s: ``sr3.checkpoint.interval.s``, time between checkpoint
+            epochs (default 1 s).
+        timeout_s: ``sr3.checkpoint.timeout.s``, an epoch not committed after
+            this long is aborted and rolled back (default 60 s).
+        mode: ``sr3.checkpoint.mode``, ``local`` (default: ``sr3 run``'s
+            coordinator drives the epochs) or ``native`` (the tasks run the
+            protocol over ZooKeeper, as on a real Storm cluster).
+        rollback_quiet_s: ``sr3.checkpoint.rollback.quiet.s``, native mode: time
+            a rollback waits without stragglers before resuming (default 1 s).
+
+    Raises:
+        ConfigError: a value is outside its key's accepted values.
+    """
+
+    interval_s: float = 1.0
+    timeout_s: float = 60.0
+    mode: str = "local"
+    rollback_quiet_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        validate_section(self, "checkpoint")
+
+
+@dataclass(frozen=True)
+class StormConfig:
+    """Storm compatibility and the local cluster.
+
+    Attributes:
+        integer_boxing: ``sr3.storm.json.integer.boxing``, how fields groupings
+            hash JSON integers: ``long`` (default; json-simple, Storm < 2.6) or
+            ``integer`` (json-smart, Storm >= 2.6).
+        idle_quiet_s: ``sr3.idle.quiet.s``, spouts: how long ``next`` must emit
+            nothing before the spout counts as dry for ``--until-idle``
+            (default 2 s; a JSON number, as Storm's conf validation requires).
+
+    Raises:
+        ConfigError: a value is outside its key's accepted values.
+    """
+
+    integer_boxing: str = "long"
+    idle_quiet_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        validate_section(self, "storm")
+
+
+@dataclass(frozen=True)
+class OutputConfig:
+    """A component's outputs and errors (per component).
+
+    Attributes:
+        key_fields: ``sr3.output.key.fields``, the fields keying a sink's output
+            tuples (default None: the stream's first field).
+        on_error: ``sr3.on.error``, Spark engine: what a bolt's exception does,
+            ``fail`` (default: fail the query) or ``dead-letter`` (divert the
+            tuple to a dead row).
+
+    Raises:
+        ConfigError: a value is outside its key's accepted values.
+    """
+
+    key_fields: tuple[str, ...] | None = None
+    on_error: str = "fail"
+
+    def __post_init__(self) -> None:
+        validate_section(self, "output")
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """The Kafka spout's and sink's keys, each checked alone.
+
+    Rules between keys (a spout needs topics or a pattern, not both) are the
+    spout's and sink's settings' (``storm_bridge.kafka.settings``).
+
+    Attributes:
+        bootstrap: ``sr3.kafka.bootstrap``, the brokers (default empty; the
+            spout and sink require it).
+        topics: ``sr3.kafka.topics``, topics the spout reads (default none).
+        topic_pattern: ``sr3.kafka.topic.pattern``, a regular expression matched
+            against whole topic names (default None).
+        record_format: ``sr3.kafka.format``, ``text`` (default) or ``json``.
+        start: ``sr3.kafka.start``, ``earliest`` (default) or ``latest``.
+        topic_wait_s: ``sr3.kafka.topic.wait.s``, wait for a missing topic
+            (default 0: fail at once).
+        bad_records: ``sr3.kafka.bad.records``, ``fail`` (default) or
+            ``dead-letter``.
+        dead_letter_topic: ``sr3.kafka.dead.letter.topic`` (default None).
+        batch_records: ``sr3.kafka.batch.records``, records one ``next_tuple``
+            emits at most (default 500).
+        poll_s: ``sr3.kafka.poll.s``, ``next_tuple``'s wait (default 0.05 s).
+        sink_topic: ``sr3.kafka.sink.topic`` (default empty; the sink requires it).
+        sink_guarantee: ``sr3.kafka.sink.guarantee``, ``exactly-once`` (default)
+            or ``at-least-once``.
+        sink_key_field: ``sr3.kafka.sink.key.field`` (default None: unkeyed).
+        sink_marker_topic: ``sr3.kafka.sink.marker.topic`` (default
+            ``_sr3_sink_commits``).
+        sink_poll_s: ``sr3.kafka.sink.poll.s``, how often the committed epoch is
+            read (default 0.05 s).
+
+    Raises:
+        ConfigError: a value is outside its key's accepted values.
+    """
+
+    bootstrap: str = ""
+    topics: tuple[str, ...] = ()
+    topic_pattern: str | None = None
+    record_format: str = "text"
+    start: str = "earliest"
+    topic_wait_s: float = 0.0
+    bad_records: str = "fail"
+    dead_letter_topic: str | None = None
+    batch_records: int = 500
+    poll_s: float = 0.05
+    sink_topic: str = ""
+    sink_guarantee: str = "exactly-once"
+    sink_key_field: str | None = None
+    sink_marker_topic: str = "_sr3_sink_commits"
+    sink_poll_s: float = 0.05
+
+    def __post_init__(self) -> None:
+        validate_section(self, "kafka")
