@@ -64,7 +64,7 @@ from spark_bridge.rows import (
     rows_of,
 )
 from sr3.codec import decode_value, encode_value
-from sr3.errors import ConfigError
+from sr3.config import KEYS, read_setting
 from sr3.state import KeyState
 from storm_bridge.groupings import IntegerBoxing, fields_task_index
 from storm_bridge.topology import LoadedTopology
@@ -92,7 +92,7 @@ __all__ = [
 #: Conf key choosing what a bolt's exception does.
 ON_ERROR_KEY: Final = "sr3.on.error"
 #: Allowed values of ``sr3.on.error``: fail the query, or divert to a dead row.
-ON_ERROR_POLICIES: Final = ("fail", "dead-letter")
+ON_ERROR_POLICIES: Final[tuple[str, ...]] = KEYS[ON_ERROR_KEY].choices
 _ALL: Final = "ALL"
 _FIELDS: Final = "FIELDS"
 #: Seq prefix of emits at the end of a partition: sorts after every tuple's seq.
@@ -105,16 +105,11 @@ def error_policy(
     """Return the ``sr3.on.error`` policy of ``component`` (default ``"fail"``).
 
     Raises:
-        ConfigError: the merged conf holds another value.
+        ConfigError: the merged conf holds another value (checked by the
+            key's row of :data:`sr3.config.KEYS`).
     """
-    value = storm_conf(topology, component, overrides).get(ON_ERROR_KEY, "fail")
-    if value not in ON_ERROR_POLICIES:
-        msg = (
-            f"component {component!r}: {ON_ERROR_KEY}={value!r} is not one of "
-            f"{', '.join(ON_ERROR_POLICIES)}; fix the topology or component config"
-        )
-        raise ConfigError(msg)
-    return str(value)
+    conf = storm_conf(topology, component, overrides)
+    return str(read_setting(conf, ON_ERROR_KEY, where=f"component {component!r}:"))
 
 
 def frame_of(rows: Sequence[Row]) -> pd.DataFrame:

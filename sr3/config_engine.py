@@ -6,9 +6,11 @@ their keys are rows of :data:`sr3.config_table.KEYS` like every other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sr3.config_table import validate_section
+from sr3.config_table import section_values, validate_section
 
 __all__ = ["CheckpointConfig", "KafkaConfig", "OutputConfig", "StormConfig"]
 
@@ -40,6 +42,15 @@ class CheckpointConfig:
     def __post_init__(self) -> None:
         validate_section(self, "checkpoint")
 
+    @classmethod
+    def from_mapping(cls, conf: Mapping[str, Any]) -> CheckpointConfig:
+        """Read this section's keys of a (merged) Storm conf; others are ignored.
+
+        Raises:
+            ConfigError: a value is not accepted.
+        """
+        return cls(**section_values("checkpoint", conf))
+
 
 @dataclass(frozen=True)
 class StormConfig:
@@ -63,6 +74,15 @@ class StormConfig:
     def __post_init__(self) -> None:
         validate_section(self, "storm")
 
+    @classmethod
+    def from_mapping(cls, conf: Mapping[str, Any]) -> StormConfig:
+        """Read this section's keys of a (merged) Storm conf; others are ignored.
+
+        Raises:
+            ConfigError: a value is not accepted.
+        """
+        return cls(**section_values("storm", conf))
+
 
 @dataclass(frozen=True)
 class OutputConfig:
@@ -84,6 +104,15 @@ class OutputConfig:
 
     def __post_init__(self) -> None:
         validate_section(self, "output")
+
+    @classmethod
+    def from_mapping(cls, conf: Mapping[str, Any]) -> OutputConfig:
+        """Read this section's keys of a (merged) Storm conf; others are ignored.
+
+        Raises:
+            ConfigError: a value is not accepted.
+        """
+        return cls(**section_values("output", conf))
 
 
 @dataclass(frozen=True)
@@ -140,3 +169,12 @@ class KafkaConfig:
 
     def __post_init__(self) -> None:
         validate_section(self, "kafka")
+
+    @classmethod
+    def from_mapping(cls, conf: Mapping[str, Any]) -> KafkaConfig:
+        """Read this section's keys of a (merged) Storm conf; others are ignored.
+
+        Raises:
+            ConfigError: a value is not accepted.
+        """
+        return cls(**section_values("kafka", conf))

@@ -37,6 +37,7 @@ __all__ = [
     "is_config_key",
     "read_setting",
     "section_keys",
+    "section_values",
     "unknown_key_message",
     "unknown_keys",
     "validate_section",
@@ -256,6 +257,18 @@ _NOT_KEY_PREFIXES: Final = ("sr3.source.",)
 def section_keys(section: str) -> tuple[Key, ...]:
     """Return the keys of one :class:`~sr3.config.Sr3Config` section."""
     return tuple(key for key in _ROWS if key.section == section)
+
+
+def section_values(section: str, conf: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``{attribute: typed value}`` of one section's keys in ``conf``.
+
+    Only that section's keys are read (and checked); unset ones take the
+    default.
+
+    Raises:
+        ConfigError: a value is not accepted.
+    """
+    return {key.attr: key.read(conf) for key in section_keys(section)}
 
 
 def is_config_key(name: str) -> bool:

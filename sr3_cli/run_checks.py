@@ -7,20 +7,16 @@ naming no node) is refused here, while the last committed state is still intact.
 
 from __future__ import annotations
 
-import difflib
 import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from sr3.config import Sr3Config
+from sr3.config import KEYS, Sr3Config
+from sr3.config_table import unknown_key_message, unknown_keys
 from sr3.errors import ConfigError
-from storm_bridge.groupings import INTEGER_BOXING_KEY
-from storm_bridge.kafka.settings import KAFKA_KEYS
-from storm_bridge.native import MODE_KEY, QUIET_KEY
-from storm_bridge.outputs import KEY_FIELDS_KEY
-from storm_bridge.runner import INTERVAL_KEY, TIMEOUT_KEY, NodeKill, TaskKill
+from storm_bridge.runner import NodeKill, TaskKill
 
 __all__ = [
     "ENGINE_KEYS",
@@ -32,44 +28,25 @@ __all__ = [
     "parse_node_kill",
 ]
 
-#: ``sr3.*`` conf keys the engines read besides :class:`Sr3Config`'s: add a new
-#: one here, or ``sr3 run -o`` refuses it. The Spark one is spelled out
-#: (``spark_bridge.stages.ON_ERROR_KEY``): importing it would load pandas and
-#: pyarrow for every ``sr3 run``; so is the local cluster's idle quiet period.
-ENGINE_KEYS: Final = KAFKA_KEYS | frozenset(
-    {
-        INTERVAL_KEY,
-        TIMEOUT_KEY,
-        MODE_KEY,
-        QUIET_KEY,
-        KEY_FIELDS_KEY,
-        INTEGER_BOXING_KEY,
-        "sr3.idle.quiet.s",
-        "sr3.on.error",
-    }
-)
+#: Every ``sr3.*`` key ``sr3 run -o`` accepts: the rows of :data:`sr3.config.KEYS`
+#: (a key the engines read gets its row there, or ``-o`` refuses it).
+ENGINE_KEYS: Final = frozenset(KEYS)
 
 
 def check_conf(conf: Mapping[str, Any]) -> None:
     """Check the ``sr3.*`` keys of ``-o`` overrides; other keys are the topology's.
 
+    Every value is checked by its key's row of :data:`sr3.config.KEYS`, as the
+    engines will read it, so a bad one fails here and not mid-run.
+
     Raises:
         ConfigError: an unknown ``sr3.*`` key (with the closest known ones), or a
-            value :class:`Sr3Config` refuses.
+            value :class:`Sr3Config` refuses (naming the accepted values).
     """
-    core = set(Sr3Config.known_keys())
-    known = sorted(core | ENGINE_KEYS)
-    for key in conf:
-        if key.startswith("sr3.") and key not in known:
-            close = difflib.get_close_matches(key, known, n=3)
-            hint = (
-                f"did you mean {' or '.join(close)}?"
-                if close
-                else f"known keys: {', '.join(known)}"
-            )
-            msg = f"-o {key}: unknown sr3 key; {hint}"
-            raise ConfigError(msg)
-    Sr3Config.from_mapping({k: v for k, v in conf.items() if k in core})
+    for key in unknown_keys(conf):
+        msg = f"-o {key}: {unknown_key_message(key)}"
+        raise ConfigError(msg)
+    Sr3Config.from_mapping(conf)
 
 
 def check_topology_file(path: str) -> None:

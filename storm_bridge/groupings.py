@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from sr3.errors import ConfigError
+from sr3.config import read_setting
 
 __all__ = [
     "AllGrouper",
@@ -72,17 +72,10 @@ class IntegerBoxing(enum.Enum):
         """The boxing a topology conf asks for (``sr3.storm.json.integer.boxing``).
 
         Raises:
-            ConfigError: neither ``long`` nor ``integer``; the message names the fix.
+            ConfigError: neither ``long`` nor ``integer`` (checked by its row of
+                :data:`sr3.config.KEYS`, which also gives the default ``long``).
         """
-        name = conf.get(INTEGER_BOXING_KEY, cls.LONG.value)
-        try:
-            return cls(name)
-        except ValueError:
-            msg = (
-                f"conf {INTEGER_BOXING_KEY}={name!r} must be "
-                "'long' (Storm < 2.6) or 'integer' (Storm >= 2.6)"
-            )
-            raise ConfigError(msg) from None
+        return cls(read_setting(conf, INTEGER_BOXING_KEY))
 
 
 #: Conf key choosing how JSON integers are hashed by fields groupings.

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from sr3.config import KEYS
 from sr3.errors import ConfigError
 from storm_bridge.barriers import internal_stream
 from storm_bridge.topology import LoadedTopology
@@ -78,26 +79,6 @@ def output_name(component: str, stream: str) -> str:
     return component if stream == DEFAULT_STREAM else f"{component}:{stream}"
 
 
-def _key_field_names(component: str, raw: Any) -> list[str]:
-    if isinstance(raw, str):
-        names = [name.strip() for name in raw.split(",")]
-    elif isinstance(raw, list | tuple) and all(isinstance(n, str) for n in raw):
-        names = [name.strip() for name in raw]
-    else:
-        msg = (
-            f"component {component!r}: {KEY_FIELDS_KEY}={raw!r} must be a list of "
-            "field names or a comma-separated string"
-        )
-        raise ConfigError(msg)
-    if not names or not all(names):
-        msg = (
-            f"component {component!r}: {KEY_FIELDS_KEY}={raw!r} names an empty "
-            "field; write e.g. 'word' or ['word', 'day']"
-        )
-        raise ConfigError(msg)
-    return names
-
-
 def output_key_indexes(
     topology: LoadedTopology,
     component: str,
@@ -134,9 +115,9 @@ def output_key_indexes(
     fields = declared.fields if declared is not None else ()
     first = (0,) if fields else ()
     raw = comp.config.get(KEY_FIELDS_KEY, conf.get(KEY_FIELDS_KEY))
-    if raw is None:
+    names = KEYS[KEY_FIELDS_KEY].parse(raw, where=f"component {component!r}:")
+    if names is None:
         return first
-    names = _key_field_names(component, raw)
     lax = lenient or stream != DEFAULT_STREAM
     if lax and not all(name in fields for name in names):
         return first

@@ -14,20 +14,19 @@ from typing import Any, ClassVar, Final
 
 from streamparse import Spout
 
+from sr3.config import CheckpointConfig
 from storm_bridge.barriers import (
     BARRIER_COMMAND,
     BARRIER_STREAM,
     task_index,
     with_barrier,
 )
-from storm_bridge.native import NATIVE, QUIET_KEY, checkpoint_mode, require_ring
+from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
 
 __all__ = ["ReplayableSpout"]
 
 logger = logging.getLogger(__name__)
 
-_INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
-_TIMEOUT_KEY: Final = "sr3.checkpoint.timeout.s"
 _COORDINATOR_POLL_S: Final = 0.02
 
 
@@ -144,7 +143,6 @@ class ReplayableSpout(Spout):
             CoordinatorThread,
             NativeCoordinator,
             SpoutAgent,
-            seconds,
         )
         from zk.epochs import ZkEpochStore  # noqa: PLC0415 - ring clients on demand
 
@@ -162,15 +160,16 @@ class ReplayableSpout(Spout):
         store.watch_control(agent.on_control)
         self._sr3_agent = agent
         if index == 0:
+            checkpoints = CheckpointConfig.from_mapping(storm_conf)
             coordinator = NativeCoordinator(
                 store=store,
                 log=ring.checkpoints,
                 topology=topology,
-                interval_s=seconds(storm_conf, _INTERVAL_KEY, 1.0),
-                timeout_s=seconds(storm_conf, _TIMEOUT_KEY, 60.0),
+                interval_s=checkpoints.interval_s,
+                timeout_s=checkpoints.timeout_s,
                 clock=time.monotonic,
                 collect=functools.partial(_collect_manifests, ring),
-                quiet_s=seconds(storm_conf, QUIET_KEY, 1.0),
+                quiet_s=checkpoints.rollback_quiet_s,
             )
             CoordinatorThread(
                 store=store,

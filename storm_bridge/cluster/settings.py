@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from sr3.config import KEYS, read_setting
 from sr3.errors import ConfigError
 from storm_bridge.errors import TopologyError
 from storm_bridge.groupings import IntegerBoxing
@@ -34,7 +35,7 @@ __all__ = [
 
 #: Conf key: how long a spout must emit nothing before ``--until-idle`` calls it dry.
 IDLE_QUIET_KEY: Final = "sr3.idle.quiet.s"
-_DEFAULT_IDLE_QUIET_S: Final = 2.0
+_DEFAULT_IDLE_QUIET_S: Final[float] = KEYS[IDLE_QUIET_KEY].default
 
 
 def _optional_number(
@@ -121,8 +122,8 @@ class TaskSettings:
             acker = _optional_number(conf, "topology.workers", integer=True) or 1.0
         pending = _optional_number(conf, "topology.max.spout.pending", integer=True)
         tick = _optional_number(conf, "topology.tick.tuple.freq.secs")
-        quiet = _optional_number(conf, IDLE_QUIET_KEY)
         try:
+            quiet = float(read_setting(conf, IDLE_QUIET_KEY))
             boxing = IntegerBoxing.of(conf)
         except ValueError as exc:
             raise TopologyError(str(exc)) from None
@@ -139,7 +140,7 @@ class TaskSettings:
             acker_tasks=int(acker),
             sanity_check=_flag(conf, "topology.testing.always.try.serialize", False),
             boxing=boxing,
-            idle_quiet_s=_DEFAULT_IDLE_QUIET_S if quiet is None else quiet,
+            idle_quiet_s=quiet,
         )
 
 

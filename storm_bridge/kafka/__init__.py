@@ -2,9 +2,10 @@
 
 :class:`KafkaSpout` reads partitions from offsets recorded in our epochs;
 :class:`KafkaSink` writes outputs exactly once, when their epoch commits.
-The errors and settings import without confluent-kafka (``sr3 run`` checks
-``sr3.kafka.*`` keys against :data:`~storm_bridge.kafka.settings.KAFKA_KEYS`);
-the spout and sink load it on first use.
+The errors and settings import without confluent-kafka; the ``sr3.kafka.*``
+keys (:data:`~storm_bridge.kafka.settings.KAFKA_KEYS`) are rows of
+:data:`sr3.config.KEYS`, which ``sr3 run -o`` checks. The spout and sink load
+confluent-kafka on first use.
 """
 
 from __future__ import annotations

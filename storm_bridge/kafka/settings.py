@@ -1,12 +1,16 @@
-"""Storm conf of the Kafka spout and sink, read into frozen settings."""
+"""Storm conf of the Kafka spout and sink, read into frozen settings.
+
+Each key's name, default and check are its row of :data:`sr3.config.KEYS`
+(read through :class:`sr3.config.KafkaConfig`); the rules between keys are here.
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from sr3.config import KEYS, KafkaConfig
 from sr3.errors import ConfigError
 
 __all__ = [
@@ -21,56 +25,13 @@ __all__ = [
 BOOTSTRAP_KEY: Final = "sr3.kafka.bootstrap"
 EXACTLY_ONCE: Final = "exactly-once"
 AT_LEAST_ONCE: Final = "at-least-once"
-#: Every conf key the Kafka spout and sink read (``sr3 run -o`` accepts them).
-KAFKA_KEYS: Final = frozenset(
-    {
-        BOOTSTRAP_KEY,
-        "sr3.kafka.topics",
-        "sr3.kafka.topic.pattern",
-        "sr3.kafka.format",
-        "sr3.kafka.start",
-        "sr3.kafka.topic.wait.s",
-        "sr3.kafka.bad.records",
-        "sr3.kafka.dead.letter.topic",
-        "sr3.kafka.batch.records",
-        "sr3.kafka.poll.s",
-        "sr3.kafka.sink.topic",
-        "sr3.kafka.sink.guarantee",
-        "sr3.kafka.sink.key.field",
-        "sr3.kafka.sink.marker.topic",
-        "sr3.kafka.sink.poll.s",
-    }
-)
-_FORMATS: Final = ("text", "json")
-_BAD: Final = ("fail", "dead-letter")
-_STARTS: Final = ("earliest", "latest")
-_GUARANTEES: Final = (EXACTLY_ONCE, AT_LEAST_ONCE)
+#: Every conf key the Kafka spout and sink read (``sr3 run -o`` accepts them):
+#: the ``kafka`` section of :data:`sr3.config.KEYS`, with their defaults.
+KAFKA_KEYS: Final = frozenset(k.name for k in KEYS.values() if k.section == "kafka")
 
 
-def _choice(conf: Mapping[str, Any], key: str, choices: tuple[str, ...]) -> str:
-    value = str(conf.get(key) or choices[0])
-    if value not in choices:
-        msg = f"{key}={value!r} is invalid; use one of {', '.join(choices)}"
-        raise ConfigError(msg)
-    return value
-
-
-def _number(conf: Mapping[str, Any], key: str, default: float, *, low: float) -> float:
-    raw = conf.get(key, default)
-    try:
-        value = float(default if raw is None else raw)
-    except (TypeError, ValueError) as exc:
-        msg = f"{key}={raw!r} is not a number; use e.g. {default}"
-        raise ConfigError(msg) from exc
-    if value < low:
-        msg = f"{key}={raw!r} must be >= {low}"
-        raise ConfigError(msg)
-    return value
-
-
-def _bootstrap(conf: Mapping[str, Any]) -> str:
-    bootstrap = str(conf.get(BOOTSTRAP_KEY) or "")
-    if not bootstrap:
+def _bootstrap(kafka: KafkaConfig) -> str:
+    if not kafka.bootstrap:
         msg = (
             f"{BOOTSTRAP_KEY} is not set: give the Kafka bootstrap address "
             "(host:port[,host:port]) in the topology's config or with "
@@ -78,7 +39,7 @@ def _bootstrap(conf: Mapping[str, Any]) -> str:
             "lab broker's under kafka.bootstrap)"
         )
         raise ConfigError(msg)
-    return bootstrap
+    return kafka.bootstrap
 
 
 @dataclass(frozen=True)
@@ -130,38 +91,27 @@ class SpoutSettings:
         Raises:
             ConfigError: a value is missing or invalid.
         """
-        raw = conf.get("sr3.kafka.topics") or ()
-        names = raw.split(",") if isinstance(raw, str) else list(raw)
-        topics = tuple(str(t).strip() for t in names if str(t).strip())
-        pattern = conf.get("sr3.kafka.topic.pattern") or None
-        if bool(topics) == bool(pattern):
+        kafka = KafkaConfig.from_mapping(conf)
+        if bool(kafka.topics) == bool(kafka.topic_pattern):
             msg = (
                 "give the Kafka spout either sr3.kafka.topics (names) or "
                 "sr3.kafka.topic.pattern (a regular expression), not both or none"
             )
             raise ConfigError(msg)
-        if pattern is not None:
-            try:
-                re.compile(str(pattern))
-            except re.error as exc:
-                msg = f"sr3.kafka.topic.pattern={pattern!r} is invalid: {exc}"
-                raise ConfigError(msg) from exc
-        bad = _choice(conf, "sr3.kafka.bad.records", _BAD)
-        dead = conf.get("sr3.kafka.dead.letter.topic") or None
-        if bad == "dead-letter" and not dead:
+        if kafka.bad_records == "dead-letter" and not kafka.dead_letter_topic:
             msg = "sr3.kafka.bad.records=dead-letter needs sr3.kafka.dead.letter.topic"
             raise ConfigError(msg)
         return cls(
-            bootstrap=_bootstrap(conf),
-            topics=topics,
-            pattern=None if pattern is None else str(pattern),
-            record_format=_choice(conf, "sr3.kafka.format", _FORMATS),
-            start=_choice(conf, "sr3.kafka.start", _STARTS),
-            topic_wait_s=_number(conf, "sr3.kafka.topic.wait.s", 0.0, low=0.0),
-            bad_records=bad,
-            dead_letter_topic=None if dead is None else str(dead),
-            batch_records=int(_number(conf, "sr3.kafka.batch.records", 500, low=1)),
-            poll_s=_number(conf, "sr3.kafka.poll.s", 0.05, low=0.0),
+            bootstrap=_bootstrap(kafka),
+            topics=kafka.topics,
+            pattern=kafka.topic_pattern,
+            record_format=kafka.record_format,
+            start=kafka.start,
+            topic_wait_s=kafka.topic_wait_s,
+            bad_records=kafka.bad_records,
+            dead_letter_topic=kafka.dead_letter_topic,
+            batch_records=kafka.batch_records,
+            poll_s=kafka.poll_s,
         )
 
 
@@ -202,18 +152,15 @@ class SinkSettings:
         Raises:
             ConfigError: a value is missing or invalid.
         """
-        topic = str(conf.get("sr3.kafka.sink.topic") or "")
-        if not topic:
+        kafka = KafkaConfig.from_mapping(conf)
+        if not kafka.sink_topic:
             msg = "sr3.kafka.sink.topic is not set: name the topic results go to"
             raise ConfigError(msg)
-        key_field = conf.get("sr3.kafka.sink.key.field") or None
         return cls(
-            bootstrap=_bootstrap(conf),
-            topic=topic,
-            guarantee=_choice(conf, "sr3.kafka.sink.guarantee", _GUARANTEES),
-            key_field=None if key_field is None else str(key_field),
-            marker_topic=str(
-                conf.get("sr3.kafka.sink.marker.topic") or "_sr3_sink_commits"
-            ),
-            poll_s=_number(conf, "sr3.kafka.sink.poll.s", 0.05, low=0.001),
+            bootstrap=_bootstrap(kafka),
+            topic=kafka.sink_topic,
+            guarantee=kafka.sink_guarantee,
+            key_field=kafka.sink_key_field,
+            marker_topic=kafka.sink_marker_topic,
+            poll_s=kafka.sink_poll_s,
         )

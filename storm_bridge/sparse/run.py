@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from sr3.config import CheckpointConfig
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.native import MODE_KEY, NATIVE, SPOUT
 from storm_bridge.report import native_checkpoints, state_summary
@@ -50,7 +51,6 @@ __all__ = ["Kill", "StormRunError", "StormRunOptions", "Supervisors", "run_on_st
 logger = logging.getLogger(__name__)
 
 _POLL_S: Final = 0.1
-_INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
 _GONE_TIMEOUT_S: Final = 60.0
 _STATS_SETTLE_S: Final = 10.0
 _STATS_POLL_S: Final = 1.5
@@ -343,7 +343,7 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
         shutil.rmtree(scratch, ignore_errors=True)
     monitor = ControlMonitor(store, ring, topology.name, clock=clock)
     run = _Run(topology, session, topology_id, monitor, supervisors, kill_node, clock)
-    run.interval_s = float(conf.get(_INTERVAL_KEY, 1.0))
+    run.interval_s = CheckpointConfig.from_mapping(conf).interval_s
     monitor.start()
     try:
         return _drive(run, options, conf, submitted)
@@ -411,7 +411,7 @@ def _drive(
         else run.session.topology_info(run.topology_id)
     )
     ring = run.monitor.ring
-    interval = float(conf.get(_INTERVAL_KEY, 1.0))
+    interval = CheckpointConfig.from_mapping(conf).interval_s
     store = run.monitor.store
     counters = counters_of(info, run.topology)
     processed = sum(c["bolt_acked"] for c in counters.values())

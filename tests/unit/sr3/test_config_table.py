@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sr3.config import KEYS, Sr3Config, read_setting
+from sr3.config import KEYS, CheckpointConfig, Sr3Config, read_setting
 from sr3.errors import ConfigError
 
 #: Every key's default as the modules read it before the table existed: a row
@@ -257,3 +257,10 @@ def test_key_looks_up_a_row_or_names_the_closest() -> None:
     assert Sr3Config.key("sr3.kafka.poll.s").default == 0.05
     with pytest.raises(ConfigError, match="did you mean sr3.kafka.poll.s"):
         Sr3Config.key("sr3.kafka.pol.s")
+
+
+def test_a_section_reads_only_its_own_keys() -> None:
+    conf = {"sr3.checkpoint.rollback.quiet.s": 3, "sr3.ring.vnodes": "bad"}
+    assert CheckpointConfig.from_mapping(conf).rollback_quiet_s == 3.0
+    with pytest.raises(ConfigError, match=r"sr3\.checkpoint\.timeout\.s=0 "):
+        CheckpointConfig.from_mapping({"sr3.checkpoint.timeout.s": 0})
