@@ -33,12 +33,18 @@ from sr3.codec import (
 from sr3.errors import CodecError, StateError
 from sr3.keygroups import key_group_of_encoded
 
-__all__ = ["KeyState", "KeyedState", "StateStats"]
+__all__ = ["ROUTE_FIELD", "KeyState", "KeyedState", "StateStats"]
 
 Blob = bytes | memoryview
 Group = dict[bytes, dict[str, Any]]
 _EMPTY_FULL = encode_key_group_raw({})
 
+
+#: Field holding a key's route: the hash of the grouping values that send the
+#: key's tuples to their task, kept only for a state key that differs from its
+#: grouping fields, so that a rescale puts the key where its tuples go. Hidden
+#: from the key's view (iteration, ``len``, :meth:`KeyedState.items`).
+ROUTE_FIELD: Final = "\x00route"
 
 _MISSING: Final = object()
 #: Values a caller may mutate in place: reading one marks its key changed.
@@ -58,17 +64,25 @@ class KeyState(MutableMapping[str, Any]):
 
     Attributes:
         key: The key this view is scoped to.
+        route: The key's route (see :data:`ROUTE_FIELD`), stored with its fields;
+            None when the key is its own route.
     """
 
-    __slots__ = ("_encoded", "_group", "_marks", "key")
+    __slots__ = ("_encoded", "_group", "_marks", "key", "route")
 
-    def __init__(
-        self, key: tuple[Any, ...], encoded: bytes, group: Group, marks: set[bytes]
+    def __init__(  # noqa: PLR0913 (a view on one entry of a key group)
+        self,
+        key: tuple[Any, ...],
+        encoded: bytes,
+        group: Group,
+        marks: set[bytes],
+        route: int | None = None,
     ) -> None:
         self.key = key
         self._encoded = encoded
         self._group = group
         self._marks = marks
+        self.route = route
 
     def __getitem__(self, name: str) -> Any:
         fields = self._group.get(self._encoded)
@@ -95,6 +109,8 @@ class KeyState(MutableMapping[str, Any]):
         fields = self._group.get(self._encoded)
         if fields is None:
             fields = self._group[self._encoded] = {}
+        if self.route is not None:
+            fields[ROUTE_FIELD] = self.route
         fields[name] = value
         self._marks.add(self._encoded)
 
@@ -103,7 +119,7 @@ class KeyState(MutableMapping[str, Any]):
         if fields is None:
             raise KeyError(name)
         del fields[name]
-        if not fields:
+        if not fields or (len(fields) == 1 and ROUTE_FIELD in fields):
             del self._group[self._encoded]
         self._marks.add(self._encoded)
 
@@ -124,15 +140,20 @@ class KeyState(MutableMapping[str, Any]):
         return fields is not None and name in fields
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._group.get(self._encoded, {}))
+        fields = self._group.get(self._encoded, {})
+        if ROUTE_FIELD in fields:
+            return (name for name in fields if name != ROUTE_FIELD)
+        return iter(fields)
 
     def __len__(self) -> int:
-        return len(self._group.get(self._encoded, ()))
+        fields = self._group.get(self._encoded, {})
+        return len(fields) - (ROUTE_FIELD in fields)
 
     def saved(self) -> dict[str, Any] | None:
         """Return a copy of this key's fields (None when absent) for :meth:`restore`.
 
-        Values that could be mutated in place are copied deeply.
+        Values that could be mutated in place are copied deeply. The copy holds
+        the key's route (:data:`ROUTE_FIELD`) too: it is the stored entry.
         """
         fields = self._group.get(self._encoded)
         if fields is None:
@@ -151,7 +172,7 @@ class KeyState(MutableMapping[str, Any]):
         self._marks.add(self._encoded)
 
     def __repr__(self) -> str:
-        return f"KeyState({self.key!r}, {self._group.get(self._encoded, {})!r})"
+        return f"KeyState({self.key!r}, {dict(self)!r})"
 
 
 @dataclass(frozen=True)
@@ -226,8 +247,13 @@ class KeyedState:
         """
         return key_group_of_encoded(self._encode_key(key), self._count)
 
-    def for_key(self, key: tuple[Any, ...]) -> KeyState:
+    def for_key(self, key: tuple[Any, ...], route: int | None = None) -> KeyState:
         """Return the dict-like state of ``key`` (a bolt's ``self.state``).
+
+        Args:
+            key: The state key.
+            route: The key's route when it is not the key itself (see
+                :data:`ROUTE_FIELD`); written with the key's fields.
 
         Raises:
             StateError: the key cannot be encoded, or its key group is not held here.
@@ -240,7 +266,7 @@ class KeyedState:
         marks = self._live.get(kg)
         if marks is None:
             marks = self._live[kg] = set()
-        return KeyState(key, encoded, group, marks)
+        return KeyState(key, encoded, group, marks, route)
 
     def install(self, blobs: Mapping[int, Blob], *, lazy: bool = True) -> None:
         """Install key-group blobs: FULL replaces a key group, DELTA applies to it.
@@ -314,14 +340,28 @@ class KeyedState:
         """Yield every ``(key, {field: value})``, in key-group order.
 
         Encoded key groups are decoded for the iteration only and stay encoded.
-        Yielded field dicts are copies: write through ``for_key``.
+        Yielded field dicts are copies, without the keys' routes: write through
+        ``for_key``.
+        """
+        for key, _route, fields in self.routed_items():
+            yield key, fields
+
+    def routed_items(
+        self,
+    ) -> Iterator[tuple[tuple[Any, ...], int | None, dict[str, Any]]]:
+        """Yield every ``(key, route, {field: value})`` (see :meth:`items`).
+
+        ``route`` is the key's stored route (:data:`ROUTE_FIELD`), None when the
+        key routes itself.
         """
         for kg in self.key_groups_present():
             group = self._decoded.get(kg)
             if group is None:
                 group = _fold(self._encoded[kg])
-            for encoded, fields in group.items():
-                yield decode_key(encoded), dict(fields)
+            for encoded, stored in group.items():
+                fields = dict(stored)
+                route = fields.pop(ROUTE_FIELD, None)
+                yield decode_key(encoded), route, fields
 
     def key_groups_present(self) -> list[int]:
         """Return the key groups holding state; encoded key groups always count."""

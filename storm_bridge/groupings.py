@@ -43,7 +43,9 @@ __all__ = [
     "ShuffleGrouper",
     "fields_task_index",
     "java_hash",
+    "key_task_index",
     "make_grouper",
+    "route_hash",
 ]
 
 _MASK32: Final = 0xFFFFFFFF
@@ -180,6 +182,47 @@ def fields_task_index(
         msg = f"num_tasks must be positive, not {num_tasks}"
         raise ValueError(msg)
     return _list_hash(values, boxing) % num_tasks  # Python's % is floorMod here
+
+
+def route_hash(
+    values: Sequence[Any], boxing: IntegerBoxing = IntegerBoxing.LONG
+) -> int:
+    """Return ``Arrays.deepHashCode(values)``: what a fields grouping routes by.
+
+    A stateful bolt whose ``state_key`` differs from its grouping fields stores
+    it with each key (:data:`sr3.state.ROUTE_FIELD`).
+
+    Raises:
+        TypeError: a value has no JSON counterpart.
+    """
+    return _list_hash(values, boxing)
+
+
+def key_task_index(
+    key: Sequence[Any],
+    route: int | None,
+    num_tasks: int,
+    boxing: IntegerBoxing = IntegerBoxing.LONG,
+) -> int:
+    """Return the task among ``num_tasks`` a stateful bolt's key belongs to.
+
+    It is the task a fields grouping sends the key's tuples to: by the key's
+    stored ``route`` (:func:`route_hash` of its grouping values) when it has one,
+    else by the key itself (the grouping values); an empty key is a global
+    grouping's, the lowest task.
+
+    Raises:
+        ValueError: ``num_tasks`` is not positive.
+        TypeError: a value has no JSON counterpart.
+    """
+    if num_tasks <= 0:
+        msg = f"num_tasks must be positive, not {num_tasks}"
+        raise ValueError(msg)
+    if route is None:
+        if not key:
+            return 0
+        route = _list_hash(key, boxing)
+    return route % num_tasks  # Python's % is floorMod here
 
 
 class GroupingKind(enum.Enum):

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from pystorm.component import Tuple as StormTuple
 from streamparse import Bolt
@@ -28,8 +28,11 @@ from storm_bridge.barriers import (
     with_barrier,
 )
 from storm_bridge.errors import StormBridgeError
-from storm_bridge.groupings import IntegerBoxing, fields_task_index
+from storm_bridge.groupings import IntegerBoxing, key_task_index, route_hash
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode, require_ring
+
+if TYPE_CHECKING:
+    from zk.access import RestoreReport
 
 __all__ = ["StateKeyError", "StatefulBolt"]
 
@@ -44,11 +47,6 @@ _DROPPED_REPORT_S: Final = 0.1
 
 class StateKeyError(StormBridgeError, KeyError):
     """A tuple reached a stateful bolt without a key (no fields grouping)."""
-
-
-def _route(key: tuple[Any, ...], *, tasks: int, boxing: IntegerBoxing) -> int:
-    """Return the task Storm's fields grouping sends ``key`` to among ``tasks``."""
-    return fields_task_index(list(key), tasks, boxing)
 
 
 class StatefulBolt(Bolt):
@@ -151,6 +149,12 @@ class StatefulBolt(Bolt):
         index, count = task_index(context)
         self._sr3_owner = f"{self._sr3_topology}/{self._sr3_component}/{index}"
         self._sr3_key_fields = self._grouping_fields(context)
+        # a state key other than the grouping values keeps its route with it,
+        # so a rescaled task gets the keys whose tuples it gets
+        self._sr3_routed = type(self).state_key is not StatefulBolt.state_key
+        self._sr3_boxing = IntegerBoxing.of(storm_conf)
+        self._sr3_tasks = count
+        self._sr3_index = index
         groups = int(storm_conf.get("sr3.state.key.groups") or _DEFAULT_KEY_GROUPS)
         self._sr3_groups = groups
         # Storm's fields grouping (deepHashCode mod tasks) decides which keys a
@@ -175,20 +179,7 @@ class StatefulBolt(Bolt):
         require_ring(self._sr3_ring, storm_conf, self._sr3_owner)
         params: dict[str, Any] = {"owner": self._sr3_owner, "epoch": None}
         if self._sr3_ring is not None:
-            record = self._sr3_ring.committed(self._sr3_topology)
-            self._sr3_keyed, report = self._sr3_ring.restore_task(
-                topology=self._sr3_topology,
-                component=self._sr3_component,
-                index=index,
-                tasks=count,
-                record=record,
-                key_group_count=groups,
-                mechanism=mechanism,
-                # as the router hashes: a rescaled task keeps the keys it gets
-                route=functools.partial(
-                    _route, tasks=count, boxing=IntegerBoxing.of(storm_conf)
-                ),
-            )
+            self._sr3_keyed, report = self._sr3_restore()
             params.update(report.to_dict())
         else:
             # No ring (sr3.zk.hosts unset): state lives in memory only.
@@ -281,16 +272,40 @@ class StatefulBolt(Bolt):
         ring = self._sr3_ring
         if ring is None:
             return {}
-        record = ring.committed(self._sr3_topology)
-        self._sr3_keyed, report = ring.restore(
-            self._sr3_owner,
-            record,
-            key_group_count=self._sr3_groups,
-            mechanism=self._sr3_mechanism,
-        )
+        self._sr3_keyed, report = self._sr3_restore()
         self._sr3_chain = 0
         logger.info("owner %s restored epoch %s", self._sr3_owner, report.epoch)
         return {**report.to_dict(), "dropped": self._sr3_dropped}
+
+    def _sr3_restore(self) -> tuple[KeyedState, RestoreReport]:
+        """Restore this task's keys of the committed epoch (rescaled or not)."""
+        ring = self._sr3_ring
+        if ring is None:
+            msg = f"owner {self._sr3_owner}: no ring to restore from (sr3.zk.hosts)"
+            raise StormBridgeError(msg)
+        return ring.restore_task(
+            topology=self._sr3_topology,
+            component=self._sr3_component,
+            index=self._sr3_index,
+            tasks=self._sr3_tasks,
+            record=ring.committed(self._sr3_topology),
+            key_group_count=self._sr3_groups,
+            mechanism=self._sr3_mechanism,
+            # as the router hashes: a rescaled task keeps the keys it gets
+            route=functools.partial(
+                key_task_index, num_tasks=self._sr3_tasks, boxing=self._sr3_boxing
+            ),
+        )
+
+    def _sr3_route(self, tup: StormTuple) -> int | None:
+        """The route to store with ``tup``'s state key (None: the key routes itself)."""
+        if not self._sr3_routed:
+            return None
+        fields = self._sr3_key_fields.get((tup.component, tup.stream))
+        if fields is None:  # no fields grouping: any task may see the key
+            return None
+        values = tup.values
+        return route_hash([values[i] for i in fields], self._sr3_boxing)
 
     @staticmethod
     def _grouping_fields(
@@ -368,7 +383,9 @@ class StatefulBolt(Bolt):
             if self.auto_ack:
                 self.ack(tup)
         else:
-            current = self._sr3_current = self._sr3_keyed.for_key(self.state_key(tup))
+            current = self._sr3_current = self._sr3_keyed.for_key(
+                self.state_key(tup), self._sr3_route(tup)
+            )
             saved = current.saved()
             try:
                 self.process(tup)

@@ -304,16 +304,18 @@ class RingAccess:
         record: CommitRecord | None,
         key_group_count: int,
         mechanism: str,
-        route: Callable[[tuple[Any, ...]], int],
+        route: Callable[[tuple[Any, ...], int | None], int],
     ) -> tuple[KeyedState, RestoreReport]:
         """Restore task ``index`` of ``tasks`` of a stateful component.
 
         When the committed epoch holds as many owners of the component as it
         has tasks now (or none), this is :meth:`restore` of the task's owner.
         When the component was rescaled, every committed owner is restored and
-        the task keeps the keys ``route`` sends to ``index`` (Storm's fields
-        grouping: ``route(key)`` is the task index among ``tasks``); the
-        report's ``used`` says so. The task's next snapshot must be full.
+        the task keeps the keys ``route`` sends to ``index``: ``route(key,
+        stored_route)`` is the task index among ``tasks`` Storm's fields grouping
+        sends the key's tuples to, ``stored_route`` the key's route when it is
+        not the key itself (:data:`sr3.state.ROUTE_FIELD`). The report's
+        ``used`` says so. The task's next snapshot must be full.
 
         Raises:
             RecoveryError, ShardNotFoundError: a snapshot cannot be read.
@@ -339,9 +341,9 @@ class RingAccess:
             shards += report.shards
             size += report.bytes_read
             used.add(report.used)
-            for key, fields in part.items():
-                if route(key) == index:
-                    state.for_key(key).update(fields)
+            for key, stored_route, fields in part.routed_items():
+                if route(key, stored_route) == index:
+                    state.for_key(key, stored_route).update(fields)
         how = f"rescale {len(committed)}->{tasks} tasks ({','.join(sorted(used))})"
         logger.info("%s restored from %d owners: %s", owner, len(committed), how)
         return state, RestoreReport(
