@@ -90,6 +90,12 @@ def run_apache_storm(args: argparse.Namespace) -> int:
     if not args.until_idle and args.duration is None:
         msg = "sr3 run needs --until-idle or --duration S (or both)"
         raise ConfigError(msg)
+    if getattr(args, "environment", None):
+        msg = (
+            "-e/--environment is for --engine storm and spark; on Apache Storm, "
+            "give the components their parallelism in the topology file"
+        )
+        raise ConfigError(msg)
     check_topology_file(args.file)
     kills = _kills(args)
     options = StormRunOptions(

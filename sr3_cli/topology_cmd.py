@@ -174,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         checkpoints=not args.no_checkpoints,
         resume=args.resume,
+        environment=args.environment,
     )
     if not options.until_idle and options.duration_s is None:
         msg = "sr3 run needs --until-idle or --duration S (or both)"
@@ -406,6 +407,12 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "--resume",
         action="store_true",
         help="continue from the last committed epoch (default: empty state)",
+    )
+    p.add_argument(
+        "-e",
+        "--environment",
+        type=nonempty,
+        help="pick parallelism given per environment (par={'prod': 4}), as sparse -e",
     )
     add_cluster_args(p)
     p.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -91,6 +91,9 @@ class RunOptions:
             (:mod:`storm_bridge.native`), as on a real Storm cluster.
         resume: Continue from the topology's last committed epoch instead of
             starting from empty state.
+        environment: Picks each component's parallelism where the topology
+            gives one per environment (``par={"prod": 4, "dev": 1}``), as
+            ``sparse run -e`` does.
     """
 
     until_idle: bool = False
@@ -102,6 +105,7 @@ class RunOptions:
     timeout_s: float = 600.0
     checkpoints: bool = True
     resume: bool = False
+    environment: str | None = None
 
 
 class _ZkHooks:
@@ -435,7 +439,7 @@ def run_topology(
         ConfigError: a sink's ``sr3.output.key.fields`` is invalid.
         CoordinationError: ZooKeeper failed.
     """
-    topology = load_topology(path)
+    topology = load_topology(path, environment=options.environment)
     _check_kills(topology, options.kills)
     _check_kill_times(options)
     if options.node_kills and kill_node is None:
@@ -464,8 +468,10 @@ def run_topology(
         # no coordinator in the cluster: the tasks run the native protocol
         fresh_start(ring, topology, resume=options.resume)
         store = ZkEpochStore(ring.session, topology.name)
-        if not options.resume:
-            store.reset()
+        # a new deployment, resumed or not: the previous run's tasks (maybe at
+        # another parallelism) must not be waited for; the committed epoch
+        # and offsets stay in the commit record
+        store.reset()
     elif options.checkpoints:
         first = fresh_start(ring, topology, resume=options.resume)
         hooks = _ZkHooks(ring, topology.name)

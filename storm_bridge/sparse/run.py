@@ -331,8 +331,10 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
     python_components(topology, run=streamparse_run_of(), serializer=options.serializer)
     ring.fresh_start(topology.name, resume=options.resume)
     store = ZkEpochStore(ring.session, topology.name)
-    if not options.resume:
-        store.reset()
+    # a new deployment, resumed or not: the previous run's tasks (maybe at
+    # another parallelism) must not be waited for; the committed epoch and
+    # offsets stay in the commit record
+    store.reset()
     scratch = Path(tempfile.mkdtemp(prefix="sr3-storm-jar-"))
     try:
         jar = build_jar(topology.path, scratch / f"{topology.name}.jar")
