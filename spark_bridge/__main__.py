@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="Storm conf override for every component (value parsed as JSON)",
     )
+    parser.add_argument(
+        "-e",
+        "--environment",
+        default=None,
+        help="environment picking per-environment parallelism (par={ENV: n})",
+    )
     parser.add_argument("--max-rows-per-batch", type=int, default=1000)
     parser.add_argument(
         "--forever", action="store_true", help="do not stop when spouts are idle"
@@ -154,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             ring=ring,
             resume=not args.fresh,
             stop_after_batches=args.max_batches,
+            environment=args.environment,
         )
         if args.state:
             report["final_state"] = {

@@ -105,6 +105,8 @@ class Plan:
             component: their emits reach the sink too (the report's outputs).
         output_mode: The query's output mode (``"update"`` or ``"append"``).
         session_conf: Spark confs to set before the query starts.
+        environment: The environment the topology was loaded with (its
+            per-environment parallelism); every Spark task loads it so too.
     """
 
     topology: LoadedTopology
@@ -115,6 +117,7 @@ class Plan:
     outputs: tuple[tuple[str, str], ...]
     output_mode: str
     session_conf: dict[str, str]
+    environment: str | None = None
 
     def routing(self, position: int) -> Routing:
         """Return what the stage of ``bolts[position]`` passes on."""
@@ -183,8 +186,11 @@ def _topological(topology: LoadedTopology, bolts: Sequence[str]) -> list[str]:
     return order
 
 
-def plan_topology(topology: LoadedTopology) -> Plan:
+def plan_topology(topology: LoadedTopology, *, environment: str | None = None) -> Plan:
     """Order the components of a topology and choose the Spark forms.
+
+    ``environment`` is the one ``topology`` was loaded with
+    (``load_topology(path, environment=...)``).
 
     Raises:
         UnsupportedTopologyError: no spout, a spout that is not a
@@ -229,6 +235,7 @@ def plan_topology(topology: LoadedTopology) -> Plan:
         outputs=outputs,
         output_mode="append" if several else "update",
         session_conf=dict(_ROCKSDB) if several else {},
+        environment=environment,
     )
 
 
@@ -259,6 +266,7 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
         ConfigError: a bolt's ``sr3.on.error`` is not ``fail`` or ``dead-letter``.
     """
     path = str(plan.topology.path)
+    environment = plan.environment
     overrides = dict(conf)
     for name in plan.bolts:
         error_policy(plan.topology, name, overrides)
@@ -266,7 +274,7 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
     starts = json.dumps(dict(start_offsets or {}))
     frames = [
         spark.readStream.format(SOURCE_NAME)
-        .options(**ComponentRef(path, spout, overrides).to_options())
+        .options(**ComponentRef(path, spout, overrides, environment).to_options())
         .option(MAX_ROWS_OPTION, str(max_rows_per_batch))
         .option(START_OFFSETS_OPTION, starts)
         .load()
@@ -278,13 +286,14 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
     # them) run fused in one mapInArrow: no JVM round trip between them
     pending: list[Any] = []
     for position, name in enumerate(plan.bolts):
-        ref = ComponentRef(path, name, overrides)
+        ref = ComponentRef(path, name, overrides, environment)
         routing = plan.routing(position)
         if name not in plan.stateful:
             pending.append(BoltStage(ref, routing))
             continue
         partitions = int(spark.conf.get(SHUFFLE_PARTITIONS_KEY) or 200)
-        pending.append(KeyStage(ref, routing, partitions=partitions))
+        on_error = error_policy(plan.topology, name, overrides)
+        pending.append(KeyStage(ref, routing, partitions=partitions, on_error=on_error))
         fused = FusedStages(pending, KEYED_ARROW_SCHEMA)
         grouped = frame.mapInArrow(fused, KEYED_SCHEMA).groupBy(GROUP_COLUMN)
         pending = []

@@ -26,7 +26,7 @@ from pystorm.component import Tuple as StormTuple
 from spark_bridge.context import storm_conf, storm_context
 from spark_bridge.errors import ComponentError, UnsupportedTopologyError
 from spark_bridge.routes import EmitRouter
-from spark_bridge.rows import storm_values
+from spark_bridge.rows import ComponentRef, storm_values
 from sr3.codec import decode_value, encode_value
 from sr3.state import KeyState
 from storm_bridge.barriers import internal_stream
@@ -39,11 +39,13 @@ __all__ = [
     "Emit",
     "Flushed",
     "loaded_topology",
+    "overrides_state_key",
     "emits_on_ticks",
     "spark_task",
     "storm_conf",
     "storm_context",
     "ticks",
+    "topology_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -118,6 +120,16 @@ def tick_freq_s(conf: Mapping[str, Any]) -> float | None:
     return freq if freq > 0 else None
 
 
+def overrides_state_key(cls: type) -> bool:
+    """Whether a stateful bolt class keys its state otherwise than by its grouping.
+
+    Such a bolt's keys carry their route (see :mod:`spark_bridge.statekeys`).
+    """
+    return getattr(cls, "state_key", StatefulBolt.state_key) is not (
+        StatefulBolt.state_key
+    )
+
+
 def spark_task() -> tuple[int, str]:
     """Return (Spark partition id, micro-batch id) of the running Spark task."""
     context = TaskContext.get()
@@ -128,9 +140,18 @@ def spark_task() -> tuple[int, str]:
 
 
 @functools.cache
-def loaded_topology(path: str) -> LoadedTopology:
-    """Return the topology file at ``path``, loaded once per Python worker."""
-    return load_topology(path)
+def loaded_topology(path: str, environment: str | None = None) -> LoadedTopology:
+    """Return the topology file at ``path``, loaded once per Python worker.
+
+    ``environment`` picks per-environment parallelism (``par={"prod": 4}``);
+    a worker that ran the topology in another environment loads it again.
+    """
+    return load_topology(path, environment=environment)
+
+
+def topology_of(ref: ComponentRef) -> LoadedTopology:
+    """Return the topology ``ref`` names, in its environment (see above)."""
+    return loaded_topology(ref.topology_path, ref.environment)
 
 
 class _Discard(io.StringIO):
@@ -418,15 +439,6 @@ class BoltHost(Host):
         self.instance._run()  # noqa: SLF001 (one step of pystorm's run loop)
         emitted, self.emits = self.emits, []
         return emitted
-
-    @property
-    def keyed_by_grouping(self) -> bool:
-        """Whether a stateful bolt keys its state by its fields grouping's values.
-
-        True unless the class overrides ``state_key``; then the key Spark grouped
-        by is the state key and need not be recomputed per tuple.
-        """
-        return type(self.instance).state_key is StatefulBolt.state_key
 
     def process_keyed(self, tup: StormTuple, scoped: KeyState) -> list[Emit]:
         """Run a stateful bolt's ``process`` on ``tup``, ``self.state`` = ``scoped``.

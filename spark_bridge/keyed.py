@@ -10,7 +10,10 @@ bolts: Append mode, RocksDB state store). Both run :meth:`StatefulStage.apply`:
    of its partition, see :mod:`spark_bridge.ticks`) ticks the task instances
    the partition hosted, when Storm would tick the bolt;
 2. otherwise the rows are sorted by ``seq``; the bolt's restore rows install
-   the key's state when Spark holds none for it;
+   the key's state when Spark holds none for it; the key runs on the task
+   Storm's fields grouping sends it to: by its grouping values, or, for a bolt
+   overriding ``state_key``, by its route (:mod:`spark_bridge.statekeys`),
+   which is stored with the key's fields;
 3. each emit runs through the bolt with ``self.state`` scoped to the key (under
    the dead-letter policy, a failing tuple becomes a dead row, its emits are
    dropped and the key's state goes back to a deep copy taken before it);
@@ -22,7 +25,6 @@ bolts: Append mode, RocksDB state store). Both run :meth:`StatefulStage.apply`:
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,8 +37,15 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 
 from spark_bridge.errors import ComponentError
-from spark_bridge.hosting import BoltHost, spark_task
-from spark_bridge.rows import EMIT, RESTORE, STATE, STATE_SCHEMA
+from spark_bridge.hosting import overrides_state_key, spark_task, topology_of
+from spark_bridge.rows import (
+    EMIT,
+    RESTORE,
+    STATE,
+    STATE_SCHEMA,
+    ComponentRef,
+    Routing,
+)
 from spark_bridge.stages import (
     ROWS_COLUMN,
     BoltStageBase,
@@ -44,8 +53,10 @@ from spark_bridge.stages import (
     is_pseudo_key,
     unpack,
 )
+from spark_bridge.statekeys import StateKeys
 from spark_bridge.ticks import is_tick_key
-from sr3.codec import decode_key, decode_value, encode_key, encode_value
+from sr3.codec import decode_key, decode_value, encode_value
+from sr3.state import ROUTE_FIELD
 
 __all__ = ["KeyedProcessor", "StatefulStage"]
 
@@ -61,6 +72,14 @@ class StatefulStage(BoltStageBase):
     """``applyInPandasWithState`` function of a stateful bolt."""
 
     _ticked = False
+
+    def __init__(
+        self, ref: ComponentRef, routing: Routing, *, on_error: str | None = None
+    ) -> None:
+        super().__init__(ref, routing, on_error=on_error)
+        cls = topology_of(ref).components[ref.component].component_cls
+        #: routes of a bolt overriding ``state_key`` (None: keyed by grouping)
+        self.keys = StateKeys(ref) if overrides_state_key(cls) else None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**super().__getstate__(), "_ticked": False}
@@ -86,8 +105,8 @@ class StatefulStage(BoltStageBase):
         """Run one key's rows of a micro-batch (see the module docstring).
 
         Raises:
-            ComponentError: ``process`` raised under the fail policy, or
-                ``state_key`` disagrees with the fields-grouping key.
+            ComponentError: ``process`` raised under the fail policy, or the
+                key's tuples go to two tasks.
         """
         gkey = bytes(key[0])
         if is_pseudo_key(gkey):
@@ -113,43 +132,54 @@ class StatefulStage(BoltStageBase):
         Returns:
             Output rows, the key's new state blob (None: no state), and whether
             Spark's state must be written (or removed, when the blob is None).
+
+        Raises:
+            ComponentError: ``process`` raised under the fail policy, or the
+                key's tuples go to two tasks (see :meth:`_split`).
         """
         rows = sorted(_rows(frames), key=_order)
         name = self.ref.component
         state_key = decode_key(encoded)
-        # the task Storm's fields grouping sends the key to (its context, index)
-        host = self.host(self.task_of(state_key))
-        where = f"key {list(state_key)!r}, "
-        scoped = host.instance.keyed_state.for_key(state_key)
-        scoped.clear()
+        previous: dict[str, Any] | None = None
         if stored is not None:
-            scoped.update(decode_value(stored))
+            previous = decode_value(stored)
         else:
             restored = [r for r in rows if r[2] == RESTORE and r[5] is not None]
             if restored:
-                scoped.update(decode_value(restored[0][5]))
-        baseline = encode_value(dict(scoped)) if len(scoped) else None
+                previous = decode_value(restored[0][5])
+        keys = self.keys
+        route = None if keys is None else _first_route(keys, rows, previous)
+        # the task Storm's fields grouping sends the key to (its context, index)
+        host = self.host(self.task_of(state_key, route))
+        if keys is not None and previous is not None:
+            stored_route = previous.get(ROUTE_FIELD)
+            if isinstance(stored_route, int):
+                other = keys.task(state_key, stored_route)
+                if other != host.index:
+                    raise self._split(keys, state_key, other, host.index)
+        where = f"key {list(state_key)!r}, "
+        scoped = host.instance.keyed_state.for_key(state_key, route)
+        # the stored entry as it is: a routed key's route included
+        scoped.restore(previous or None)
+        baseline = encode_value(previous) if previous else None
         out: list[Row] = []
-        # Spark grouped by the fields-grouping values: only an overridden
-        # state_key() can disagree with them.
-        check = not host.keyed_by_grouping
         rollback = self.on_error == "dead-letter"
         try:
             for row in rows:
                 if row[2] != EMIT:
                     continue
-                if check:
-                    self._check_key(host, row, encoded, where)
+                if keys is not None:
+                    scoped.route = self._route(keys, row, state_key, host.index)
                 # Dead-letter rolls the key back to before the failing tuple.
-                before = copy.deepcopy(dict(scoped)) if rollback else {}
+                before = scoped.saved() if rollback else None
                 emitted, failed = self.process(
                     [host], row, key=encoded, where=where, scoped=scoped
                 )
                 if failed:
-                    scoped.clear()
-                    scoped.update(before)
+                    scoped.restore(before)
                 out.extend(emitted)
-            fields = dict(scoped)
+            # a routed key's entry holds its route (hidden from dict(scoped))
+            fields = dict(scoped) if keys is None else scoped.saved()
         finally:
             scoped.clear()
         blob = encode_value(fields) if fields else None
@@ -157,17 +187,51 @@ class StatefulStage(BoltStageBase):
             out.append((name, "", STATE, None, encoded, blob, ""))
         return out, blob, blob != stored
 
-    def _check_key(self, host: BoltHost, row: Row, encoded: bytes, where: str) -> None:
-        tup = host.make_tuple(row[0], row[1], decode_value(row[3]), row[4])
-        if encode_key(tuple(host.instance.state_key(tup))) != encoded:
-            index, batch = spark_task()
-            msg = (
-                f"bolt {self.ref.component!r}: state_key() of {list(tup.values)!r} "
-                f"differs from its fields grouping ({where}partition {index}, batch "
-                f"{batch}); on Spark the state key must be the grouping fields: "
-                "drop the state_key override or group by the fields it uses"
-            )
-            raise ComponentError(msg)
+    def _route(
+        self, keys: StateKeys, row: Row, state_key: tuple[Any, ...], index: int
+    ) -> int:
+        """Return the route of ``row``, which must send it to task ``index``.
+
+        Raises:
+            ComponentError: the row's grouping values send it to another task
+                (see :meth:`_split`).
+        """
+        route = keys.route(row)
+        other = keys.task(state_key, route)
+        if other != index:
+            raise self._split(keys, state_key, index, other)
+        return route
+
+    def _split(
+        self, keys: StateKeys, state_key: tuple[Any, ...], index: int, other: int
+    ) -> ComponentError:
+        """The error of a state key whose tuples go to two tasks.
+
+        Storm would keep one state of the key per task, Spark keeps one.
+        """
+        partition, batch = spark_task()
+        fields = sorted({f for names in keys.names.values() for f in names})
+        msg = (
+            f"bolt {self.ref.component!r}: state key {list(state_key)!r} gets "
+            f"tuples its fields grouping sends to tasks {index} and {other} "
+            f"(partition {partition}, batch {batch}); Storm would keep one state "
+            "of the key per task, Spark keeps one: make state_key() include the "
+            f"grouping fields {fields}"
+        )
+        return ComponentError(msg)
+
+
+def _first_route(
+    keys: StateKeys, rows: list[Row], previous: dict[str, Any] | None
+) -> int | None:
+    """Return the route the key's task is picked by: its first tuple's, else stored."""
+    for row in rows:
+        if row[2] == EMIT:
+            return keys.route(row)
+    if previous is None:
+        return None
+    route = previous.get(ROUTE_FIELD)
+    return route if isinstance(route, int) else None
 
 
 def _rows(frames: Iterator[pd.DataFrame]) -> list[Row]:

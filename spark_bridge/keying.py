@@ -1,14 +1,15 @@
 """Keying before a stateful bolt: one packed row per group key and record batch.
 
 :class:`KeyStage` gives each row its group key ``gkey``: the fields-grouping
-key (``encode_key``) of each emit the stateful bolt subscribes to and of its
-restore rows, and a pseudo key (a zero byte and a spread byte, never a msgpack
-array) for the rows it passes through. It yields :data:`KEYED_SCHEMA` rows: per
-group key, a msgpack array of that key's rows (:func:`pack`), so the shuffle
-and sort before the stateful stage move one row per key and record batch
-instead of one per tuple. For a bolt Storm ticks, a partition's last output
-adds a tick row under each tick key (:mod:`spark_bridge.ticks`). The
-stateful stage is :mod:`spark_bridge.keyed`.
+key (``encode_key``) of each emit the stateful bolt subscribes to (its state
+key when the bolt overrides ``state_key``, see :mod:`spark_bridge.statekeys`)
+and of its restore rows, and a pseudo key (a zero byte and a spread byte,
+never a msgpack array) for the rows it passes through. It yields
+:data:`KEYED_SCHEMA` rows: per group key, a msgpack array of that key's rows
+(:func:`pack`), so the shuffle and sort before the stateful stage move one row
+per key and record batch instead of one per tuple. For a bolt Storm ticks, a
+partition's last output adds a tick row under each tick key
+(:mod:`spark_bridge.ticks`). The stateful stage is :mod:`spark_bridge.keyed`.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Final
 
 import pyarrow as pa
 
-from spark_bridge.hosting import loaded_topology, ticks
+from spark_bridge.hosting import overrides_state_key, ticks, topology_of
 from spark_bridge.rows import EMIT, RESTORE, TICK, ComponentRef, Routing, Row
+from spark_bridge.statekeys import StateKeys
 from spark_bridge.ticks import shuffle_partitions, tick_keys
 from sr3.codec import decode_value, encode_key, encode_value
 
@@ -80,11 +82,21 @@ class KeyStage:
     """Groups the rows before a stateful bolt by key (a :class:`Stage`)."""
 
     def __init__(
-        self, ref: ComponentRef, routing: Routing, *, partitions: int = 200
+        self,
+        ref: ComponentRef,
+        routing: Routing,
+        *,
+        partitions: int = 200,
+        on_error: str = "fail",
     ) -> None:
         self.component = ref.component
         self.routing = routing
-        topology = loaded_topology(ref.topology_path)
+        topology = topology_of(ref)
+        #: a bolt overriding ``state_key``: its group key is the state key
+        #: (:mod:`spark_bridge.statekeys`); None: the grouping values
+        self.keys: StateKeys | None = None
+        if overrides_state_key(topology.components[ref.component].component_cls):
+            self.keys = StateKeys(ref, on_error=on_error)
         #: whether the bolt gets tick tuples (one tick row per Spark partition)
         self.ticked = ticks(topology, ref.component, ref.conf)
         #: the driver's shuffle partitions, if the tasks are not told theirs
@@ -107,6 +119,7 @@ class KeyStage:
         spread = 0
         fields = self.fields
         keeps = self.routing.keeps
+        keys = self.keys
         seen = False
         for batch in batches:
             seen = True
@@ -115,7 +128,14 @@ class KeyStage:
                 component, stream, kind = row[0], row[1], row[2]
                 subscribed = fields.get((component, stream))
                 passes = kind != EMIT or keeps(component, stream)
-                if kind == EMIT and subscribed is not None:
+                if kind == EMIT and subscribed is not None and keys is not None:
+                    gkey = keys.group_key(row)
+                    if isinstance(gkey, bytes):
+                        groups.setdefault(gkey, []).append(row)
+                    else:  # state_key() failed: a dead row passes through
+                        spread = (spread + 1) % _PSEUDO_SPREAD
+                        groups.setdefault(_PSEUDO_KEYS[spread], []).append(gkey)
+                elif kind == EMIT and subscribed is not None:
                     encoded = row[3]
                     decoded = decode_value(encoded)
                     indexes, width = subscribed
@@ -139,5 +159,5 @@ class KeyStage:
             yield _packed(groups)
         if seen and self.ticked:
             tick = pack([(self.component, "", TICK, None, None, None, "")])
-            keys = tick_keys(shuffle_partitions(self.partitions))
-            yield [(key, tick) for key in keys]
+            ticking = tick_keys(shuffle_partitions(self.partitions))
+            yield [(key, tick) for key in ticking]

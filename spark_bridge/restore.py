@@ -4,8 +4,9 @@ When a query starts on an empty Spark checkpoint, its first micro-batch reads
 one partition per owner of the committed epoch (:func:`restore_options`); each
 partition restores its owner through star, line or tree recovery
 (``sr3.recovery.mechanism`` of the component) on an executor and yields
-``restore`` rows, which the stateful stage installs into Spark's state store,
-plus one ``info`` row carrying the restore's report. Every owner the commit
+``restore`` rows (keyed by the state key, a stored route with the fields),
+which the stateful stage installs into Spark's state store, plus one ``info``
+row carrying the restore's report. Every owner the commit
 record names is restored, whichever engine committed it and whatever task
 count the component had then.
 """
@@ -26,7 +27,7 @@ from pyspark.sql.types import StructType
 from spark_bridge.rows import INFO, RESTORE, ROW_SCHEMA
 from sr3.codec import encode_key, encode_value
 from sr3.errors import ConfigError
-from sr3.state import KeyedState
+from sr3.state import ROUTE_FIELD, KeyedState
 from zk.access import RingAccess, config_from_conf
 from zk.checkpoints import CommitRecord
 
@@ -155,15 +156,17 @@ def _restore_rows(
 ) -> Iterator[tuple[Any, ...]]:
     component = partition.component
     keys = 0
-    for key, fields in state.items():
+    for key, route, fields in state.routed_items():
         keys += 1
+        # the stored entry: a key's route (not its own) goes with its fields
+        entry = fields if route is None else {ROUTE_FIELD: route, **fields}
         yield (
             component,
             "",
             RESTORE,
             None,
             encode_key(key),
-            encode_value(fields),
+            encode_value(entry),
             "",
         )
     info = {"restore": partition.name, "keys": keys, "pid": os.getpid(), **report}

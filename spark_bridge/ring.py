@@ -6,7 +6,9 @@ other's committed epoch:
 - owners are ``<topology>/<component>/<task index>``, one per task of each
   stateful bolt; a key belongs to the task Storm's fields grouping sends it to
   (Java ``deepHashCode`` of the grouping values modulo the task count), which is
-  the task whose Storm snapshot holds it;
+  the task whose Storm snapshot holds it: for a bolt overriding ``state_key``,
+  by the route stored with the key's fields (:data:`sr3.state.ROUTE_FIELD`,
+  :func:`storm_bridge.groupings.key_task_index`);
 - spout offsets are recorded by ``<spout>/<task index>``;
 - a commit record (``zk.checkpoints``) names the committed epoch, the offsets
   and every owner; the Spark engine adds ``{"engine": "spark", "query": id,
@@ -42,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from spark_bridge.hosting import overrides_state_key
 from spark_bridge.restore import RESTORE_SOURCE, RestoreSource, restore_options
 from sr3.codec import (
     decode_key,
@@ -53,7 +56,8 @@ from sr3.codec import (
 from sr3.errors import ConfigError
 from sr3.keygroups import key_group_of_encoded
 from sr3.manifest import Manifest
-from storm_bridge.groupings import IntegerBoxing, fields_task_index
+from sr3.state import ROUTE_FIELD
+from storm_bridge.groupings import IntegerBoxing, key_task_index
 from storm_bridge.topology import LoadedTopology
 from zk.access import RingAccess
 from zk.checkpoints import CommitRecord
@@ -67,6 +71,7 @@ __all__ = [
     "RestoreSource",
     "restore_options",
     "stateful_owners",
+    "stored_route",
 ]
 
 logger = logging.getLogger(__name__)
@@ -108,6 +113,13 @@ def _component_conf(
     merged.update(conf)
     merged.update(topology.components[component].config or {})
     return merged
+
+
+def stored_route(blob: bytes) -> int | None:
+    """Return the route stored in a key's state blob (None: the key routes itself)."""
+    fields = decode_value(blob)
+    route = fields.get(ROUTE_FIELD) if isinstance(fields, dict) else None
+    return route if isinstance(route, int) else None
 
 
 def stateful_owners(
@@ -212,6 +224,12 @@ class BatchCommitter:
         self._query = query_id
         self._max_chain = max_chain
         self._boxing = boxing
+        #: components whose keys carry their route (``state_key`` overridden)
+        self._routed = frozenset(
+            name
+            for name in self._by_component
+            if overrides_state_key(topology.components[name].component_cls)
+        )
         self._bases: dict[str, Manifest | None] = {}
         self._chain: dict[str, int] = {}
         self._offsets: dict[str, Any] = {}
@@ -289,16 +307,28 @@ class BatchCommitter:
             return BatchCommit(batch, None)
         epoch = self._next_epoch
         per_owner: dict[str, dict[bytes, bytes | None]] = {n: {} for n in self._owners}
+        changed = 0
         for component, keys in changes.items():
             owners = self._by_component.get(component)
             if not owners:
                 continue
             tasks = owners[0].tasks
+            routed = component in self._routed
+            changed += len(keys)
             for key, blob in keys.items():
-                index = fields_task_index(list(decode_key(key)), tasks, self._boxing)
+                route = None
+                if routed:
+                    if blob is None:
+                        # a deleted key's route went with its fields: no task
+                        # keeps it (at most one has it)
+                        for owner in owners:
+                            per_owner[owner.name][key] = None
+                        continue
+                    route = stored_route(blob)
+                index = key_task_index(decode_key(key), route, tasks, self._boxing)
                 per_owner[owners[index].name][key] = blob
         offsets = {**self._offsets, **offsets}
-        report = BatchCommit(batch, epoch, keys=sum(len(c) for c in per_owner.values()))
+        report = BatchCommit(batch, epoch, keys=changed)
         written: dict[str, Manifest] = {}
         full: dict[str, dict[bytes, Any]] = {}
         for component in list(self._reshard):
@@ -406,9 +436,11 @@ class BatchCommitter:
             state, _report = self._access.restore(
                 old, record, key_group_count=owners[0].key_groups, mechanism="star"
             )
-            for key, fields in state.items():
-                index = fields_task_index(list(key), len(owners), self._boxing)
-                out[owners[index].name][encode_key(key)] = fields
+            for key, route, fields in state.routed_items():
+                index = key_task_index(key, route, len(owners), self._boxing)
+                # the key's route stays with its fields
+                entry = fields if route is None else {ROUTE_FIELD: route, **fields}
+                out[owners[index].name][encode_key(key)] = entry
         logger.info(
             "%s rescaled from %d to %d tasks: every task rewritten in full",
             component,

@@ -160,11 +160,14 @@ class ComponentRef:
         topology_path: Absolute path of the topology file.
         component: Component id.
         conf: Storm conf overrides (``wordcount.lines`` and the like).
+        environment: The environment picking per-environment parallelism
+            (``par={"prod": 4}``) the topology is loaded with, everywhere.
     """
 
     topology_path: str
     component: str
     conf: Mapping[str, Any] = field(default_factory=dict)
+    environment: str | None = None
 
     def to_options(self) -> dict[str, str]:
         """Return this reference as data source options."""
@@ -172,6 +175,7 @@ class ComponentRef:
             "topology": self.topology_path,
             "component": self.component,
             "conf": json.dumps(dict(self.conf)),
+            "environment": json.dumps(self.environment),
         }
 
     @classmethod
@@ -181,6 +185,7 @@ class ComponentRef:
             topology_path=str(Path(options["topology"])),
             component=options["component"],
             conf=json.loads(options.get("conf") or "{}"),
+            environment=json.loads(options.get("environment") or "null"),
         )
 
 

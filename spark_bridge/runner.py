@@ -210,6 +210,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     ring: RingAccess | None = None,
     resume: bool = False,
     stop_after_batches: int | None = None,
+    environment: str | None = None,
 ) -> dict[str, Any]:
     """Run a topology file on Spark Structured Streaming.
 
@@ -234,6 +235,9 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
             committed epoch (state and spout offsets) instead of empty state.
         stop_after_batches: Stop once this many micro-batches were committed
             by this run (a partial run, as before a hand-off).
+        environment: Picks each component's parallelism where the topology
+            gives one per environment (``par={"prod": 4, "dev": 1}``), as
+            ``sparse run -e`` does; the Spark tasks load the topology so too.
 
     Returns:
         The report of ``sr3 run --json``, in the Storm engine's shape.
@@ -246,9 +250,9 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         SparkBridgeError: the Spark checkpoint and the ring disagree.
     """
     started = time.monotonic()
-    topology = load_topology(path)
+    topology = load_topology(path, environment=environment)
     overrides = dict(conf or {})
-    plan = plan_topology(topology)
+    plan = plan_topology(topology, environment=environment)
     session = spark
     if session is None:
         session = spark_session(master, app_name=f"sr3-{topology.name}")

@@ -28,6 +28,7 @@ from spark_bridge.errors import SparkBridgeError
 from spark_bridge.ring import ENGINE, BatchCommit, BatchCommitter
 from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
 from sr3.codec import decode_key, decode_value
+from sr3.state import ROUTE_FIELD
 from storm_bridge.outputs import LastOutputs, sink_components
 from storm_bridge.topology import LoadedTopology
 from zk.access import RingAccess
@@ -111,6 +112,13 @@ def sink_batches(sink_dir: Path) -> list[tuple[int, list[dict[str, Any]]]]:
     return sorted(found, key=lambda item: item[0])
 
 
+def _fields(entry: dict[str, Any]) -> dict[str, Any]:
+    """Return a stored entry's fields, without the key's route (as a dump shows)."""
+    if ROUTE_FIELD in entry:
+        return {k: v for k, v in entry.items() if k != ROUTE_FIELD}
+    return entry
+
+
 def final_state(
     checkpoint_dir: str | Path, component: str | None = None
 ) -> dict[str, dict[str, Any]]:
@@ -146,7 +154,7 @@ def final_state(
         )
         raise SparkBridgeError(msg)
     state = {
-        json.dumps(list(decode_key(key))): decode_value(blob)
+        json.dumps(list(decode_key(key))): _fields(decode_value(blob))
         for key, blob in latest.items()
         if blob is not None
     }

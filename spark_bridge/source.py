@@ -35,7 +35,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from spark_bridge.errors import ComponentError, ReplayError
-from spark_bridge.hosting import loaded_topology, spark_task
+from spark_bridge.hosting import spark_task, topology_of
 from spark_bridge.rows import EMIT, OFFSET, ROW_SCHEMA, ComponentRef
 from spark_bridge.spout_host import SpoutHost
 from sr3.codec import encode_value
@@ -58,8 +58,9 @@ START_OFFSETS_OPTION: Final = "startOffsets"
 _DEFAULT_MAX_ROWS: Final = 1000
 #: Spouts a Python worker keeps for later reads, at most.
 _KEPT_HOSTS: Final = 16
-#: (topology path, component, conf JSON, task index) -> spout hosted by a read.
-_read_hosts: dict[tuple[str, str, str, int], SpoutHost] = {}
+#: (topology path, environment, component, conf JSON, task index) -> spout
+#: hosted by a read (its task id depends on every component's parallelism)
+_read_hosts: dict[tuple[str, str | None, str, str, int], SpoutHost] = {}
 
 
 @dataclass(frozen=True)
@@ -86,13 +87,13 @@ class SpoutStreamReader(DataSourceStreamReader):
         self._hosts: dict[int, SpoutHost] = {}
 
     def _tasks(self) -> int:
-        topology = loaded_topology(self._ref.topology_path)
+        topology = topology_of(self._ref)
         return topology.components[self._ref.component].tasks
 
     def _host(self, index: int) -> SpoutHost:
         host = self._hosts.get(index)
         if host is None:
-            topology = loaded_topology(self._ref.topology_path)
+            topology = topology_of(self._ref)
             host = SpoutHost(topology, self._ref.component, index, self._ref.conf)
             self._hosts[index] = host
         return host
@@ -174,11 +175,17 @@ class SpoutStreamReader(DataSourceStreamReader):
             raise TypeError(msg)
         ref = self._ref
         conf = json.dumps(dict(ref.conf), sort_keys=True, default=str)
-        kept = (ref.topology_path, ref.component, conf, partition.index)
+        kept = (
+            ref.topology_path,
+            ref.environment,
+            ref.component,
+            conf,
+            partition.index,
+        )
         # taken out while reading: a read that fails leaves no half-read spout
         host = _read_hosts.pop(kept, None)
         if host is None:
-            topology = loaded_topology(ref.topology_path)
+            topology = topology_of(ref)
             host = SpoutHost(topology, ref.component, partition.index, ref.conf)
         start, end = json.loads(partition.start), json.loads(partition.end)
         host.seek(start)

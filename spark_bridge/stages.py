@@ -38,9 +38,9 @@ from spark_bridge.hosting import (
     BoltHost,
     Emit,
     Flushed,
-    loaded_topology,
     spark_task,
     storm_conf,
+    topology_of,
 )
 from spark_bridge.keying import (
     GROUP_COLUMN,
@@ -66,7 +66,7 @@ from spark_bridge.rows import (
 from sr3.codec import decode_value, encode_value
 from sr3.config import KEYS, read_setting
 from sr3.state import KeyState
-from storm_bridge.groupings import IntegerBoxing, fields_task_index
+from storm_bridge.groupings import IntegerBoxing, key_task_index
 from storm_bridge.topology import LoadedTopology
 
 __all__ = [
@@ -133,7 +133,7 @@ class BoltStageBase:
     ) -> None:
         self.ref = ref
         self.routing = routing
-        topology = loaded_topology(ref.topology_path)
+        topology = topology_of(ref)
         info = topology.components[ref.component]
         self.inputs = {
             (sub.source, sub.stream): sub.grouping.kind.value for sub in info.inputs
@@ -157,12 +157,14 @@ class BoltStageBase:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_hosts": {}}
 
-    def task_of(self, key: Sequence[Any]) -> int:
+    def task_of(self, key: Sequence[Any], route: int | None = None) -> int:
         """Return the task index Storm's fields grouping picks for ``key``.
 
-        An empty key (a global grouping) is the lowest task, as in Storm.
+        ``key`` is the grouping values, or a stateful bolt's state key with its
+        stored ``route`` (:func:`storm_bridge.groupings.key_task_index`). An
+        empty key (a global grouping) is the lowest task, as in Storm.
         """
-        return fields_task_index(key, self.tasks, self.boxing) if key else 0
+        return key_task_index(key, route, self.tasks, self.boxing)
 
     def host(self, index: int | None = None) -> BoltHost:
         """Return the hosted task ``index`` (default: partition id modulo tasks)."""
@@ -170,7 +172,7 @@ class BoltStageBase:
             index = spark_task()[0] % self.tasks
         host = self._hosts.get(index)
         if host is None:
-            topology = loaded_topology(self.ref.topology_path)
+            topology = topology_of(self.ref)
             host = BoltHost(topology, self.ref.component, index, self.ref.conf)
             self._hosts[index] = host
         return host
