@@ -45,7 +45,7 @@ fi
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade "pip>=24" 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -m pip install -q -e ".[dev,spark]" 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import sr3, zk, kazoo, msgpack, mmh3, confluent_kafka" # fail loudly if the install did not work
+  .venv/bin/python -c "import sr3, zk, backend, kazoo, msgpack, mmh3, confluent_kafka" # fail loudly if the install did not work
   touch "$stamp"
 fi
 # Apache Storm's jars for the lab's real Storm cluster (.cache/storm-<version>/) and Apache

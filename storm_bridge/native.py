@@ -160,12 +160,15 @@ class EpochStore(Protocol):
 
 
 class CommitLog(Protocol):
-    """Where commits go (ZooKeeper: :class:`zk.checkpoints.ZkCheckpointStore`)."""
+    """Where one topology's commits go (:class:`backend.committer.EpochCommitter`).
 
-    def committed(self, topology: str) -> CommitRecord | None:
+    A commit also collects what it supersedes.
+    """
+
+    def committed(self) -> CommitRecord | None:
         """Return the last committed epoch."""
 
-    def commit(self, topology: str, record: CommitRecord) -> None:
+    def commit(self, record: CommitRecord) -> None:
         """Record a committed epoch."""
 
 
@@ -197,8 +200,6 @@ class NativeCoordinator:
         interval_s: Time in RUNNING before the next epoch opens.
         timeout_s: A PAUSE or SNAPSHOT open this long ends in a rollback.
         clock: Monotonic clock in seconds.
-        collect: Called with a committed epoch and its owners once spouts
-            resumed, to drop older manifests (None: keep them).
         quiet_s: After every owner restored, how long no owner may have dropped
             a straggler (a data tuple of the rolled-back generation, still in
             flight) before spouts resume (``sr3.checkpoint.rollback.quiet.s``).
@@ -213,10 +214,8 @@ class NativeCoordinator:
         interval_s: float,
         timeout_s: float,
         clock: Callable[[], float],
-        collect: Callable[[int, list[str]], None] | None = None,
         quiet_s: float = 1.0,
     ) -> None:
-        self._collect = collect
         self._quiet_s = quiet_s
         #: Stragglers the owners reported dropped, and when that last changed.
         self._dropped: tuple[int, float] = (0, clock())
@@ -262,7 +261,7 @@ class NativeCoordinator:
         control = self._store.control()
         generation = self._store.generation()
         if control is None:
-            record = self._log.committed(self._topology)
+            record = self._log.committed()
             epoch = 0 if record is None else record.epoch
             return self._enter(EpochControl(Phase.RUNNING, epoch, generation))
         if self._stats is None:
@@ -339,10 +338,10 @@ class NativeCoordinator:
                 "pause_s": round(pause_s, 6),
             },
         )
-        last = self._log.committed(self._topology)
+        last = self._log.committed()
         if last is None or last.epoch < control.epoch:
             # a retried step may find its commit done before the control moved on
-            self._log.commit(self._topology, record)
+            self._log.commit(record)
         stats.commits += 1
         stats.pause_total_s += pause_s
         stats.pause_max_s = max(stats.pause_max_s, pause_s)
@@ -351,8 +350,6 @@ class NativeCoordinator:
         running = self._enter(
             EpochControl(Phase.RUNNING, control.epoch, control.generation)
         )
-        if self._collect is not None:
-            self._collect(control.epoch, owners)
         return running
 
 

@@ -7,7 +7,6 @@ the coordinator's barrier commands.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from typing import Any, ClassVar, Final
@@ -28,11 +27,6 @@ __all__ = ["ReplayableSpout"]
 logger = logging.getLogger(__name__)
 
 _COORDINATOR_POLL_S: Final = 0.02
-
-
-def _collect_manifests(ring: Any, epoch: int, owners: list[str]) -> None:
-    """Forget what committed ``epoch`` made unreachable (native mode)."""
-    ring.collect_committed(owners, epoch)
 
 
 class ReplayableSpout(Spout):
@@ -138,6 +132,7 @@ class ReplayableSpout(Spout):
             self._sr3_native_setup(ring, storm_conf, index)
 
     def _sr3_native_setup(self, ring: Any, storm_conf: Any, index: int) -> None:
+        from backend.committer import EpochCommitter  # noqa: PLC0415 - ring on demand
         from storm_bridge.native import (  # noqa: PLC0415 - ring clients on demand
             SPOUT,
             CoordinatorThread,
@@ -163,12 +158,11 @@ class ReplayableSpout(Spout):
             checkpoints = CheckpointConfig.from_mapping(storm_conf)
             coordinator = NativeCoordinator(
                 store=store,
-                log=ring.checkpoints,
+                log=EpochCommitter(ring, topology),
                 topology=topology,
                 interval_s=checkpoints.interval_s,
                 timeout_s=checkpoints.timeout_s,
                 clock=time.monotonic,
-                collect=functools.partial(_collect_manifests, ring),
                 quiet_s=checkpoints.rollback_quiet_s,
             )
             CoordinatorThread(

@@ -14,11 +14,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from backend.committer import EpochCommitter
 from sr3.errors import SR3Error
 from storm_bridge.cluster import EventKind, LocalCluster
 from storm_bridge.cluster.checkpoints import CheckpointSettings
@@ -109,51 +109,26 @@ class RunOptions:
 
 
 class _ZkHooks:
-    """Records commits under the topology's znode; collects older manifests.
+    """The local cluster's coordinator commits through the epoch committer.
 
-    After epoch ``e`` commits, the manifests of epochs before ``e`` (committed
-    ones and the never-committed ones a rollback left behind) are deleted from
-    ZooKeeper in the background (``e``'s manifest lists its whole chain). When
-    ``e`` starts a new chain (a full snapshot), the shards no remaining
-    manifest references are deleted too, records and replicas.
+    After epoch ``e`` commits, what it supersedes is collected in the
+    background (:class:`backend.committer.EpochCommitter`).
     """
 
-    def __init__(self, ring: RingAccess, topology: str) -> None:
-        self._ring = ring
-        self._topology = topology
-        self._collector = ThreadPoolExecutor(1, thread_name_prefix="sr3-collect")
+    def __init__(self, committer: EpochCommitter) -> None:
+        self._committer = committer
 
     def commit(self, epoch: int, offsets: Mapping[str, Any], owners: list[str]) -> None:
         record = CommitRecord(epoch=epoch, offsets=dict(offsets), owners=tuple(owners))
         try:
-            self._ring.checkpoints.commit(self._topology, record)
+            self._committer.commit(record)
         except SR3Error as exc:
-            msg = f"epoch {epoch} of topology {self._topology!r} did not commit: {exc}"
+            topology = self._committer.topology
+            msg = f"epoch {epoch} of topology {topology!r} did not commit: {exc}"
             raise CheckpointError(msg) from exc
-        self._collector.submit(self._collect, epoch, owners)
-
-    def _collect(self, epoch: int, owners: list[str]) -> None:
-        self._ring.collect_committed(owners, epoch)
 
     def close(self) -> None:
-        self._collector.shutdown(wait=True)
-
-
-def fresh_start(
-    ring: RingAccess, topology: LoadedTopology, *, resume: bool = False
-) -> int:
-    """Commit an empty epoch above every epoch published for ``topology``.
-
-    With ``resume``, the last committed epoch stays: tasks restore its state
-    and spouts seek to its offsets, continuing the previous run exactly once.
-
-    Returns:
-        The first epoch the run opens.
-
-    Raises:
-        CoordinationError: ZooKeeper failed.
-    """
-    return ring.fresh_start(topology.name, resume=resume)
+        self._committer.close()
 
 
 def _seconds(
@@ -458,23 +433,24 @@ def run_topology(
         )
     interval_s = _seconds(topology, conf, INTERVAL_KEY, _DEFAULT_INTERVAL_S)
     timeout_s = _seconds(topology, conf, TIMEOUT_KEY, _DEFAULT_TIMEOUT_S)
-    # refuse a bad conf value before fresh_start replaces the committed state
+    # refuse a bad conf value before the run replaces the committed state
     checked_confs(topology, conf, get_serializer(options.serializer))
     native = checkpoint_mode({**topology.config, **conf}) == NATIVE
     checkpoint = None
     hooks = None
     store: ZkEpochStore | None = None
+    committer = EpochCommitter(ring, topology.name)
     if options.checkpoints and native:
         # no coordinator in the cluster: the tasks run the native protocol
-        fresh_start(ring, topology, resume=options.resume)
+        committer.start(resume=options.resume)
         store = ZkEpochStore(ring.session, topology.name)
         # a new deployment, resumed or not: the previous run's tasks (maybe at
         # another parallelism) must not be waited for; the committed epoch
         # and offsets stay in the commit record
         store.reset()
     elif options.checkpoints:
-        first = fresh_start(ring, topology, resume=options.resume)
-        hooks = _ZkHooks(ring, topology.name)
+        first = committer.start(resume=options.resume)
+        hooks = _ZkHooks(committer)
         checkpoint = CheckpointSettings(hooks, interval_s, first, timeout_s)
     cluster = LocalCluster(
         topology,
@@ -533,8 +509,7 @@ def run_topology(
         outputs = cluster.outputs()
     finally:
         cluster.stop()
-        if hooks is not None:
-            hooks.close()
+        committer.close()
     if options.checkpoints and idle:
         _deliver_stopped(topology, conf, ring)
     checkpoints, recoveries = coordinator_view or ({"count": 0}, [])

@@ -14,11 +14,15 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from pystorm.component import Tuple as StormTuple
 from streamparse import Bolt
 
+from backend.chain import ChainPolicy
+from backend.checkpointer import Capture, OwnerCheckpointer
+from backend.owners import OwnerId
+from sr3.config import Sr3Config
 from sr3.state import KeyedState, KeyState
 from storm_bridge.barriers import (
     BARRIER_STREAM,
@@ -31,15 +35,10 @@ from storm_bridge.errors import StormBridgeError
 from storm_bridge.groupings import IntegerBoxing, key_task_index, route_hash
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode, require_ring
 
-if TYPE_CHECKING:
-    from zk.access import RestoreReport
-
 __all__ = ["StateKeyError", "StatefulBolt"]
 
 logger = logging.getLogger(__name__)
 
-_DEFAULT_KEY_GROUPS: Final = 256
-_DEFAULT_CHAIN: Final = 8
 _TICK_KEY: Final = "topology.tick.tuple.freq.secs"
 #: Shortest time between two reports of dropped stragglers (native mode).
 _DROPPED_REPORT_S: Final = 0.1
@@ -121,7 +120,7 @@ class StatefulBolt(Bolt):
     @property
     def keyed_state(self) -> KeyedState:
         """All the keyed state of this task (for iteration and tests)."""
-        return self._sr3_keyed
+        return self._sr3.state
 
     def state_key(self, tup: StormTuple) -> tuple[Any, ...]:
         """Return the key of ``tup``: the values of its fields grouping's fields.
@@ -147,43 +146,47 @@ class StatefulBolt(Bolt):
         self._sr3_task = int(context["taskid"])
         self._sr3_topology = str(storm_conf.get("topology.name", ""))
         index, count = task_index(context)
-        self._sr3_owner = f"{self._sr3_topology}/{self._sr3_component}/{index}"
+        owner = OwnerId(self._sr3_topology, self._sr3_component, index)
+        self._sr3_owner = str(owner)
         self._sr3_key_fields = self._grouping_fields(context)
         # a state key other than the grouping values keeps its route with it,
         # so a rescaled task gets the keys whose tuples it gets
         self._sr3_routed = type(self).state_key is not StatefulBolt.state_key
         self._sr3_boxing = IntegerBoxing.of(storm_conf)
-        self._sr3_tasks = count
-        self._sr3_index = index
-        groups = int(storm_conf.get("sr3.state.key.groups") or _DEFAULT_KEY_GROUPS)
-        self._sr3_groups = groups
-        # Storm's fields grouping (deepHashCode mod tasks) decides which keys a
-        # task sees, not key-group ranges: a task may touch any key group, and
-        # its snapshot holds exactly the keys routed to it.
-        self._sr3_keyed = KeyedState(groups)
-        self._sr3_max_chain = int(
-            storm_conf.get("sr3.checkpoint.max.chain.length") or _DEFAULT_CHAIN
-        )
-        self._sr3_chain = 0
         self._sr3_failed: BaseException | None = None
         self._sr3_pending: Future[None] | None = None
         self._sr3_writer = ThreadPoolExecutor(1, thread_name_prefix="sr3-snapshot")
-        mechanism = str(storm_conf.get("sr3.recovery.mechanism") or "auto")
-        self._sr3_mechanism = mechanism
         self._sr3_agent: BoltAgent | None = None
         self._sr3_lock = threading.Lock()
         self._sr3_dropped = 0
         from storm_bridge.wiring import RingAccess  # noqa: PLC0415 - ring clients on demand
 
-        self._sr3_ring = RingAccess.from_conf(storm_conf)
-        require_ring(self._sr3_ring, storm_conf, self._sr3_owner)
+        ring = RingAccess.from_conf(storm_conf)
+        self._sr3_ring = ring
+        require_ring(ring, storm_conf, self._sr3_owner)
+        settings = Sr3Config.from_mapping(storm_conf, strict=False)
+        # Storm's fields grouping (deepHashCode mod tasks) decides which keys a
+        # task sees, not key-group ranges: a task may touch any key group, and
+        # its snapshot holds exactly the keys routed to it.
+        self._sr3 = OwnerCheckpointer(
+            ring,
+            owner,
+            tasks=count,
+            key_group_count=settings.ring.key_group_count,
+            mechanism=settings.recovery.mechanism,
+            policy=ChainPolicy(settings.recovery.max_chain_length),
+            # as the router hashes: a rescaled task keeps the keys it gets
+            route=functools.partial(
+                key_task_index, num_tasks=count, boxing=self._sr3_boxing
+            ),
+        )
         params: dict[str, Any] = {"owner": self._sr3_owner, "epoch": None}
-        if self._sr3_ring is not None:
-            self._sr3_keyed, report = self._sr3_restore()
+        report = self._sr3.restore()
+        if report is not None:
             params.update(report.to_dict())
         else:
             # No ring (sr3.zk.hosts unset): state lives in memory only.
-            params.update(mechanism=mechanism, used="none", shards=0, bytes=0)
+            params.update(mechanism=self._sr3.mechanism, used="none", shards=0, bytes=0)
         # Real Storm's ShellBolt dies on a metric no Java code registered
         # ("Could not find metric by name"): only the local cluster reads these.
         self._sr3_metrics = checkpoint_mode(storm_conf) != NATIVE
@@ -245,57 +248,22 @@ class StatefulBolt(Bolt):
             agent.done(control, action)
 
     def _sr3_native_snapshot(self, control: Any) -> dict[str, Any]:
-        ring = self._sr3_ring
-        if ring is None:
-            return {}
-        full = self._sr3_chain == 0 or self._sr3_chain >= self._sr3_max_chain
-        blobs = self._sr3_keyed.snapshot(incremental=not full)
-        kind = "full" if full else "delta"
-        written = ring.write(
-            owner=self._sr3_owner,
-            epoch=control.epoch,
-            key_group_count=self._sr3_groups,
-            key_groups=blobs.items(),
-            kind=kind,
-            offsets=dict(control.offsets),
-        )
-        self._sr3_keyed.mark_clean()
-        self._sr3_chain = 1 if full else self._sr3_chain + 1
+        captured = self._sr3.capture()
+        written = self._sr3.write(captured, control.epoch, control.offsets)
+        self._sr3.confirm()
         return {
             "epoch": control.epoch,
-            "kind": kind,
-            "key_groups": len(blobs),
-            "bytes": written.bytes_written,
+            "kind": captured.kind,
+            "key_groups": len(captured.blobs),
+            "bytes": 0 if written is None else written.bytes_written,
         }
 
     def _sr3_native_restore(self) -> dict[str, Any]:
-        ring = self._sr3_ring
-        if ring is None:
+        report = self._sr3.restore()
+        if report is None:
             return {}
-        self._sr3_keyed, report = self._sr3_restore()
-        self._sr3_chain = 0
         logger.info("owner %s restored epoch %s", self._sr3_owner, report.epoch)
         return {**report.to_dict(), "dropped": self._sr3_dropped}
-
-    def _sr3_restore(self) -> tuple[KeyedState, RestoreReport]:
-        """Restore this task's keys of the committed epoch (rescaled or not)."""
-        ring = self._sr3_ring
-        if ring is None:
-            msg = f"owner {self._sr3_owner}: no ring to restore from (sr3.zk.hosts)"
-            raise StormBridgeError(msg)
-        return ring.restore_task(
-            topology=self._sr3_topology,
-            component=self._sr3_component,
-            index=self._sr3_index,
-            tasks=self._sr3_tasks,
-            record=ring.committed(self._sr3_topology),
-            key_group_count=self._sr3_groups,
-            mechanism=self._sr3_mechanism,
-            # as the router hashes: a rescaled task keeps the keys it gets
-            route=functools.partial(
-                key_task_index, num_tasks=self._sr3_tasks, boxing=self._sr3_boxing
-            ),
-        )
 
     def _sr3_route(self, tup: StormTuple) -> int | None:
         """The route to store with ``tup``'s state key (None: the key routes itself)."""
@@ -383,7 +351,7 @@ class StatefulBolt(Bolt):
             if self.auto_ack:
                 self.ack(tup)
         else:
-            current = self._sr3_current = self._sr3_keyed.for_key(
+            current = self._sr3_current = self._sr3.state.for_key(
                 self.state_key(tup), self._sr3_route(tup)
             )
             saved = current.saved()
@@ -415,48 +383,24 @@ class StatefulBolt(Bolt):
             self.emit([epoch, {"owner": owner}], stream=BARRIER_STREAM, anchors=[])
             self._sr3_report({"epoch": epoch, "owner": owner, "bytes": 0})
             return
-        started = time.perf_counter()
-        full = self._sr3_chain == 0 or self._sr3_chain >= self._sr3_max_chain
-        blobs = self._sr3_keyed.snapshot(incremental=not full)
-        self._sr3_chain = 1 if full else self._sr3_chain + 1
-        capture_s = time.perf_counter() - started
+        captured = self._sr3.capture()
         self.emit([epoch, {"owner": owner}], stream=BARRIER_STREAM, anchors=[])
         self._sr3_pending = self._sr3_writer.submit(
-            self._sr3_write,
-            epoch,
-            blobs,
-            "full" if full else "delta",
-            dict(info.get("offsets") or {}),
-            capture_s,
+            self._sr3_write, epoch, captured, dict(info.get("offsets") or {})
         )
 
     def _sr3_settle(self) -> None:
         pending, self._sr3_pending = self._sr3_pending, None
         if pending is not None:
             pending.result()
-            self._sr3_keyed.mark_clean()
+            self._sr3.confirm()
 
     def _sr3_write(
-        self,
-        epoch: int,
-        blobs: dict[int, bytes],
-        kind: str,
-        offsets: dict[str, Any],
-        capture_s: float,
+        self, epoch: int, captured: Capture, offsets: dict[str, Any]
     ) -> None:
-        ring = self._sr3_ring
-        if ring is None:
-            return
         started = time.perf_counter()
         try:
-            written = ring.write(
-                owner=self._sr3_owner,
-                epoch=epoch,
-                key_group_count=self._sr3_groups,
-                key_groups=blobs.items(),
-                kind=kind,
-                offsets=offsets,
-            )
+            written = self._sr3.write(captured, epoch, offsets)
         except Exception as exc:
             self._sr3_failed = exc
             raise
@@ -464,10 +408,10 @@ class StatefulBolt(Bolt):
             {
                 "epoch": epoch,
                 "owner": self._sr3_owner,
-                "kind": kind,
-                "key_groups": len(blobs),
-                "bytes": written.bytes_written,
-                "capture_s": round(capture_s, 6),
+                "kind": captured.kind,
+                "key_groups": len(captured.blobs),
+                "bytes": 0 if written is None else written.bytes_written,
+                "capture_s": round(captured.seconds, 6),
                 "write_s": round(time.perf_counter() - started, 6),
             }
         )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from backend.committer import EpochCommitter
 from sr3.config import CheckpointConfig
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.native import MODE_KEY, NATIVE, SPOUT
@@ -329,7 +330,7 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
         )
         raise StormRunError(msg)
     python_components(topology, run=streamparse_run_of(), serializer=options.serializer)
-    ring.fresh_start(topology.name, resume=options.resume)
+    EpochCommitter(ring, topology.name, background=False).start(resume=options.resume)
     store = ZkEpochStore(ring.session, topology.name)
     # a new deployment, resumed or not: the previous run's tasks (maybe at
     # another parallelism) must not be waited for; the committed epoch and

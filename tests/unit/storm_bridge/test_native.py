@@ -71,10 +71,10 @@ class MemoryLog:
     def __init__(self, epoch: int = 4) -> None:
         self.records = [CommitRecord(epoch=epoch)]
 
-    def committed(self, topology: str) -> CommitRecord | None:
+    def committed(self) -> CommitRecord | None:
         return self.records[-1]
 
-    def commit(self, topology: str, record: CommitRecord) -> None:
+    def commit(self, record: CommitRecord) -> None:
         assert record.epoch > self.records[-1].epoch
         self.records.append(record)
 
