@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 from sr3.errors import ConfigError
+from sr3.manifest import Manifest
 
 __all__ = ["DELTA", "FULL", "ChainPolicy", "Kind", "OwnerChain"]
 
@@ -41,6 +42,14 @@ class ChainPolicy:
         if self.max_deltas < 1:
             msg = f"{_KEY}={self.max_deltas}: use at least 1"
             raise ConfigError(msg)
+
+    def kind_at(self, latest: Manifest | None, epoch: int) -> Kind:
+        """Return what an owner writes at ``epoch`` after its ``latest`` manifest.
+
+        For a writer that keeps no chain in memory (``sr3 snapshot put``): the
+        chain is read from the manifest, epochs being consecutive.
+        """
+        return self.kind(None if latest is None else epoch - latest.base_epoch - 1)
 
     def kind(self, deltas: int | None) -> Kind:
         """Return what the next snapshot is, given the deltas after the base.

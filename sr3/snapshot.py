@@ -7,12 +7,12 @@ publishes the manifest only after every shard met its write quorum; a write that
 fails before that deletes the replicas it wrote. A delta epoch
 lists the shards of its base chain followed by its own.
 
-Incremental snapshots: :meth:`SnapshotWriter.write_epoch` writes a DELTA epoch (only
-the key groups changed since the previous epoch) unless the chain would then hold
-more than ``max_chain_length`` deltas (``sr3.checkpoint.max.chain.length``); then
-it compacts by writing a FULL epoch, a new base. Once a new base commits, older
-epochs and every shard no remaining manifest references are garbage-collected:
-their records are dropped from the manifest store, then their replicas deleted.
+Incremental snapshots: a DELTA epoch holds only the key groups changed since the
+previous epoch and lists its base chain's shards; a FULL epoch starts a new chain.
+Which one an owner writes is the state backend's decision (:mod:`backend.chain`).
+Once a new base commits, older epochs and every shard no remaining manifest
+references are garbage-collected: their records are dropped from the manifest
+store, then their replicas deleted.
 Reading a snapshot back is :mod:`sr3.snapshot_reader`'s.
 """
 
@@ -77,9 +77,6 @@ class SnapshotWriter:
         manifests: Manifest store (ZooKeeper in production).
         max_shard_bytes: Shard size bound.
         in_flight: Shards being written at once (default 4).
-        max_chain_length: Deltas a chain may hold before :meth:`write_epoch`
-            compacts with a FULL epoch (``sr3.checkpoint.max.chain.length``,
-            default 8).
         collect_garbage: Drop older epochs and unreferenced shards right after
             a new base is published (default False). Only for owners whose
             latest epoch is committed once published (``sr3 snapshot put``);
@@ -94,75 +91,13 @@ class SnapshotWriter:
         manifests: ManifestStore,
         max_shard_bytes: int,
         in_flight: int = 4,
-        max_chain_length: int = 8,
         collect_garbage: bool = False,
     ) -> None:
-        if max_chain_length < 1:
-            msg = (
-                f"max_chain_length={max_chain_length}; set "
-                "sr3.checkpoint.max.chain.length to at least 1"
-            )
-            raise ConfigError(msg)
         self._store = store
         self._manifests = manifests
         self._max_shard_bytes = max_shard_bytes
         self._in_flight = in_flight
-        self._max_chain_length = max_chain_length
         self._collect = collect_garbage
-
-    def next_kind(self, owner: str, epoch: int) -> str:
-        """Return ``"full"`` or ``"delta"``: what :meth:`write_epoch` writes next.
-
-        FULL when the owner has no committed epoch, or when a delta at ``epoch``
-        would leave more than ``max_chain_length`` deltas after the base.
-        """
-        latest = self._manifests.latest(owner)
-        if latest is None or epoch - latest.base_epoch > self._max_chain_length:
-            return "full"
-        return "delta"
-
-    def write_epoch(
-        self,
-        *,
-        owner: str,
-        epoch: int,
-        key_group_count: int,
-        full: Callable[[], KeyGroups],
-        delta: Callable[[], KeyGroups],
-        offsets: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-        progress: Progress | None = None,
-    ) -> WriteReport:
-        """Write an incremental epoch, compacting to a FULL one when due.
-
-        Args:
-            owner: Whose snapshot.
-            epoch: The epoch to publish (newer than the latest).
-            key_group_count: G of the owner.
-            full: Returns every non-empty key group as FULL blobs (called when
-                compacting or for the first epoch).
-            delta: Returns the key groups changed since the latest epoch as DELTA
-                blobs (called otherwise).
-            offsets: Input and output positions of the snapshot.
-            extra: Free-form manifest metadata.
-            progress: Called with bytes as shards are written.
-
-        Raises:
-            ConfigError: G differs from the owner's recorded G.
-            QuorumError: a shard could not reach its write quorum.
-            CoordinationError: the manifest could not be published.
-        """
-        kind = self.next_kind(owner, epoch)
-        return self.write(
-            owner=owner,
-            epoch=epoch,
-            key_group_count=key_group_count,
-            key_groups=full() if kind == "full" else delta(),
-            kind=kind,
-            offsets=offsets,
-            extra=extra,
-            progress=progress,
-        )
 
     def write(
         self,
@@ -183,8 +118,7 @@ class SnapshotWriter:
         chain (default: the latest published manifest's). Pass the committed
         manifest as ``base`` when newer, never-committed epochs may exist.
 
-        The caller chooses the kind; :meth:`write_epoch` chooses it for the
-        caller, compacting at ``max_chain_length``.
+        The caller chooses the kind (:mod:`backend.chain`).
 
         Raises:
             ConfigError: G differs from the owner's recorded G, or a delta has no

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
+from backend.chain import FULL, ChainPolicy
 from sr3.codec import (
     decode_key_group,
     encode_key,
@@ -94,11 +95,11 @@ def put_synthetic(
         if max_chain_length is None
         else max_chain_length
     )
+    policy = ChainPolicy(limit)
     writer = SnapshotWriter(
         store=cluster.store,
         manifests=cluster.manifests,
         max_shard_bytes=cluster.config.ring.max_shard_bytes,
-        max_chain_length=limit,
         collect_garbage=True,  # a synthetic epoch is committed once published
     )
     latest = cluster.manifests.latest(owner)
@@ -125,26 +126,18 @@ def put_synthetic(
         def delta(rel: int = relative) -> Iterator[tuple[int, bytes]]:
             return iter_delta_key_groups(spec, g, rel, update_fraction)
 
-        if i == 0:
-            report = writer.write(
-                owner=owner,
-                epoch=epoch,
-                key_group_count=g,
-                key_groups=full(),
-                kind="full",
-                extra=extra,
-                progress=bar,
-            )
-        else:
-            report = writer.write_epoch(
-                owner=owner,
-                epoch=epoch,
-                key_group_count=g,
-                full=full,
-                delta=delta,
-                extra=extra,
-                progress=bar,
-            )
+        # the first epoch of a put is FULL; later ones as the chain rule says
+        latest = cluster.manifests.latest(owner)
+        kind = FULL if i == 0 else policy.kind_at(latest, epoch)
+        report = writer.write(
+            owner=owner,
+            epoch=epoch,
+            key_group_count=g,
+            key_groups=full() if kind == FULL else delta(),
+            kind=kind,
+            extra=extra,
+            progress=bar,
+        )
         if bar is not None:
             bar.close()
         row: dict[str, Any] = {

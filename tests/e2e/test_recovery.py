@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from backend.chain import ChainPolicy
 from sr3.manifest import Manifest
 from sr3.recovery import Recoverer, RecoveryContext, RecoveryResult
 from sr3.snapshot import SnapshotWriter
@@ -73,9 +74,9 @@ def write_history(
         store=cluster.store,
         manifests=cluster.manifests,
         max_shard_bytes=SHARD_BYTES,
-        max_chain_length=max_chain_length,
         collect_garbage=True,
     )
+    policy = ChainPolicy(max_chain_length)
     state = KeyedState(G)
     model: Model = {}
     for epoch in range(1, epochs + 1):
@@ -88,12 +89,13 @@ def write_history(
                 value = {"v": rng.randbytes(rng.randint(1, 300)), "e": epoch}
                 state.for_key(key).update(value)
                 model[key] = value
-        writer.write_epoch(
+        kind = policy.kind_at(cluster.manifests.latest(owner), epoch)
+        writer.write(
             owner=owner,
             epoch=epoch,
             key_group_count=G,
-            full=lambda: state.snapshot(incremental=False).items(),
-            delta=lambda: state.snapshot(incremental=True).items(),
+            key_groups=state.snapshot(incremental=kind == "delta").items(),
+            kind=kind,
         )
         state.mark_clean()
         if check is not None:
@@ -303,17 +305,18 @@ def test_gc_keeps_the_chain_of_the_committed_epoch(cluster: Cluster) -> None:
         store=cluster.store,
         manifests=cluster.manifests,
         max_shard_bytes=SHARD_BYTES,
-        max_chain_length=1,
     )
+    policy = ChainPolicy(max_deltas=1)
     state = KeyedState(G)
     for epoch in range(1, 7):  # chains: 1-2, 3-4, 5-6
         state.for_key(("g", epoch)).update({"v": epoch})
-        report = writer.write_epoch(
+        kind = policy.kind_at(cluster.manifests.latest(owner), epoch)
+        report = writer.write(
             owner=owner,
             epoch=epoch,
             key_group_count=G,
-            full=lambda: state.snapshot(incremental=False).items(),
-            delta=lambda: state.snapshot(incremental=True).items(),
+            key_groups=state.snapshot(incremental=kind == "delta").items(),
+            kind=kind,
         )
         state.mark_clean()
         assert report.gc is None  # not collected without opting in
