@@ -1,4 +1,4 @@
-"""Shared fixtures: ONE local[2] Spark session per test session, for every test.
+"""Shared fixtures: ONE local[2] Spark session per test session, and ``wait_until``.
 
 ``PYSPARK_PYTHON`` is this interpreter and the repository root is on
 ``PYTHONPATH`` before the JVM starts, so Python workers import ``spark_bridge``
@@ -9,13 +9,37 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from pyspark.sql import SparkSession
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
+WaitUntil = Callable[..., Any]
+
+
+def _wait_until(
+    predicate: Callable[[], T], *, timeout_s: float = 10.0, what: str = "condition"
+) -> T:
+    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)  # the polling interval, bounded by timeout_s
+
+
+@pytest.fixture
+def wait_until() -> WaitUntil:
+    """Return ``wait_until(predicate, *, timeout_s=10, what=...)``: the one poller."""
+    return _wait_until
 
 
 @pytest.fixture(scope="session")

@@ -3,8 +3,8 @@
 The server is Debian's ``zookeeper`` package started by :class:`EmbeddedZooKeeper`
 (tickTime 200 ms, so sessions can be as short as 0.4 s). Without the package the
 ZooKeeper tests skip, unless ``SR3_REQUIRE_ZK=1`` (CI) turns that into a failure.
-Helpers are fixtures (``wait_until``, ``zk_connect``, ``expire_session``,
-``zk_restart``) so tests need no imports from here.
+Helpers are fixtures (``zk_connect``, ``expire_session``, ``zk_restart``, and
+``wait_until`` from tests/conftest.py) so tests need no imports from here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -25,11 +25,9 @@ from sr3.config import ZkConfig
 from sr3.errors import ZooKeeperMissingError
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
+from tests.conftest import WaitUntil
 from zk.client import ZkSession, connect
 from zk.launcher import EmbeddedZooKeeper
-
-T = TypeVar("T")
-WaitUntil = Callable[..., Any]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -40,26 +38,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and isinstance(server, EmbeddedZooKeeper):
         report.sections.append(("ZooKeeper log (tail)", server.log_tail(40)))
     return report
-
-
-def _wait_until(
-    predicate: Callable[[], T], *, timeout_s: float = 10.0, what: str = "condition"
-) -> T:
-    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)
-
-
-@pytest.fixture
-def wait_until() -> WaitUntil:
-    """Return ``wait_until(predicate, *, timeout_s=10, what=...)``."""
-    return _wait_until
 
 
 @pytest.fixture(scope="session")
@@ -168,11 +146,14 @@ def zk_restart(
 
 
 @contextmanager
-def running_lab(root: Path, nodes: int = 3) -> Iterator[Lab]:
+def running_lab(
+    root: Path, nodes: int = 3, *, log_level: str = "WARNING"
+) -> Iterator[Lab]:
     """Run a lab (its own ZooKeeper and ``nodes`` ring nodes) in ``root``.
 
-    On exit it stops what the lab's state file lists then, so a test may grow
-    or restart the lab through the command line.
+    The nodes log at ``log_level`` to ``<data dir>/node.log``. On exit it stops
+    what the lab's state file lists then, so a test may grow or restart the lab
+    through the command line.
     """
     lab = Lab(root=root)
     root.mkdir(parents=True, exist_ok=True)
@@ -180,7 +161,7 @@ def running_lab(root: Path, nodes: int = 3) -> Iterator[Lab]:
     try:
         lab.start_zookeeper()
         lab.add_nodes(nodes)
-        lab.start_nodes(sorted(lab.nodes), log_level="WARNING")
+        lab.start_nodes(sorted(lab.nodes), log_level=log_level)
         wait_for_members(lab, nodes)
         yield lab
     finally:

@@ -51,7 +51,7 @@ def _wait_for(
         if time.monotonic() > deadline:
             tail = log.read_text(encoding="utf-8", errors="replace")[-3000:]
             pytest.fail(f"timed out after {timeout_s} s waiting for {what}:\n{tail}")
-        time.sleep(0.1)
+        time.sleep(0.1)  # the polling interval, bounded by timeout_s
 
 
 def _alive(pid: int) -> bool:

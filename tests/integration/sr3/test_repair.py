@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -12,11 +13,32 @@ from sr3.snapshot import SnapshotReader, SnapshotWriter
 from sr3.storage import crc32
 from sr3.synthetic import SyntheticSpec, iter_key_groups
 from sr3_cli.cluster import open_cluster
+from sr3_cli.lab import Lab
 from tests.integration.conftest import WaitUntil, running_lab
 
 pytestmark = pytest.mark.zk
 
 KEY_GROUPS = 16
+ORPHAN_GRACE_S = 0.5
+#: What the repair coordinator logs (DEBUG) on each pass that leaves the sweep out.
+SWEEP_SKIPPED = re.compile(
+    r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) DEBUG sr3\.repair: "
+    r"orphan sweep skipped"
+)
+
+
+def sweeps_skipped(lab: Lab, since: float) -> list[list[float]]:
+    """Per node, the times (epoch s) its repair passes skipped the orphan sweep."""
+    found = []
+    for node in lab.nodes.values():
+        log = (Path(node.data_dir) / "node.log").read_text(errors="replace")
+        times = []
+        for match in map(SWEEP_SKIPPED.match, log.splitlines()):
+            if match:
+                stamp = time.mktime(time.strptime(match[1], "%Y-%m-%d %H:%M:%S"))
+                times.append(stamp + int(match[2]) / 1000)
+        found.append([t for t in times if t >= since])
+    return found
 
 
 def test_a_replica_no_record_names_is_deleted_after_the_grace(
@@ -27,7 +49,7 @@ def test_a_replica_no_record_names_is_deleted_after_the_grace(
 ) -> None:
     # a writer SIGKILLed mid-put leaves replicas no manifest will ever name:
     # they used to stay on the nodes for good
-    monkeypatch.setenv("SR3_REPAIR_ORPHAN_GRACE_S", "0.5")
+    monkeypatch.setenv("SR3_REPAIR_ORPHAN_GRACE_S", str(ORPHAN_GRACE_S))
     monkeypatch.setenv("SR3_REPAIR_SCAN_INTERVAL_S", "0.2")
     ghost = b"left by a writer that died" * 100
     with running_lab(tmp_path / "lab") as lab, open_cluster(lab.config()) as cluster:
@@ -69,11 +91,11 @@ def test_a_damaged_shard_record_stops_neither_repair_nor_keeps_its_replicas_from
 ) -> None:
     # a shard record written by another version or by hand used to kill the
     # coordinator's repair thread: no node was re-replicated after that
-    monkeypatch.setenv("SR3_REPAIR_ORPHAN_GRACE_S", "0.5")
+    monkeypatch.setenv("SR3_REPAIR_ORPHAN_GRACE_S", str(ORPHAN_GRACE_S))
     monkeypatch.setenv("SR3_REPAIR_SCAN_INTERVAL_S", "0.2")
     ghost = b"left by a writer that died" * 100
     with (
-        running_lab(tmp_path / "lab", nodes=4) as lab,
+        running_lab(tmp_path / "lab", nodes=4, log_level="DEBUG") as lab,
         open_cluster(lab.config()) as cluster,
     ):
         writer = SnapshotWriter(
@@ -114,6 +136,7 @@ def test_a_damaged_shard_record_stops_neither_repair_nor_keeps_its_replicas_from
         damaged = replicas("damaged@")
         assert damaged == 3 * len(written["damaged"].shards)
         victim = sorted(live)[-1]
+        killed_at = time.time()
         lab.kill_nodes([victim])
         wait_until(
             lambda: (
@@ -123,7 +146,17 @@ def test_a_damaged_shard_record_stops_neither_repair_nor_keeps_its_replicas_from
             timeout_s=60,
             what="kept's shards re-replicated after a node died",
         )
-        time.sleep(1.0)  # several passes, each past the orphan grace
+
+        def passes_past_the_grace() -> bool:
+            # one node's passes since the kill (each saw the ghost): one a grace
+            # after its first, when a sweep would have deleted the ghost, and the
+            # one after it (so the former finished)
+            return any(
+                sum(t - times[0] >= ORPHAN_GRACE_S for t in times) >= 2
+                for times in sweeps_skipped(lab, since=killed_at)
+            )
+
+        wait_until(passes_past_the_grace, timeout_s=30, what="repair passes")
         assert replicas("ghost@") == 1  # no sweep while a record is unreadable
         assert replicas("damaged@") >= damaged - len(written["damaged"].shards)
         client.delete(record)
