@@ -17,6 +17,7 @@ from storm_bridge.errors import (
     TaskExitedError,
     TopologyError,
 )
+from tests.unit.storm_bridge.test_groupings import STORM_2_8_3_ROUTES
 
 pytestmark = pytest.mark.storm
 
@@ -139,6 +140,31 @@ def test_streams_and_groupings(
     assert [(e.message, e.data["params"]) for e in metrics] == [
         ("records", {"stream": "loud"})
     ] * 4
+
+
+def test_fields_grouping_sends_each_value_to_the_task_storm_2_8_3_picks(
+    make_cluster: Callable[..., LocalCluster], out_dir: Path
+) -> None:
+    # ints past 32 and 64 bits, negatives, decimals, booleans, None, unicode and
+    # lists, each to the task Storm's own FieldsGrouper picked (the unit test's
+    # vectors, produced with Storm 2.8.3's jars; `integer` is 2.8.3's boxing)
+    values = [row[0] for row in STORM_2_8_3_ROUTES]
+    conf = {"sbt.sentences": values, "sr3.storm.json.integer.boxing": "integer"}
+    cluster = make_cluster("sbt_fields_routes", conf)
+    cluster.start()
+    assert cluster.run_until_idle(IDLE_TIMEOUT_S)
+    assert cluster.counters()["value_spout"].acked == len(values)
+    tasks = cluster.task_ids("value_sink")
+    assert len(tasks) == 5
+    expected = sorted(
+        (json.dumps(v), tasks[index]) for v, index, *_ in STORM_2_8_3_ROUTES
+    )
+    got = sorted(
+        (json.dumps(row["values"][0]), task)
+        for task, rows in records(out_dir, "value_sink").items()
+        for row in rows
+    )
+    assert got == expected
 
 
 def test_tick_tuples(make_cluster: Callable[..., LocalCluster]) -> None:
