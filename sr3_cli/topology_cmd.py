@@ -131,6 +131,7 @@ def _run_spark(args: argparse.Namespace) -> int:
                     ring=ring,
                     resume=args.resume,
                     stop_after_batches=args.max_batches,
+                    environment=args.environment,
                 )
             finally:
                 for timer in timers:

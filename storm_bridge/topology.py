@@ -257,7 +257,7 @@ def _resolve_par(spec: Any, environment: str | None) -> int:
         if environment is None or environment not in par:
             msg = (
                 f"component {spec.name!r} gives parallelism per environment {par}; "
-                "pass environment= naming one of them"
+                "pick one with -e/--environment (environment= from Python)"
             )
             raise TopologyError(msg)
         par = par[environment]
