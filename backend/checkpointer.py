@@ -9,29 +9,26 @@ between two tuples, :meth:`~OwnerCheckpointer.write` writes them (on any
 thread), and :meth:`~OwnerCheckpointer.confirm` forgets what a written
 snapshot held. A restore reads the committed epoch; when the component had
 another task count then, the task takes the keys its grouping routes to it
-(:meth:`zk.access.RingAccess.restore_task`).
+(:meth:`backend.access.RingAccess.restore_task`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backend.chain import DELTA, ChainPolicy, Kind, OwnerChain
 from backend.owners import OwnerId
+from backend.rescale import Route
 from sr3.state import KeyedState
 
 if TYPE_CHECKING:
+    from backend.access import RestoreReport, RingAccess
     from sr3.snapshot import WriteReport
-    from zk.access import RestoreReport, RingAccess
 
-__all__ = ["Capture", "OwnerCheckpointer", "Route"]
-
-#: ``route(key, stored_route)``: the task index, among the component's tasks
-#: now, that a key belongs to (the engine's fields grouping).
-Route = Callable[[tuple[Any, ...], int | None], int]
+__all__ = ["Capture", "OwnerCheckpointer"]
 
 
 @dataclass(frozen=True)

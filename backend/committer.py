@@ -20,7 +20,7 @@ from backend.owners import topology_owners
 from zk.checkpoints import CommitRecord
 
 if TYPE_CHECKING:
-    from zk.access import RingAccess
+    from backend.access import RingAccess
 
 __all__ = ["EpochCommitter", "next_epoch"]
 

@@ -108,7 +108,7 @@ def _session(partitions: int) -> Any:
 
 def measure(args: argparse.Namespace, lab: Lab) -> dict[str, Any]:
     """Run every topology on every engine ``args.repeats`` times."""
-    from zk.access import RingAccess  # noqa: PLC0415
+    from backend.access import RingAccess  # noqa: PLC0415
 
     ring = RingAccess(lab.config(Sr3Config.from_env()))
     spark = _session(args.partitions)

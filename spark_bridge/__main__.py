@@ -116,9 +116,9 @@ def _ring(args: argparse.Namespace) -> Any:
     """Return RingAccess for ``--zk`` (None without it)."""
     from dataclasses import replace  # noqa: PLC0415
 
+    from backend.access import RingAccess  # noqa: PLC0415
     from sr3.config import Sr3Config  # noqa: PLC0415
     from sr3.errors import ConfigError  # noqa: PLC0415
-    from zk.access import RingAccess  # noqa: PLC0415
 
     if not args.zk:
         return None

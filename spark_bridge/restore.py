@@ -24,11 +24,11 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadLimit
 from pyspark.sql.types import StructType
 
+from backend.access import RingAccess, config_from_conf
 from spark_bridge.rows import INFO, RESTORE, ROW_SCHEMA
 from sr3.codec import encode_key, encode_value
 from sr3.errors import ConfigError
 from sr3.state import ROUTE_FIELD, KeyedState
-from zk.access import RingAccess, config_from_conf
 from zk.checkpoints import CommitRecord
 
 if TYPE_CHECKING:

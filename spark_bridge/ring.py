@@ -37,13 +37,18 @@ Spark's state store, plus one ``info`` row carrying the restore's report.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from backend.access import RingAccess
+from backend.chain import FULL, ChainPolicy, OwnerChain
+from backend.committer import EpochCommitter, next_epoch
+from backend.owners import component_owners, owner_name
+from backend.rescale import reshard
 from spark_bridge.hosting import overrides_state_key
 from spark_bridge.restore import RESTORE_SOURCE, RestoreSource, restore_options
 from sr3.codec import (
@@ -53,13 +58,12 @@ from sr3.codec import (
     encode_key_group_delta_raw,
     encode_key_group_raw,
 )
-from sr3.errors import ConfigError
+from sr3.config import Sr3Config
 from sr3.keygroups import key_group_of_encoded
 from sr3.manifest import Manifest
 from sr3.state import ROUTE_FIELD
 from storm_bridge.groupings import IntegerBoxing, key_task_index
 from storm_bridge.topology import LoadedTopology
-from zk.access import RingAccess
 from zk.checkpoints import CommitRecord
 
 __all__ = [
@@ -78,11 +82,6 @@ logger = logging.getLogger(__name__)
 
 #: ``engine`` recorded in commit records written by the Spark engine.
 ENGINE: Final = "spark"
-_DEFAULT_KEY_GROUPS: Final = 256
-_DEFAULT_CHAIN: Final = 8
-_KEY_GROUPS: Final = "sr3.state.key.groups"
-_MECHANISM: Final = "sr3.recovery.mechanism"
-_CHAIN: Final = "sr3.checkpoint.max.chain.length"
 
 
 @dataclass(frozen=True)
@@ -106,15 +105,6 @@ class Owner:
     mechanism: str
 
 
-def _component_conf(
-    topology: LoadedTopology, component: str, conf: Mapping[str, Any]
-) -> dict[str, Any]:
-    merged = dict(topology.config)
-    merged.update(conf)
-    merged.update(topology.components[component].config or {})
-    return merged
-
-
 def stored_route(blob: bytes) -> int | None:
     """Return the route stored in a key's state blob (None: the key routes itself)."""
     fields = decode_value(blob)
@@ -128,31 +118,23 @@ def stateful_owners(
     """Return the owners of every task of the ``stateful`` bolts.
 
     Raises:
-        ConfigError: ``sr3.state.key.groups`` is not a positive integer.
+        ConfigError: a component's ``sr3.*`` setting is invalid (the message
+            names the key and the accepted values).
     """
     owners: list[Owner] = []
     for component in stateful:
-        merged = _component_conf(topology, component, conf)
-        raw = merged.get(_KEY_GROUPS) or _DEFAULT_KEY_GROUPS
-        try:
-            groups = int(raw)
-        except (TypeError, ValueError):
-            groups = 0
-        if groups < 1:
-            msg = f"{_KEY_GROUPS}={raw!r} of {component!r}: use a positive integer"
-            raise ConfigError(msg)
-        tasks = topology.components[component].tasks
-        mechanism = str(merged.get(_MECHANISM) or "auto")
+        info = topology.components[component]
+        settings = Sr3Config.merged(topology.config, conf, info.config or {})
         owners.extend(
             Owner(
-                f"{topology.name}/{component}/{index}",
+                owner_name(topology.name, component, index),
                 component,
                 index,
-                tasks,
-                groups,
-                mechanism,
+                info.tasks,
+                settings.ring.key_group_count,
+                settings.recovery.mechanism,
             )
-            for index in range(tasks)
+            for index in range(info.tasks)
         )
     return owners
 
@@ -197,7 +179,8 @@ class BatchCommitter:
         topology: The loaded topology.
         owners: The stateful owners (:func:`stateful_owners`).
         query_id: Identity of the Spark checkpoint (its query id).
-        max_chain: Non-empty deltas before an owner is compacted.
+        policy: Non-empty deltas an owner's chain holds before it is compacted
+            (:mod:`backend.chain`).
         boxing: How Storm's fields grouping hashes int keys, to place each key
             with the Storm task that owns it.
     """
@@ -209,20 +192,17 @@ class BatchCommitter:
         topology: LoadedTopology,
         owners: Sequence[Owner],
         query_id: str,
-        max_chain: int = _DEFAULT_CHAIN,
+        policy: ChainPolicy | None = None,
         boxing: IntegerBoxing = IntegerBoxing.LONG,
     ) -> None:
-        if max_chain < 1:
-            msg = f"{_CHAIN}={max_chain}: use at least 1"
-            raise ConfigError(msg)
         self._access = access
+        self._policy = policy or ChainPolicy()
         self._topology = topology.name
         self._owners = {o.name: o for o in owners}
         self._by_component: dict[str, list[Owner]] = {}
         for owner in owners:
             self._by_component.setdefault(owner.component, []).append(owner)
         self._query = query_id
-        self._max_chain = max_chain
         self._boxing = boxing
         #: components whose keys carry their route (``state_key`` overridden)
         self._routed = frozenset(
@@ -231,13 +211,13 @@ class BatchCommitter:
             if overrides_state_key(topology.components[name].component_cls)
         )
         self._bases: dict[str, Manifest | None] = {}
-        self._chain: dict[str, int] = {}
+        self._chain: dict[str, OwnerChain] = {}
         self._offsets: dict[str, Any] = {}
         self._next_epoch = 0
         self._last_batch: int | None = None
         #: rescaled components: (committed epoch, owners it was committed with)
         self._reshard: dict[str, tuple[int, list[str]]] = {}
-        self._collector = ThreadPoolExecutor(1, thread_name_prefix="sr3-spark-gc")
+        self._committer = EpochCommitter(access, topology.name)
         self.commits: list[BatchCommit] = []
 
     def open(self) -> CommitRecord | None:
@@ -251,19 +231,11 @@ class BatchCommitter:
         """
         access = self._access
         record = access.committed(self._topology)
-        floor = 0 if record is None else record.epoch
-        prefix = f"{self._topology}/"
-        for owner in access.manifests.owners():
-            if owner.startswith(prefix):
-                epochs = access.manifests.epochs(owner)
-                if epochs:
-                    floor = max(floor, epochs[-1])
-        self._next_epoch = floor + 1
+        self._next_epoch = next_epoch(access, self._topology)
         committed = set() if record is None else set(record.owners)
         self._reshard = {}
         for component, owners in self._by_component.items():
-            prefix = f"{self._topology}/{component}/"
-            before = sorted(o for o in committed if o.startswith(prefix))
+            before = component_owners(committed, self._topology, component)
             if record is not None and len(before) not in (0, len(owners)):
                 # rescaled: the first batch rewrites every task's state in full
                 self._reshard[component] = (record.epoch, before)
@@ -276,7 +248,12 @@ class BatchCommitter:
             ):
                 base = access.manifests.manifest(name, record.epoch)
             self._bases[name] = base
-            self._chain[name] = 0
+            chain = self._chain[name] = OwnerChain(self._policy)
+            if base is not None:
+                # the committed chain goes on; its earlier deltas are not
+                # counted (each batch writes an empty delta for every owner,
+                # which costs a restore nothing)
+                chain.written(FULL)
         if record is not None:
             self._offsets = dict(record.offsets)
             extra = dict(record.extra)
@@ -347,13 +324,12 @@ class BatchCommitter:
             owners=tuple(sorted(self._owners)),
             extra={"engine": ENGINE, "query": self._query, "batch": batch},
         )
-        self._access.checkpoints.commit(self._topology, record)
+        self._committer.commit(record)
         self._bases.update(written)
         self._offsets = offsets
         self._next_epoch = epoch + 1
         self._last_batch = batch
         self._reshard.clear()
-        self._collector.submit(self._collect, epoch)
         report.seconds = time.perf_counter() - started
         self.commits.append(report)
         return report
@@ -402,7 +378,7 @@ class BatchCommitter:
                 if upserts
             }
             kind, compacted = "full", False
-        elif groups and self._chain[owner.name] >= self._max_chain:
+        elif groups and self._chain[owner.name].next_kind() == FULL:
             blobs = self._compact(owner, base, groups)
             kind, compacted = "full", True
         else:
@@ -420,10 +396,8 @@ class BatchCommitter:
             offsets=offsets,
             base=base,
         )
-        if kind == "full":
-            self._chain[owner.name] = 0
-        elif groups:
-            self._chain[owner.name] += 1
+        if kind == FULL or groups:
+            self._chain[owner.name].written(kind)
         return written.manifest, written.bytes_written, compacted
 
     def _reshard_state(self, component: str) -> dict[str, dict[bytes, Any]]:
@@ -431,16 +405,21 @@ class BatchCommitter:
         epoch, before = self._reshard[component]
         owners = self._by_component[component]
         out: dict[str, dict[bytes, Any]] = {o.name: {} for o in owners}
-        record = CommitRecord(epoch=epoch, owners=tuple(before))
-        for old in before:
-            state, _report = self._access.restore(
-                old, record, key_group_count=owners[0].key_groups, mechanism="star"
-            )
-            for key, route, fields in state.routed_items():
-                index = key_task_index(key, route, len(owners), self._boxing)
-                # the key's route stays with its fields
-                entry = fields if route is None else {ROUTE_FIELD: route, **fields}
-                out[owners[index].name][encode_key(key)] = entry
+        found = reshard(
+            self._access,
+            CommitRecord(epoch=epoch, owners=tuple(before)),
+            before,
+            key_group_count=owners[0].key_groups,
+            mechanism="star",
+            route=functools.partial(
+                key_task_index, num_tasks=len(owners), boxing=self._boxing
+            ),
+        )
+        for placed in found.keys:
+            route, fields = placed.route, placed.fields
+            # the key's route stays with its fields
+            entry = fields if route is None else {ROUTE_FIELD: route, **fields}
+            out[owners[placed.index].name][encode_key(placed.key)] = entry
         logger.info(
             "%s rescaled from %d to %d tasks: every task rewritten in full",
             component,
@@ -467,9 +446,6 @@ class BatchCommitter:
         )
         return state.snapshot(incremental=False)
 
-    def _collect(self, epoch: int) -> None:
-        self._access.collect_committed(self._owners, epoch)
-
     def close(self) -> None:
         """Wait for background collection to finish."""
-        self._collector.shutdown(wait=True)
+        self._committer.close()

@@ -4,7 +4,7 @@ The query's sink is ``foreachBatch`` (:mod:`spark_bridge.sink`): each
 micro-batch's rows (the outputs' emits, the stateful bolts' changed keys, spout
 offsets, dead letters) are written as parquet to
 ``<checkpoint_dir>/sink/batch_id=<n>``, overwriting on a re-run of the same
-batch, so the sink is idempotent. With a ring (:class:`zk.access.RingAccess`),
+batch, so the sink is idempotent. With a ring (:class:`backend.access.RingAccess`),
 the batch's changed keys are then written to the ring and the batch committed
 in ZooKeeper as an SR3 epoch (:mod:`spark_bridge.ring`) before Spark commits it.
 
@@ -42,6 +42,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from backend.access import RingAccess
+from backend.chain import ChainPolicy
+from backend.committer import EpochCommitter
 from spark_bridge.compiler import Plan, build_frame, plan_topology
 from spark_bridge.errors import QueryFailedError, SparkBridgeError
 from spark_bridge.ring import (
@@ -52,9 +55,9 @@ from spark_bridge.ring import (
     stateful_owners,
 )
 from spark_bridge.sink import SINK_DIR, BatchSink, build_report, final_state
+from sr3.config import Sr3Config
 from storm_bridge.groupings import IntegerBoxing
 from storm_bridge.topology import LoadedTopology, load_topology
-from zk.access import RingAccess
 from zk.checkpoints import CommitRecord
 
 __all__ = ["final_state", "run_topology", "spark_session"]
@@ -142,21 +145,16 @@ def _start(  # noqa: PLR0913 (the start's inputs)
     if ring is None:
         return _Start(how="spark checkpoint" if progress else "empty")
     owners = stateful_owners(topology, plan.stateful, conf)
-    max_chain = int(
-        conf.get(
-            "sr3.checkpoint.max.chain.length",
-            topology.config.get("sr3.checkpoint.max.chain.length", 8),
-        )
-    )
+    settings = Sr3Config.merged(topology.config, conf)
     query = _query_id(root, progress=progress)
     if not progress and not resume:
-        ring.fresh_start(topology.name)
+        EpochCommitter(ring, topology.name, background=False).start()
     committer = BatchCommitter(
         access=ring,
         topology=topology,
         owners=owners,
         query_id=query,
-        max_chain=max_chain,
+        policy=ChainPolicy(settings.recovery.max_chain_length),
         boxing=IntegerBoxing.of({**topology.config, **conf}),
     )
     record = committer.open()

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
+from backend.access import RingAccess
 from spark_bridge.compiler import Plan
 from spark_bridge.errors import SparkBridgeError
 from spark_bridge.ring import ENGINE, BatchCommit, BatchCommitter
@@ -31,7 +32,6 @@ from sr3.codec import decode_key, decode_value
 from sr3.state import ROUTE_FIELD
 from storm_bridge.outputs import LastOutputs, sink_components
 from storm_bridge.topology import LoadedTopology
-from zk.access import RingAccess
 
 __all__ = [
     "SINK_DIR",

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from backend.access import RingAccess
 from spark_bridge.runner import run_topology as run_spark
 from sr3.config import Sr3Config
 from sr3_cli.commands import wait_for_members
@@ -33,7 +34,6 @@ from storm_bridge.runner import RunOptions
 from storm_bridge.runner import run_topology as run_storm
 from tests.e2e.conftest import require_zk
 from tests.e2e.topologies.state_keys import PAR, expected
-from zk.access import RingAccess
 from zk.checkpoints import CommitRecord
 
 pytestmark = [pytest.mark.zk, pytest.mark.spark, pytest.mark.storm, pytest.mark.slow]

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from backend.access import RingAccess
 from spark_bridge.errors import SparkBridgeError
 from spark_bridge.runner import run_topology as run_spark
 from sr3.config import Sr3Config
@@ -31,7 +32,6 @@ from storm_bridge.runner import run_topology as run_storm
 from storm_bridge.topology import load_topology
 from tests.e2e.conftest import require_zk
 from topologies.wordcount import corpus
-from zk.access import RingAccess
 
 pytestmark = [pytest.mark.zk, pytest.mark.spark, pytest.mark.storm, pytest.mark.slow]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from backend.access import RingAccess
 from sr3.config import Sr3Config
 from sr3.state import KeyedState
 from sr3_cli.lab import Lab
-from zk.access import RingAccess
 from zk.checkpoints import CommitRecord
 
 pytestmark = [pytest.mark.zk]

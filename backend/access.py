@@ -1,4 +1,4 @@
-"""Open handles on ZooKeeper and the ring for one process, engine-neutral.
+"""The state backend's handles on ZooKeeper and the ring, for one process.
 
 A Storm stateful task, a Spark driver or executor, and the CLI open a
 :class:`RingAccess` from a conf mapping (``sr3.zk.hosts``, ``sr3.zk.chroot``; the
@@ -13,10 +13,12 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from backend.owners import OwnerId, component_owners, owner_name, topology_owners
+from backend.rescale import Route, reshard
 from sr3.client import ClientPool
 from sr3.codec import encode_key
 from sr3.config import Sr3Config
@@ -200,29 +202,6 @@ class RingAccess:
         """
         return self.checkpoints.committed(topology)
 
-    def fresh_start(self, topology: str, *, resume: bool = False) -> int:
-        """Commit an empty epoch above every epoch published for ``topology``.
-
-        With ``resume``, the last committed epoch stays: a run restores its
-        state and seeks its spouts to its offsets, continuing exactly once.
-
-        Returns:
-            The first epoch above every published one.
-
-        Raises:
-            CoordinationError: ZooKeeper failed.
-        """
-        record = self.committed(topology)
-        floor = 0 if record is None else record.epoch
-        for owner in self.manifests.owners():
-            if owner.startswith(f"{topology}/"):
-                epochs = self.manifests.epochs(owner)
-                if epochs:
-                    floor = max(floor, epochs[-1])
-        if not (resume and record is not None):
-            self.checkpoints.reset(topology, CommitRecord(epoch=floor))
-        return floor + 1
-
     def restore(
         self,
         owner: str,
@@ -304,7 +283,7 @@ class RingAccess:
         record: CommitRecord | None,
         key_group_count: int,
         mechanism: str,
-        route: Callable[[tuple[Any, ...], int | None], int],
+        route: Route,
     ) -> tuple[KeyedState, RestoreReport]:
         """Restore task ``index`` of ``tasks`` of a stateful component.
 
@@ -321,37 +300,35 @@ class RingAccess:
             RecoveryError, ShardNotFoundError: a snapshot cannot be read.
             CoordinationError: ZooKeeper failed.
         """
-        owner = f"{topology}/{component}/{index}"
-        prefix = f"{topology}/{component}/"
-        committed = sorted(
-            o for o in (record.owners if record else ()) if o.startswith(prefix)
-        )
+        owner = owner_name(topology, component, index)
+        committed_owners = record.owners if record else ()
+        committed = component_owners(committed_owners, topology, component)
         if record is None or len(committed) in (0, tasks):
             return self.restore(
                 owner, record, key_group_count=key_group_count, mechanism=mechanism
             )
         started = time.perf_counter()
+        found = reshard(
+            self,
+            record,
+            committed,
+            key_group_count=key_group_count,
+            mechanism=mechanism,
+            route=route,
+            index=index,
+        )
         state = KeyedState(key_group_count)
-        shards = size = 0
-        used: set[str] = set()
-        for old in committed:
-            part, report = self.restore(
-                old, record, key_group_count=key_group_count, mechanism=mechanism
-            )
-            shards += report.shards
-            size += report.bytes_read
-            used.add(report.used)
-            for key, stored_route, fields in part.routed_items():
-                if route(key, stored_route) == index:
-                    state.for_key(key, stored_route).update(fields)
-        how = f"rescale {len(committed)}->{tasks} tasks ({','.join(sorted(used))})"
+        for placed in found.keys:
+            state.for_key(placed.key, placed.route).update(placed.fields)
+        used = ",".join(sorted(found.used))
+        how = f"rescale {len(committed)}->{tasks} tasks ({used})"
         logger.info("%s restored from %d owners: %s", owner, len(committed), how)
         return state, RestoreReport(
             record.epoch,
             mechanism,
             how,
-            shards,
-            size,
+            found.shards,
+            found.bytes_read,
             time.perf_counter() - started,
             reason=f"{component} had {len(committed)} tasks at epoch {record.epoch}",
         )
@@ -391,10 +368,10 @@ class RingAccess:
                 f"{self.config.zk.chroot}; run it first (`sr3 run FILE`)"
             )
             raise RecoveryError(msg)
-        prefix = f"{topology}/{component}/"
-        owners = [o for o in record.owners if o.startswith(prefix)]
+        owners = component_owners(record.owners, topology, component)
         if not owners:
-            known = sorted({o.split("/")[1] for o in record.owners if "/" in o})
+            stateful = topology_owners(record.owners, topology)
+            known = sorted({OwnerId.parse(o).component for o in stateful})
             msg = (
                 f"component {component!r} of topology {topology!r} has no state "
                 f"in committed epoch {record.epoch}; stateful components: {known}"
