@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from sr3.config_table import read_setting
 from sr3.errors import ConfigError
 from storm_bridge.native_agents import MAX_REPLAYS, BoltAgent, SpoutAgent, as_int
 from zk.checkpoints import CommitRecord
@@ -65,7 +66,6 @@ __all__ = [
     "SpoutAgent",
     "checkpoint_mode",
     "require_ring",
-    "seconds",
     "step_name",
 ]
 
@@ -88,11 +88,7 @@ def checkpoint_mode(conf: Mapping[str, Any]) -> str:
     Raises:
         ConfigError: the value is neither ``local`` nor ``native``.
     """
-    mode = str(conf.get(MODE_KEY) or LOCAL)
-    if mode not in (LOCAL, NATIVE):
-        msg = f"{MODE_KEY}={mode!r} is invalid; use 'local' or 'native'"
-        raise ConfigError(msg)
-    return mode
+    return str(read_setting(conf, MODE_KEY))
 
 
 E_NO_RING: Final = (
@@ -111,24 +107,6 @@ def require_ring(ring: object | None, conf: Mapping[str, Any], task: str) -> Non
     """
     if ring is None and checkpoint_mode(conf) == NATIVE:
         raise ConfigError(E_NO_RING.format(task=task))
-
-
-def seconds(conf: Mapping[str, Any], key: str, default: float) -> float:
-    """Return a positive duration from a Storm conf.
-
-    Raises:
-        ConfigError: the value is not a positive number.
-    """
-    raw = conf.get(key, default)
-    try:
-        value = float(raw if raw is not None else default)
-    except (TypeError, ValueError) as exc:
-        msg = f"{key}={raw!r} is not a number of seconds; use e.g. 1"
-        raise ConfigError(msg) from exc
-    if value <= 0:
-        msg = f"{key}={raw!r} must be > 0"
-        raise ConfigError(msg)
-    return value
 
 
 class EpochStore(Protocol):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from backend.committer import EpochCommitter
+from sr3.config import CheckpointConfig
 from sr3.errors import SR3Error
 from storm_bridge.cluster import EventKind, LocalCluster
 from storm_bridge.cluster.checkpoints import CheckpointSettings
@@ -43,10 +44,6 @@ __all__ = ["NodeKill", "RunOptions", "RunReport", "TaskKill", "run_topology"]
 
 logger = logging.getLogger(__name__)
 
-INTERVAL_KEY: Final = "sr3.checkpoint.interval.s"
-TIMEOUT_KEY: Final = "sr3.checkpoint.timeout.s"
-_DEFAULT_TIMEOUT_S: Final = 60.0
-_DEFAULT_INTERVAL_S: Final = 1.0
 _NATIVE_POLL_S: Final = 0.05
 #: How long a task restarted after dying on its own gets, once the run is over,
 #: to come up again before the report calls it down.
@@ -129,21 +126,6 @@ class _ZkHooks:
 
     def close(self) -> None:
         self._committer.close()
-
-
-def _seconds(
-    topology: LoadedTopology, conf: Mapping[str, Any], key: str, default: float
-) -> float:
-    raw = conf.get(key, topology.config.get(key, default))
-    try:
-        value = float(raw)
-    except (TypeError, ValueError) as exc:
-        msg = f"{key}={raw!r} is not a number of seconds; use e.g. 1"
-        raise StormBridgeError(msg) from exc
-    if value <= 0:
-        msg = f"{key}={raw!r} must be > 0"
-        raise StormBridgeError(msg)
-    return value
 
 
 def _check_kill_times(options: RunOptions) -> None:
@@ -431,8 +413,8 @@ def run_topology(
         conf.update(
             {"sr3.zk.hosts": config.zk.hosts, "sr3.zk.chroot": config.zk.chroot}
         )
-    interval_s = _seconds(topology, conf, INTERVAL_KEY, _DEFAULT_INTERVAL_S)
-    timeout_s = _seconds(topology, conf, TIMEOUT_KEY, _DEFAULT_TIMEOUT_S)
+    settings = CheckpointConfig.from_mapping({**topology.config, **conf})
+    interval_s, timeout_s = settings.interval_s, settings.timeout_s
     # refuse a bad conf value before the run replaces the committed state
     checked_confs(topology, conf, get_serializer(options.serializer))
     native = checkpoint_mode({**topology.config, **conf}) == NATIVE
