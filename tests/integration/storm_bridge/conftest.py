@@ -142,13 +142,21 @@ def out_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def make_cluster(out_dir: Path) -> Iterator[Callable[..., LocalCluster]]:
-    """Return ``make_cluster(topology_stem, conf=None, **kwargs)``; stops them all."""
+    """Return ``make_cluster(topology_stem, conf=None, **kwargs)``; stops them all.
+
+    Spouts dry for 0.5 s (not the default 2 s) count as done, unless
+    ``conf`` sets ``sr3.idle.quiet.s``: the test spouts emit a fixed list at once.
+    """
     clusters: list[LocalCluster] = []
 
     def make(
         stem: str, conf: Mapping[str, Any] | None = None, **kwargs: Any
     ) -> LocalCluster:
-        full_conf = {"sbt.out_dir": str(out_dir), **(conf or {})}
+        full_conf = {
+            "sbt.out_dir": str(out_dir),
+            "sr3.idle.quiet.s": 0.5,
+            **(conf or {}),
+        }
         cluster = LocalCluster(TOPOLOGIES / f"{stem}.py", full_conf, **kwargs)
         clusters.append(cluster)
         return cluster

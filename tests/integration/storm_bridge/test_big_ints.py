@@ -14,6 +14,8 @@ from storm_bridge.wiring import RingAccess
 
 TOPOLOGIES = Path(__file__).parent / "topologies"
 pytestmark = [pytest.mark.storm, pytest.mark.zk, pytest.mark.slow]
+#: Spouts dry this long (not the default 2 s) end a run: these never pause.
+QUIET_S = 0.5
 
 
 def expected_products(count: int) -> dict[str, int]:
@@ -31,7 +33,11 @@ def test_a_state_of_big_ints_survives_a_kill(lab: Lab) -> None:
     ring = RingAccess(lab.config(Sr3Config()))
     options = RunOptions(
         until_idle=True,
-        conf={"sbt.count": count, "topology.max.spout.pending": 100},
+        conf={
+            "sbt.count": count,
+            "topology.max.spout.pending": 100,
+            "sr3.idle.quiet.s": QUIET_S,
+        },
         kills=[TaskKill("product", 1, at_s=2.0)],
         timeout_s=120.0,
     )
@@ -60,7 +66,7 @@ def test_a_rescaled_bolt_keeps_every_key_under_either_integer_boxing(
     # a task restored after a rescale kept the keys Long hashing sends it, so
     # negative keys landed on one task and their counts on another
     ring = RingAccess(lab.config(Sr3Config()))
-    conf = {"sr3.storm.json.integer.boxing": boxing}
+    conf = {"sr3.storm.json.integer.boxing": boxing, "sr3.idle.quiet.s": QUIET_S}
     topology = TOPOLOGIES / "sbt_boxed_keys.py"
     try:
         monkeypatch.setenv("SBT_COUNT_PAR", "2")

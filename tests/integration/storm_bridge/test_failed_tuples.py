@@ -27,7 +27,12 @@ def test_a_tuple_whose_process_raised_once_is_counted_exactly_once(
     ring = RingAccess(lab.config(Sr3Config()))
     options = RunOptions(
         until_idle=True,
-        conf={"sbt.count": count, "sbt.raise_at": 700, "sbt.out_dir": str(out_dir)},
+        conf={
+            "sbt.count": count,
+            "sbt.raise_at": 700,
+            "sbt.out_dir": str(out_dir),
+            "sr3.idle.quiet.s": 0.5,  # not 2 s: the spout never pauses
+        },
         timeout_s=60.0,
     )
     try:

@@ -27,7 +27,12 @@ from storm_bridge.wiring import RingAccess
 pytestmark = [pytest.mark.zk, pytest.mark.storm]
 
 WORDCOUNT = Path(__file__).resolve().parents[3] / "topologies" / "wordcount.py"
-CONF = {"wordcount.lines": 1500, "wordcount.words.per.line": 6, "wordcount.seed": 11}
+CONF = {
+    "wordcount.lines": 1500,
+    "wordcount.words.per.line": 6,
+    "wordcount.seed": 11,
+    "sr3.idle.quiet.s": 0.5,  # dry 0.5 s, not 2 s, ends a run: the spout never pauses
+}
 
 
 @pytest.fixture

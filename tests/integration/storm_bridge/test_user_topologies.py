@@ -28,7 +28,12 @@ def test_a_spout_that_pauses_is_not_taken_for_dry(
 ) -> None:
     # the spout emits nothing for a while before its first tuple and half-way:
     # --until-idle must wait for the rest instead of ending the run there
-    cluster = make_cluster("sbt_paused", {"sbt.sentences": WORDS, "sbt.pause_s": 0.5})
+    conf = {
+        "sbt.sentences": WORDS,
+        "sbt.pause_s": 0.5,
+        "sr3.idle.quiet.s": 2.0,  # the default, longer than the pauses
+    }
+    cluster = make_cluster("sbt_paused", conf)
     cluster.start()
     assert cluster.run_until_idle(IDLE_TIMEOUT_S)
     assert cluster.counters()["pausing_spout"].acked == len(WORDS)
