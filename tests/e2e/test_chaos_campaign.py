@@ -57,6 +57,9 @@ def test_a_seeded_campaign_ends_every_schedule_with_the_failure_free_state(
         "exact.lines": 500,
         "exact.out": str(tmp_path),
         "sr3.checkpoint.interval.s": 0.3,
+        # runs end once the spouts were dry 0.5 s, not 2 s: they never pause, and
+        # a run still ends only after its faults and a final commit after them
+        "sr3.idle.quiet.s": 0.5,
     }
     topology = load_topology(TOPOLOGY)
     ring = RingAccess(lab.config(Sr3Config()))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sr3.config import Sr3Config
+from sr3.config import NodeConfig, Sr3Config
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
 from storm_bridge.runner import NodeKill, RunOptions, run_topology
@@ -66,6 +66,9 @@ def test_node_restarted_over_its_live_znode_during_a_zookeeper_restart(
                     "exact.lines": LINES,
                     "exact.out": str(out_dir),
                     "sr3.checkpoint.interval.s": 0.2,
+                    # dry 0.5 s, not 2 s, ends a run: the spouts never pause, and
+                    # a run still ends only after a final epoch past the kill
+                    "sr3.idle.quiet.s": 0.5,
                 },
                 node_kills=[NodeKill("node-2", at_s=0.3 + 0.3 * attempt)],
                 timeout_s=RUN_TIMEOUT_S,
@@ -101,13 +104,17 @@ def test_a_run_waiting_for_a_killed_node_says_so(
     # the run waits for it to leave until --timeout, and must say so
     monkeypatch.setenv("SR3_ZK_SESSION_TIMEOUT_S", "60")
     lab = lab_factory(nodes=NODES)
-    ring = RingAccess(lab.config(Sr3Config()))
+    # a request to the frozen node gives up after 2 s, not the default 30 s: the
+    # report's state summary, read after the run timed out, waited that long
+    node = NodeConfig(io_timeout_s=2.0)
+    ring = RingAccess(lab.config(Sr3Config(node=node)))
     options = RunOptions(
         until_idle=True,
         conf={
             "exact.lines": 50,
             "exact.out": str(tmp_path),
             "sr3.checkpoint.interval.s": 0.2,
+            "sr3.node.io.timeout.s": node.io_timeout_s,
         },
         node_kills=[NodeKill("node-2", at_s=0.5)],
         timeout_s=6.0,
