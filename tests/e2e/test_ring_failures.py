@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,8 @@ from sr3.storage import replica_name
 from sr3_cli.cluster import Cluster, open_cluster
 from sr3_cli.lab import Lab
 from tests.conftest import WaitUntil
-from tests.e2e.conftest import sr3, sr3_json
+from tests.e2e.conftest import require_zk, sr3, sr3_json
+from tests.integration.conftest import running_lab
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 
@@ -35,6 +36,14 @@ def wait_until_repaired(wait_until: WaitUntil, lab: Lab, live_nodes: int) -> dic
         timeout_s=REPAIR_DEADLINE_S,
         what=f"{live_nodes} live nodes and no under-replicated shard",
     )
+
+
+@pytest.fixture(scope="module")
+def shared_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """Three nodes for the tests that corrupt only replicas of owners of their own."""
+    require_zk()
+    with running_lab(tmp_path_factory.mktemp("corrupt") / "lab") as lab:
+        yield lab
 
 
 def replica_files(lab: Lab, node_id: str, *, skip: str = "") -> dict[str, int]:
@@ -238,28 +247,27 @@ def test_streamed_read_yields_every_shard_once_even_when_a_holder_dies(
 
 @pytest.mark.parametrize("mechanism", ["star", "line", "tree"])
 def test_every_mechanism_refuses_corrupt_replicas(
-    lab_factory: Callable[..., Lab], mechanism: str
+    shared_lab: Lab, mechanism: str
 ) -> None:
-    lab = lab_factory(nodes=3)
-    sr3(lab, "snapshot", "put", "--owner", "bad", "--size", "8MB")
+    lab = shared_lab
+    owner = f"bad-{mechanism}"
+    sr3(lab, "snapshot", "put", "--owner", owner, "--size", "8MB")
     with open_cluster(lab.config()) as cluster:
-        shards = cluster.manifests.shards("bad")
+        shards = cluster.manifests.shards(owner)
     # two of the three replicas of every shard are corrupt: only one copy is good
     for meta in shards.values():
         for holder in meta.holders[:2]:
             replicas = Path(lab.nodes[holder].data_dir) / "replicas"
             flip_byte(replicas / replica_name(meta.shard_id))
     got = sr3_json(
-        lab, "snapshot", "get", "--owner", "bad", "--mechanism", mechanism, "--verify"
+        lab, "snapshot", "get", "--owner", owner, "--mechanism", mechanism, "--verify"
     )
     assert got["verify"]["ok"], got["verify"]
     assert got["verify"]["keys"] == got["verify"]["expected_keys"]
 
 
-def test_a_shard_with_every_replica_corrupt_is_named_as_such(
-    lab_factory: Callable[..., Lab],
-) -> None:
-    lab = lab_factory(nodes=3)
+def test_a_shard_with_every_replica_corrupt_is_named_as_such(shared_lab: Lab) -> None:
+    lab = shared_lab
     sr3(lab, "snapshot", "put", "--owner", "ruin", "--size", "4MB")
     with open_cluster(lab.config()) as cluster:
         shards = cluster.manifests.shards("ruin")
