@@ -2,7 +2,8 @@
 
 The coordinator opens epoch ``e`` every ``sr3.checkpoint.interval.s`` once the
 previous one committed. Each replayable spout task gets a barrier command and
-emits a barrier (its offset inside) on :data:`BARRIER_STREAM`; a plain spout's
+emits a barrier (its offset inside) on
+:data:`~storm_bridge.components.BARRIER_STREAM`; a plain spout's
 barrier is injected between two of its commands. A barrier goes to every task
 of every downstream component (ALL grouping). Each bolt task aligns: once the
 barrier of a channel (upstream task) arrived, later tuples of that channel are
@@ -35,15 +36,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sr3.errors import ConfigError
-from storm_bridge.cluster.context import back_edges
+from storm_bridge.cluster.barriers import BARRIER_SOURCE, BarrierRouter, Deliver
+from storm_bridge.cluster.epochs import EpochStats, OpenEpoch
+from storm_bridge.cluster.rollbacks import (
+    Recovery,
+    Rollbacks,
+    is_replayable,
+    is_stateful_bolt,
+)
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
-from storm_bridge.components import BARRIER_COMMAND, BARRIER_STREAM
+from storm_bridge.components import BARRIER_COMMAND
 from storm_bridge.errors import StormBridgeError
-from storm_bridge.messages import SYSTEM_TASK_ID, bolt_tuple_msg
 from storm_bridge.topology import LoadedTopology
 
 __all__ = [
@@ -56,9 +63,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Component id barrier tuples carry when the cluster delivers them to a task.
-BARRIER_SOURCE = "__sr3"
 
 
 class CheckpointHooks(Protocol):
@@ -105,84 +109,12 @@ class CheckpointSettings:
             raise ConfigError(msg)
 
 
-@dataclass
-class EpochStats:
-    """A committed epoch.
-
-    Attributes:
-        epoch: Its number.
-        opened_at: Clock reading when it opened.
-        committed_at: Clock reading when it committed.
-        reports: What each stateful task reported, by owner.
-    """
-
-    epoch: int
-    opened_at: float
-    committed_at: float
-    reports: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def duration_s(self) -> float:
-        """Seconds from open to commit."""
-        return self.committed_at - self.opened_at
-
-
-@dataclass
-class Recovery:
-    """One global rollback and its timeline (clock readings).
-
-    Attributes:
-        cause: What failed (``component:index`` of a task, or a ring node).
-        component: Component of the failed task ('' for a ring node).
-        task_index: Index of the failed task in its component (None: ring node).
-        task_id: Storm task id of the failed task (None: ring node).
-        detected_at: When the failure was detected.
-        restored_at: When every stateful task had restored its state.
-        resumed_at: When the first epoch after the rollback committed.
-        restores: Restore reports of the stateful tasks, by owner.
-    """
-
-    cause: str
-    component: str
-    task_index: int | None
-    task_id: int | None
-    detected_at: float
-    restored_at: float | None = None
-    resumed_at: float | None = None
-    restores: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class _Epoch:
-    epoch: int
-    opened_at: float
-    spouts: set[int]
-    stateful: set[int]
-    offsets: dict[str, Any] = field(default_factory=dict)
-    reports: dict[str, Any] = field(default_factory=dict)
-    injections: set[int] = field(default_factory=set)
-
-
-@dataclass
-class _Alignment:
-    """Barrier alignment of one bolt task."""
-
-    channels: frozenset[int]
-    arrived: set[int] = field(default_factory=set)
-    offsets: dict[str, Any] = field(default_factory=dict)
-    held: list[tuple[Any, ...]] = field(default_factory=list)
-    waiting: tuple[int, set[str]] | None = None
-
-
-Deliver = Callable[..., None]
-
-
-def _replayable(rt: TaskRuntime) -> bool:
-    return getattr(rt.component.component_cls, "sr3_replayable", False) is True
-
-
 class Coordinator:
     """Runs global epochs over the cluster's tasks (the engine thread only).
+
+    It opens, commits and abandons epochs itself; barrier alignment is a
+    :class:`~storm_bridge.cluster.barriers.BarrierRouter`'s, rollbacks and their
+    timelines a :class:`~storm_bridge.cluster.rollbacks.Rollbacks`'.
 
     Args:
         topology: The topology.
@@ -215,25 +147,13 @@ class Coordinator:
         self._timers = timers
         self._clock = clock
         self._queue = queue_spout_command
-        self._deliver = deliver
-        self._recycle = recycle
-        self._downstream: dict[str, list[int]] = {}
-        self._align: dict[int, _Alignment] = {}
-        loops = back_edges(topology)
-        for comp in topology.components.values():
-            sources = {
-                sub.source
-                for sub in comp.inputs
-                if (sub.source, comp.name) not in loops
-            }
-            for source in sources:
-                self._downstream.setdefault(source, []).extend(
-                    component_tasks(comp.name)
-                )
-            channels = frozenset(t for s in sources for t in component_tasks(s))
-            for task_id in component_tasks(comp.name):
-                if comp.kind == "bolt":
-                    self._align[task_id] = _Alignment(channels)
+        self._barriers = BarrierRouter(
+            topology=topology,
+            tasks=tasks,
+            component_tasks=component_tasks,
+            deliver=deliver,
+        )
+        self._rollbacks = Rollbacks(tasks=tasks, clock=clock, recycle=recycle)
         self._owners = {
             task_id: self._owner(task_id, component_tasks)
             for task_id, rt in tasks.items()
@@ -242,16 +162,9 @@ class Coordinator:
             task_id: component_tasks(rt.component.name).index(task_id)
             for task_id, rt in tasks.items()
         }
-        #: Whether a task death rolls back (something to restore or seek).
-        self.rolls_back = any(
-            (rt.component.stateful and not rt.is_spout)
-            or (rt.is_spout and _replayable(rt))
-            for rt in tasks.values()
-        )
         self._next_epoch = settings.first_epoch
-        self._current: _Epoch | None = None
+        self._current: OpenEpoch | None = None
         self.committed: list[EpochStats] = []
-        self.recoveries: list[Recovery] = []
         #: Epochs abandoned after ``timeout_s``.
         self.abandoned = 0
         self._started = False
@@ -262,6 +175,16 @@ class Coordinator:
         if self._tasks[task_id].is_spout:
             return f"{comp}/{index}"
         return f"{self._topology.name}/{comp}/{index}"
+
+    @property
+    def rolls_back(self) -> bool:
+        """Whether a task death rolls back (something to restore or seek)."""
+        return self._rollbacks.needed
+
+    @property
+    def recoveries(self) -> list[Recovery]:
+        """Every rollback of this run, oldest first."""
+        return self._rollbacks.recoveries
 
     # -- epochs ------------------------------------------------------------------------
 
@@ -303,29 +226,20 @@ class Coordinator:
             return False
         if any(rt.state is not TaskState.RUNNING for rt in self._tasks.values()):
             return False
-        recovery = self.recoveries[-1] if self.recoveries else None
-        if recovery is not None and recovery.restored_at is None:
-            if any(
-                r.component.stateful and not r.is_spout for r in self._tasks.values()
-            ):
-                return False
-            recovery.restored_at = self._clock()
+        if self._rollbacks.restoring():
+            return False
         epoch = self._next_epoch
         self._next_epoch += 1
         spouts = {t for t, rt in self._tasks.items() if rt.is_spout}
-        stateful = {
-            t
-            for t, rt in self._tasks.items()
-            if rt.component.stateful and not rt.is_spout
-        }
-        self._current = _Epoch(epoch, self._clock(), spouts, stateful)
+        stateful = {t for t, rt in self._tasks.items() if is_stateful_bolt(rt)}
+        self._current = OpenEpoch(epoch, self._clock(), spouts, stateful)
         logger.debug("epoch %s opened", epoch)
         self._timers.at(
             self._clock() + self._settings.timeout_s, lambda: self._expire(epoch)
         )
         for task_id in sorted(spouts):
             rt = self._tasks[task_id]
-            if _replayable(rt):
+            if is_replayable(rt):
                 self._queue(rt, BARRIER_COMMAND, epoch)
             elif rt.awaiting is None:
                 self._inject(rt, epoch)
@@ -352,13 +266,7 @@ class Coordinator:
     def _drop_epoch(self) -> None:
         """Forget the open epoch and every alignment; deliver the held tuples."""
         self._current = None
-        for align in self._align.values():
-            align.arrived.clear()
-            align.offsets = {}
-            align.waiting = None
-            held, align.held = align.held, []
-            for args in held:
-                self._deliver(*args)
+        self._barriers.release_all()
 
     def spout_synced(self, rt: TaskRuntime) -> None:
         """A spout answered a command: inject a pending barrier of a plain spout."""
@@ -382,9 +290,8 @@ class Coordinator:
             return
         offset = dict(values[1] or {}).get("offset")
         owner = self._owners[rt.task_id]
-        current.offsets[owner] = offset
-        current.spouts.discard(rt.task_id)
-        self._forward(rt, epoch, {owner: offset})
+        current.spout_reported(rt.task_id, owner, offset)
+        self._barriers.forward(rt, epoch, {owner: offset})
         self._maybe_commit()
 
     def bolt_barrier(self, rt: TaskRuntime, values: list[Any]) -> None:
@@ -393,9 +300,7 @@ class Coordinator:
         epoch = int(values[0])
         if current is None or epoch != current.epoch:
             return
-        align = self._align[rt.task_id]
-        self._forward(rt, epoch, align.offsets)
-        align.offsets = {}
+        self._barriers.forward_captured(rt, epoch)
 
     def snapshot_written(self, rt: TaskRuntime, params: Any) -> None:
         """A stateful task's snapshot of the open epoch is durable: its report."""
@@ -405,91 +310,15 @@ class Coordinator:
             return
         if rt.task_id not in current.stateful:
             return
-        current.reports[self._owners[rt.task_id]] = report
-        current.stateful.discard(rt.task_id)
+        current.snapshot_reported(rt.task_id, self._owners[rt.task_id], report)
         self._maybe_commit()
-
-    def _forward(self, rt: TaskRuntime, epoch: int, offsets: Mapping[str, Any]) -> None:
-        for target in self._downstream.get(rt.component.name, []):
-            self._barrier_arrives(target, rt.task_id, epoch, offsets)
-
-    def _barrier_arrives(
-        self, target: int, channel: int, epoch: int, offsets: Mapping[str, Any]
-    ) -> None:
-        align = self._align[target]
-        if channel not in align.channels:
-            return  # a barrier that went round a cycle
-        align.arrived.add(channel)
-        align.offsets.update(offsets)
-        if align.arrived < align.channels:
-            return
-        rt = self._tasks[target]
-        if rt.component.stateful:
-            align.arrived.clear()
-            if rt.process is not None:
-                info = {"offsets": dict(align.offsets)}
-                rt.process.send(
-                    bolt_tuple_msg(
-                        f"sr3-barrier-{epoch}",
-                        BARRIER_SOURCE,
-                        BARRIER_STREAM,
-                        SYSTEM_TASK_ID,
-                        [epoch, info],
-                    )
-                )
-            self._release(align)
-        else:
-            # every channel stays held until the inputs from before the barrier
-            # are done: a bolt combining inputs (a BatchingBolt) would otherwise
-            # fold later tuples into the output it owes this epoch
-            align.waiting = (epoch, set(rt.inputs))
-            self.input_done(rt)
-
-    def _release(self, align: _Alignment) -> None:
-        held, align.held = align.held, []
-        for args in held:
-            self._deliver(*args)
-
-    def input_done(self, rt: TaskRuntime) -> None:
-        """A bolt acked or failed an input: forward a barrier it was waiting for.
-
-        Once forwarded, the tuples held back since the alignment are delivered.
-        """
-        align = self._align.get(rt.task_id)
-        if align is None or align.waiting is None:
-            return
-        epoch, before = align.waiting
-        if not any(rt.owes(tuple_id) for tuple_id in before):
-            align.waiting = None
-            align.arrived.clear()
-            offsets, align.offsets = align.offsets, {}
-            self._forward(rt, epoch, offsets)
-            self._release(align)
-
-    def hold(self, target: int, source_task: int, args: tuple[Any, ...]) -> bool:
-        """Hold back a tuple from a channel already past the barrier.
-
-        Returns:
-            Whether the tuple was held (the caller must not deliver it).
-        """
-        align = self._align.get(target)
-        if align is None or source_task not in align.arrived:
-            return False
-        align.held.append(args)
-        return True
-
-    def busy(self) -> bool:
-        """Whether tuples are held back or a barrier is still waiting to move."""
-        return any(a.held or a.waiting for a in self._align.values())
 
     def _maybe_commit(self) -> None:
         current = self._current
-        if current is None or current.spouts or current.stateful:
+        if current is None or not current.complete:
             return
         owners = sorted(
-            self._owners[t]
-            for t, rt in self._tasks.items()
-            if rt.component.stateful and not rt.is_spout
+            self._owners[t] for t, rt in self._tasks.items() if is_stateful_bolt(rt)
         )
         try:
             self._settings.hooks.commit(current.epoch, current.offsets, owners)
@@ -499,17 +328,31 @@ class Coordinator:
             self._schedule(self._settings.interval_s)
             return
         now = self._clock()
-        self.committed.append(
-            EpochStats(current.epoch, current.opened_at, now, dict(current.reports))
-        )
+        self.committed.append(current.stats(now))
         self._current = None
-        # every rollback since the last commit resumed with this one: a task death
-        # and a ring node's, detected before any epoch committed in between,
-        # are two rollbacks that one commit ends
-        for recovery in self.recoveries:
-            if recovery.resumed_at is None:
-                recovery.resumed_at = now
+        self._rollbacks.resumed(now)
         self._schedule(self._settings.interval_s)
+
+    # -- barriers ----------------------------------------------------------------------
+
+    def hold(self, target: int, source_task: int, args: tuple[Any, ...]) -> bool:
+        """Hold back a tuple from a channel already past the barrier.
+
+        Returns:
+            Whether the tuple was held (the caller must not deliver it).
+        """
+        return self._barriers.hold(target, source_task, args)
+
+    def input_done(self, rt: TaskRuntime) -> None:
+        """A bolt acked or failed an input: forward a barrier it was waiting for.
+
+        Once forwarded, the tuples held back since the alignment are delivered.
+        """
+        self._barriers.input_done(rt)
+
+    def busy(self) -> bool:
+        """Whether tuples are held back or a barrier is still waiting to move."""
+        return self._barriers.busy()
 
     # -- failures ----------------------------------------------------------------------
 
@@ -544,37 +387,11 @@ class Coordinator:
         """Restart every task from the last committed epoch; drop the in-flight."""
         logger.warning("rolling back to the last committed epoch: %s", cause)
         self._current = None
-        for align in self._align.values():
-            align.arrived.clear()
-            align.offsets = {}
-            align.held.clear()
-            align.waiting = None
-        recovery = self.recoveries[-1] if self.recoveries else None
-        if recovery is None or recovery.restored_at is not None:
-            self.recoveries.append(
-                Recovery(cause, component, task_index, task_id, self._clock())
-            )
-        else:
-            recovery.cause += f", {cause}"
-            recovery.restores.clear()
-        for rt in self._tasks.values():
-            if rt.is_spout and not _replayable(rt):
-                # A plain spout cannot seek: it keeps running, and the trees of
-                # its tuples lost with the bolts fail back to it (at-least-once).
-                continue
-            if rt.state in (TaskState.STARTING, TaskState.RUNNING):
-                self._recycle(rt)
+        self._barriers.discard_all()
+        self._rollbacks.start(cause, component, task_index, task_id)
         self._schedule(0.0)
 
     def restored(self, rt: TaskRuntime, params: Any) -> None:
         """A stateful task reported its restore; note when all have."""
-        if not self.recoveries or self.recoveries[-1].restored_at is not None:
-            return
-        recovery = self.recoveries[-1]
-        recovery.restores[self._owners[rt.task_id]] = params
-        stateful = [
-            t for t, r in self._tasks.items() if r.component.stateful and not r.is_spout
-        ]
-        if len(recovery.restores) >= len(stateful):
-            recovery.restored_at = self._clock()
+        if self._rollbacks.restored(self._owners[rt.task_id], params):
             self._schedule(0.0)

@@ -1,0 +1,141 @@
+"""Global rollbacks of the local cluster and their timelines.
+
+A rollback restarts every task but the plain spouts: stateful tasks restore the
+committed epoch's state, replayable spouts seek to its offsets. A plain spout
+cannot seek, so it keeps running and the trees of its lost tuples fail back to
+it (at-least-once). Each rollback is a :class:`Recovery` with its timeline:
+detected, restored (every stateful task reported its restore) and resumed (the
+next epoch committed). A failure detected before the restore finished joins the
+rollback under way instead of starting another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from storm_bridge.cluster.tasks import TaskRuntime, TaskState
+
+__all__ = ["Recovery", "Rollbacks", "is_replayable", "is_stateful_bolt"]
+
+
+def is_replayable(rt: TaskRuntime) -> bool:
+    """Return whether ``rt`` runs a spout that seeks to a committed offset."""
+    return getattr(rt.component.component_cls, "sr3_replayable", False) is True
+
+
+def is_stateful_bolt(rt: TaskRuntime) -> bool:
+    """Return whether ``rt`` runs a bolt with state to snapshot and restore."""
+    return rt.component.stateful and not rt.is_spout
+
+
+@dataclass
+class Recovery:
+    """One global rollback and its timeline (clock readings).
+
+    Attributes:
+        cause: What failed (``component:index`` of a task, or a ring node).
+        component: Component of the failed task ('' for a ring node).
+        task_index: Index of the failed task in its component (None: ring node).
+        task_id: Storm task id of the failed task (None: ring node).
+        detected_at: When the failure was detected.
+        restored_at: When every stateful task had restored its state.
+        resumed_at: When the first epoch after the rollback committed.
+        restores: Restore reports of the stateful tasks, by owner.
+    """
+
+    cause: str
+    component: str
+    task_index: int | None
+    task_id: int | None
+    detected_at: float
+    restored_at: float | None = None
+    resumed_at: float | None = None
+    restores: dict[str, Any] = field(default_factory=dict)
+
+
+class Rollbacks:
+    """Starts rollbacks and keeps their timelines (the engine thread only).
+
+    Args:
+        tasks: Task runtimes by id.
+        clock: Monotonic clock in seconds.
+        recycle: Kills and restarts a task as part of a rollback.
+    """
+
+    def __init__(
+        self,
+        *,
+        tasks: Mapping[int, TaskRuntime],
+        clock: Callable[[], float],
+        recycle: Callable[[TaskRuntime], None],
+    ) -> None:
+        self._tasks = tasks
+        self._clock = clock
+        self._recycle = recycle
+        #: Every rollback of this run, oldest first.
+        self.recoveries: list[Recovery] = []
+        #: Whether a task death rolls back (something to restore or seek).
+        self.needed = any(
+            is_stateful_bolt(rt) or (rt.is_spout and is_replayable(rt))
+            for rt in tasks.values()
+        )
+
+    def start(
+        self, cause: str, component: str, task_index: int | None, task_id: int | None
+    ) -> None:
+        """Record a rollback (or join the one restoring) and recycle the tasks."""
+        recovery = self.recoveries[-1] if self.recoveries else None
+        if recovery is None or recovery.restored_at is not None:
+            self.recoveries.append(
+                Recovery(cause, component, task_index, task_id, self._clock())
+            )
+        else:
+            recovery.cause += f", {cause}"
+            recovery.restores.clear()
+        for rt in self._tasks.values():
+            if rt.is_spout and not is_replayable(rt):
+                # A plain spout cannot seek: it keeps running, and the trees of
+                # its tuples lost with the bolts fail back to it (at-least-once).
+                continue
+            if rt.state in (TaskState.STARTING, TaskState.RUNNING):
+                self._recycle(rt)
+
+    def restoring(self) -> bool:
+        """Whether the last rollback still waits for restores before an epoch opens.
+
+        A rollback without stateful tasks has nothing to restore: it counts as
+        restored now.
+        """
+        recovery = self.recoveries[-1] if self.recoveries else None
+        if recovery is None or recovery.restored_at is not None:
+            return False
+        if any(is_stateful_bolt(r) for r in self._tasks.values()):
+            return True
+        recovery.restored_at = self._clock()
+        return False
+
+    def restored(self, owner: str, params: Any) -> bool:
+        """A stateful task reported its restore.
+
+        Returns:
+            Whether this report completed the restore of the last rollback.
+        """
+        if not self.recoveries or self.recoveries[-1].restored_at is not None:
+            return False
+        recovery = self.recoveries[-1]
+        recovery.restores[owner] = params
+        stateful = [t for t, r in self._tasks.items() if is_stateful_bolt(r)]
+        if len(recovery.restores) >= len(stateful):
+            recovery.restored_at = self._clock()
+            return True
+        return False
+
+    def resumed(self, now: float) -> None:
+        """An epoch committed at ``now``: every rollback before it resumed."""
+        # a task death and a ring node's, detected before any epoch committed in
+        # between, are two rollbacks that one commit ends
+        for recovery in self.recoveries:
+            if recovery.resumed_at is None:
+                recovery.resumed_at = now
