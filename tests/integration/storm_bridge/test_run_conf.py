@@ -37,7 +37,10 @@ def sr3(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
 BAD_OVERRIDES = [
     ("topology.max.spout.pending=x", "-o topology.max.spout.pending=N"),
     ("topology.enable.message.timeouts=False", "=false (JSON, lower case)"),
-    ("sr3.checkpoint.timeout.s=soon", "use e.g. 1"),
+    (
+        "sr3.checkpoint.timeout.s=soon",
+        "sr3.checkpoint.timeout.s='soon' is not a number; use > 0",
+    ),
 ]
 
 
