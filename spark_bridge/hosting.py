@@ -447,14 +447,7 @@ class BoltHost(Host):
         the key's state already looked up once for all of the key's tuples (a
         Spark task never sees barriers, heartbeats or ticks; acks go nowhere).
         """
-        instance = self.instance
         self.emits = []
-        instance._current_tups = [tup]  # noqa: SLF001 (pystorm's anchoring list)
-        instance._sr3_current = scoped  # noqa: SLF001 (StatefulBolt's key scope)
-        try:
-            instance.process(tup)
-        finally:
-            instance._sr3_current = None  # noqa: SLF001
-            instance._current_tups = []  # noqa: SLF001
+        self.instance.process_scoped(tup, scoped)
         emitted, self.emits = self.emits, []
         return emitted

@@ -71,6 +71,7 @@ class StatefulBolt(Bolt):
     """
 
     sr3_stateful: ClassVar[bool] = True
+    _sr3_current: KeyState | None = None
     exit_on_exception = False
 
     @classmethod
@@ -122,6 +123,21 @@ class StatefulBolt(Bolt):
         """All the keyed state of this task (for iteration and tests)."""
         return self._sr3.state
 
+    def process_scoped(self, tup: StormTuple, scope: KeyState) -> None:
+        """Run ``process(tup)`` with ``self.state`` bound to ``scope``.
+
+        For an engine hosting the bolt outside Storm's run loop (the Spark
+        engine looks a key's state up once for all of its tuples): emits are
+        anchored to ``tup``, as in the run loop.
+        """
+        self._current_tups = [tup]
+        self._sr3_current = scope
+        try:
+            self.process(tup)
+        finally:
+            self._sr3_current = None
+            self._current_tups = []
+
     def state_key(self, tup: StormTuple) -> tuple[Any, ...]:
         """Return the key of ``tup``: the values of its fields grouping's fields.
 
@@ -141,7 +157,7 @@ class StatefulBolt(Bolt):
 
     def _setup_component(self, storm_conf: Any, context: Any) -> None:
         super()._setup_component(storm_conf, context)
-        self._sr3_current: KeyState | None = None
+        self._sr3_current = None
         self._sr3_component = str(context["componentid"])
         self._sr3_task = int(context["taskid"])
         self._sr3_topology = str(storm_conf.get("topology.name", ""))
