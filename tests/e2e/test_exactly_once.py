@@ -225,6 +225,7 @@ def test_ysb_window_counts_are_exact_after_a_kill(lab: Lab, tmp_path: Path) -> N
         f"ysb.events={events}",
         "-o",
         "sr3.checkpoint.interval.s=0.2",
+        *QUIET,
         "--kill",
         "window_count:1@0.8",
     )

@@ -171,7 +171,7 @@ def test_lab_kill_and_restart_say_what_they_did(lab: Lab) -> None:
 def test_a_run_refused_for_a_bad_kill_node_keeps_the_committed_state(
     lab: Lab,
 ) -> None:
-    small = ["-o", "wordcount.lines=200"]
+    small = ["-o", "wordcount.lines=200", "-o", "sr3.idle.quiet.s=0.5"]
     first = sr3("run", str(WORDCOUNT), "--until-idle", *small, lab=lab)
     assert first.returncode == 0, first.stderr
     dump = ["state", "dump", "--topology", "wordcount", "--component", "count"]

@@ -41,6 +41,8 @@ def sr3_run(lab: Lab, out_dir: Path, *extra: str) -> tuple[int, Any, str]:
             f"sbt.out_dir={out_dir}",
             "-o",
             f"sbt.sentences={SENTENCES}",
+            "-o",
+            "sr3.idle.quiet.s=0.5",  # not 2 s dry: the spout never pauses
             *extra,
             "--json",
         ],
