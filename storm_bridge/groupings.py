@@ -20,6 +20,7 @@ json-smart), and with it the hash of negative integers: see :class:`IntegerBoxin
 from __future__ import annotations
 
 import abc
+import decimal
 import enum
 import math
 import random
@@ -54,6 +55,9 @@ _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _TRUE_HASH, _FALSE_HASH = 1231, 1237
 _CANONICAL_NAN_BITS: Final = 0x7FF8000000000000
+#: json-smart (Storm >= 2.6) reads a decimal whose JSON text is longer than this
+#: as a BigDecimal, not a Double (``JSONParserBase.extractFloat``).
+_DOUBLE_TEXT_MAX: Final = 18
 
 
 class IntegerBoxing(enum.Enum):
@@ -63,7 +67,9 @@ class IntegerBoxing(enum.Enum):
         LONG: json-simple (Storm before 2.6): every integer is a ``Long``
             (``Long.hashCode``: ``(int)(v ^ (v >>> 32))``, so ``-1`` hashes to 0).
         INTEGER: json-smart in permissive mode (Storm 2.6 and later): an
-            ``Integer`` when it fits 32 bits (hash = value), else a ``Long``.
+            ``Integer`` when it fits 32 bits (hash = value), else a ``Long``;
+            a decimal whose JSON text is longer than 18 characters is a
+            ``BigDecimal``, others a ``Double``.
     """
 
     LONG = "long"
@@ -118,6 +124,16 @@ def _double_hash(value: float) -> int:
     return _long_hash(bits)
 
 
+def _big_decimal_hash(text: str) -> int:
+    # java.math.BigDecimal.hashCode: 31 * unscaledValue.hashCode() + scale
+    sign, digits, exponent = decimal.Decimal(text).as_tuple()
+    unscaled = int("".join(map(str, digits)) or "0")
+    if sign:
+        unscaled = -unscaled
+    scale = -exponent if isinstance(exponent, int) else 0  # finite: an int
+    return _i32(31 * _big_integer_hash(unscaled) + scale)
+
+
 def _string_hash(value: str) -> int:
     units = value.encode("utf-16-be")
     result = 0
@@ -147,6 +163,10 @@ def java_hash(value: Any, boxing: IntegerBoxing = IntegerBoxing.LONG) -> int:
             return _long_hash(value)
         return _big_integer_hash(value)
     if isinstance(value, float):
+        if boxing is IntegerBoxing.INTEGER and math.isfinite(value):
+            text = repr(value)  # the JSON text pystorm writes
+            if len(text) > _DOUBLE_TEXT_MAX:
+                return _big_decimal_hash(text)
         return _double_hash(value)
     if isinstance(value, str):
         return _string_hash(value)
