@@ -38,7 +38,7 @@ imports: setup  ## import-linter layer contracts (CI: yes)
 	$(BIN)/lint-imports
 
 test-fast: setup  ## Edit loop, a few minutes: unit tests and the quick ZooKeeper/ring integration tests (not in CI on its own)
-	$(BIN)/pytest -q -m "not slow and not spark and not apache_storm" tests/unit tests/integration/zk tests/integration/sr3
+	$(BIN)/pytest -q -m "not slow and not spark and not apache_storm" tests/unit tests/integration/zk tests/integration/backend tests/integration/sr3
 
 chaos: setup  ## Randomized failure campaign: 100 seeded schedules on word count (not in CI; the suite runs a small one)
 	$(BIN)/sr3 chaos --schedules $${SCHEDULES:-100} --seed $${SEED:-1}
