@@ -16,258 +16,48 @@ Layout of a lab dir::
                       logs; :mod:`sr3_cli.lab_kafka`); lab.json's ``kafka.bootstrap``
                       is its address
 
-lab.json is changed only by read-modify-write of the current file under the
-lab's lock (:meth:`Lab.locked`, :meth:`Lab.update`), so commands running at once
-(``sr3 run --kill-node`` and ``sr3 lab restart``, two restarts) never undo each
-other's changes. Every daemon the lab starts runs in a session of its own with a
-path under the lab dir among its arguments or as its working directory, so
-``sr3 lab down`` finds it even when lab.json is stale or gone
-(:func:`sr3_cli.processes.lab_processes`).
+lab.json, and the lock under which it alone changes, is
+:class:`~sr3_cli.lab_state.LabState`'s; :class:`Lab` adds what starts and stops
+the lab's processes: ZooKeeper here, the ring nodes with
+:mod:`sr3_cli.lab_nodes`, the optional services with :mod:`sr3_cli.lab_spark`,
+:mod:`sr3_cli.lab_storm` and :mod:`sr3_cli.lab_kafka`. Every daemon the lab
+starts runs in a session of its own with a path under the lab dir among its
+arguments or as its working directory, so ``sr3 lab down`` finds it even when
+lab.json is stale or gone (:func:`sr3_cli.processes.lab_processes`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
 import signal
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from sr3.config import NodeConfig, Sr3Config, ZkConfig
-from sr3.errors import ConfigError, SR3Error
-from sr3_cli.labfile import (
-    LabNode,
-    lab_nodes,
-    optional_object,
-    pid_value,
-    port_value,
-    write_atomically,
-)
-from sr3_cli.lockfile import exclusive
+from sr3.errors import ConfigError
+from sr3_cli import lab_spark
+from sr3_cli.lab_nodes import node_log, spawn_node, wait_ready
+from sr3_cli.lab_state import LabState, resolve_lab_dir
+from sr3_cli.labfile import LabNode
 from sr3_cli.processes import lab_processes, stop_processes
 from sr3_cli.processes import runs as _runs
 from sr3_cli.processes import terminate as _terminate
 from zk.launcher import EmbeddedZooKeeper, port_taken
 
-if TYPE_CHECKING:
-    from spark_bridge.standalone import StandaloneCluster
-
 __all__ = ["Lab", "LabNode", "resolve_lab_dir"]
 
 logger = logging.getLogger(__name__)
 
-_STATE = "lab.json"
-_LOCK = "lab.lock"
-_NODE_READY_TIMEOUT_S = 30.0
-#: How long a command waits for another to release the lab's lock: longer than
-#: the slowest change (ZooKeeper, nodes and Spark starting, each with a deadline).
-LOCK_TIMEOUT_S = 300.0
-#: Optional sections of lab.json, each an object or null, read and written as
-#: they are (a field of :class:`Lab` of the same name holds each).
-_SECTIONS = ("spark", "storm", "kafka")
-_KNOWN_KEYS = frozenset({"zk_port", "zk_pid", "chroot", "nodes", *_SECTIONS})
 
-
-E_NO_LAB = "no lab in {root}: run `sr3 lab up --dir {root}` first"
-E_OVERWRITE = (
-    "refusing to overwrite the lab's state file {path} with a copy read earlier "
-    "(it would undo what other commands changed since); change a lab inside "
-    "`with lab.locked():` or `with Lab.update(root) as lab:`"
-)
-E_LOCK_DIR = (
-    "cannot lock the lab in {root} ({exc}); give `--dir` a directory you can write"
-)
-E_CORRUPT_LAB = (
-    "the lab's state file {path} cannot be read ({detail}). Processes it started "
-    "may still run: `sr3 lab down --dir {root}` stops them; then move {path} "
-    "away and run `sr3 lab up --dir {root}` (node data under {root}/nodes is kept "
-    "and adopted)"
-)
-
-
-def resolve_lab_dir(explicit: str | None) -> Path | None:
-    """Return the lab dir from ``--lab`` or ``SR3_LAB``, or None."""
-    raw = explicit or os.environ.get("SR3_LAB")
-    return Path(raw).resolve() if raw else None
-
-
-@dataclass
-class Lab:
+class Lab(LabState):
     """A lab directory and what runs in it.
 
     Methods that change what runs (``start_*``, ``stop_*``, ``add_nodes``) hold
     the lab's lock and first re-read lab.json, so an object loaded long ago (by
     a run that lasts minutes) never writes back what it read then.
     """
-
-    root: Path
-    zk_port: int = 0
-    zk_pid: int | None = None
-    chroot: str = "/sr3/default"
-    nodes: dict[str, LabNode] = field(default_factory=dict)
-    spark: dict[str, Any] | None = None
-    storm: dict[str, Any] | None = None
-    kafka: dict[str, Any] | None = None
-    #: top-level keys of lab.json this version does not know, written back as read
-    extra: dict[str, Any] = field(default_factory=dict, repr=False)
-    _lock_depth: int = field(default=0, init=False, repr=False, compare=False)
-    _on_disk: bool = field(default=False, init=False, repr=False, compare=False)
-
-    @classmethod
-    def load(cls, root: Path) -> Lab:
-        """Read ``lab.json`` in ``root`` (to look at; change it with :meth:`update`).
-
-        Raises:
-            ConfigError: there is no lab there, or its lab.json cannot be read.
-        """
-        path = root / _STATE
-        if not cls.exists(root):
-            raise ConfigError(E_NO_LAB.format(root=root))
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(raw, dict):
-                msg = f"{type(raw).__name__} {raw!r} is not an object"
-                raise TypeError(msg)
-            lab = cls(
-                root=root,
-                zk_port=port_value(raw["zk_port"]),
-                zk_pid=pid_value(raw.get("zk_pid")),
-                chroot=str(raw.get("chroot", "/sr3/default")),
-                nodes=lab_nodes(raw),
-                extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
-            )
-            for name in _SECTIONS:
-                setattr(lab, name, optional_object(name, raw.get(name)))
-        except (OSError, UnicodeError, ValueError, TypeError, KeyError) as exc:
-            detail = f"{type(exc).__name__}: {exc}"
-            msg = E_CORRUPT_LAB.format(path=path, root=root, detail=detail)
-            raise ConfigError(msg) from exc
-        lab._on_disk = True
-        return lab
-
-    @staticmethod
-    def exists(root: Path) -> bool:
-        """Whether ``root`` holds a lab (a ``lab.json``, readable or not)."""
-        return os.path.lexists(root / _STATE)
-
-    @classmethod
-    @contextmanager
-    def update(
-        cls, root: Path, *, create: bool = False, timeout_s: float = LOCK_TIMEOUT_S
-    ) -> Iterator[Lab]:
-        """Lock the lab, load the current lab.json, yield it, and save it on exit.
-
-        Args:
-            root: The lab dir.
-            create: Write a new empty lab when there is none (else refuse).
-            timeout_s: How long to wait for another command's lock.
-
-        Raises:
-            ConfigError: there is no lab (``create`` unset) or its lab.json
-                cannot be read; the dir cannot be written.
-            LockTimeoutError: another command held the lock for ``timeout_s``.
-        """
-        lab = cls(root=root)
-        if not root.is_dir():
-            raise ConfigError(E_NO_LAB.format(root=root))
-        with lab.locked(timeout_s=timeout_s):
-            if not lab._on_disk:
-                if not create:
-                    raise ConfigError(E_NO_LAB.format(root=root))
-                lab.save()
-            yield lab
-
-    @contextmanager
-    def locked(self, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[Lab]:
-        """Hold the lab's lock; refresh this object from lab.json; save it on exit.
-
-        Re-entrant: only the outermost block locks, re-reads and saves. The save
-        happens on errors too, as what was started then runs. Without a lab dir
-        (deleted under a running lab) nothing is locked, read or written, so
-        processes this object knows can still be stopped.
-
-        Raises:
-            ConfigError: lab.json cannot be read, or the lock file not created.
-            LockTimeoutError: another command held the lock for ``timeout_s``.
-        """
-        if self._lock_depth or not self.root.is_dir():
-            self._lock_depth += 1
-            try:
-                yield self
-            finally:
-                self._lock_depth -= 1
-            return
-        with ExitStack() as stack:
-            try:
-                stack.enter_context(exclusive(self.root / _LOCK, timeout_s=timeout_s))
-            except OSError as exc:
-                msg = E_LOCK_DIR.format(root=self.root, exc=exc)
-                raise ConfigError(msg) from exc
-            self._on_disk = self.exists(self.root)
-            if self._on_disk:
-                self._refresh()
-            self._lock_depth = 1
-            try:
-                yield self
-            finally:
-                self._lock_depth = 0
-                if self._on_disk:
-                    self._write()
-
-    def _refresh(self) -> None:
-        fresh = Lab.load(self.root)
-        self.zk_port, self.zk_pid, self.chroot = (
-            fresh.zk_port,
-            fresh.zk_pid,
-            fresh.chroot,
-        )
-        self.nodes, self.extra = fresh.nodes, fresh.extra
-        for name in _SECTIONS:
-            setattr(self, name, getattr(fresh, name))
-
-    def save(self) -> None:
-        """Write ``lab.json`` atomically, under the lab's lock.
-
-        Inside :meth:`locked` it writes what was read there and changed since;
-        outside, it only creates a new lab.
-
-        Raises:
-            ConfigError: outside :meth:`locked`, the lab already has a lab.json
-                (writing a copy read earlier would undo other commands' changes).
-        """
-        if self._lock_depth or not self.root.is_dir():
-            self._on_disk = True
-            self._write()  # without a dir: FileNotFoundError naming the path
-            return
-        with self.locked():
-            if self._on_disk:
-                raise ConfigError(E_OVERWRITE.format(path=self.root / _STATE))
-            self._on_disk = True
-
-    def _write(self) -> None:
-        # temp file + fsync + rename: a reader sees the old file or the new one
-        raw: dict[str, Any] = {
-            **self.extra,
-            "zk_port": self.zk_port,
-            "zk_pid": self.zk_pid,
-            "chroot": self.chroot,
-            "nodes": {k: vars(v) for k, v in self.nodes.items()},
-        }
-        raw.update({name: getattr(self, name) for name in _SECTIONS})
-        write_atomically(self.root / _STATE, json.dumps(raw, indent=2))
-
-    def _checkpoint(self) -> None:
-        """Record progress now (pids of processes just started), inside locked()."""
-        if self._lock_depth and self._on_disk:
-            self._write()
 
     @property
     def zookeeper_running(self) -> bool:
@@ -390,38 +180,12 @@ class Lab:
                 message quotes its log).
         """
         with self.locked():
-            return self._start_spark(cores=cores, memory=memory)
-
-    def _start_spark(self, *, cores: int, memory: str) -> str:
-        from spark_bridge.standalone import StandaloneCluster  # noqa: PLC0415 (pyspark only when asked)
-
-        running = self._spark_cluster()
-        if running is not None:
-            if running.master_pid is not None and running.worker_pid is not None:
-                return running.url
-            running.stop()
-        cluster = StandaloneCluster(
-            self.root / "spark", cores=cores, memory=memory, detached=True
-        ).start()
-        info = cluster.info
-        self.spark = {
-            "master": info.master,
-            "master_webui": info.master_webui,
-            "master_pid": info.master_pid,
-            "worker_pid": info.worker_pid,
-            "cores": cores,
-            "memory": memory,
-            "dir": str(cluster.root),
-        }
-        return info.master
+            return lab_spark.start_spark(self, cores=cores, memory=memory)
 
     def stop_spark(self) -> None:
         """Stop the lab's Spark worker, master and executors, if any."""
         with self.locked():
-            cluster = self._spark_cluster()
-            if cluster is not None:
-                cluster.stop()
-            self.spark = None
+            lab_spark.stop_spark(self)
 
     def stop_storm(self) -> None:
         """Stop the lab's Storm supervisors, their workers and Nimbus, if any."""
@@ -434,19 +198,6 @@ class Lab:
         from sr3_cli.lab_kafka import stop_kafka  # noqa: PLC0415 (it imports this module)
 
         stop_kafka(self)
-
-    def _spark_cluster(self) -> StandaloneCluster | None:
-        if self.spark is None:
-            return None
-        from spark_bridge.standalone import (  # noqa: PLC0415 (pyspark only when asked)
-            StandaloneCluster,
-            StandaloneClusterError,
-        )
-
-        try:
-            return StandaloneCluster.attach(Path(self.spark["dir"]))
-        except StandaloneClusterError:
-            return None
 
     # --- nodes -----------------------------------------------------------------
 
@@ -506,43 +257,10 @@ class Lab:
             node = self._node(node_id)
             if node.alive:
                 continue
-            try:
-                Path(node.data_dir).mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                msg = (
-                    f"cannot use {node_id}'s data dir {node.data_dir}: {exc}; move "
-                    "whatever is there away (the node starts empty and repair "
-                    "copies its replicas back)"
-                )
-                raise ConfigError(msg) from exc
-            if node.port and port_taken(node.port):
-                logger.warning(
-                    "ring node %s's port %s is taken by another process; it "
-                    "listens on a new one",
-                    node_id,
-                    node.port,
-                )
-                node.port = None
-            cmd = [
-                sys.executable, "-m", "sr3_cli", "--log-level", log_level,
-                "node", "--zk", self.zk_hosts, "--chroot", self.chroot,
-                "--port", str(node.port or 0), "--data-dir", node.data_dir,
-                "--node-id", node_id, "--secret-file", str(self.secret_file),
-            ]  # fmt: skip
-            if node.zone:
-                cmd += ["--zone", node.zone]
-            log = open(Path(node.data_dir) / "node.log", "ab")  # noqa: SIM115
-            offsets[node_id] = log.tell()
-            proc = subprocess.Popen(
-                cmd,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            log.close()
-            node.pid = proc.pid
-            started[node_id] = proc
+            started[node_id], offsets[node_id] = spawn_node(
+                node, zk_hosts=self.zk_hosts, chroot=self.chroot,
+                secret_file=self.secret_file, log_level=log_level,
+            )  # fmt: skip
         self._checkpoint()  # their pids, should this command die while they start
         return started, offsets
 
@@ -550,34 +268,7 @@ class Lab:
         self, node_id: str, proc: subprocess.Popen[bytes], log_offset: int
     ) -> int:
         """Wait for a started node's READY line; return the port it listens on."""
-        if proc.stdout is None:
-            msg = f"ring node {node_id} was started without a stdout pipe"
-            raise SR3Error(msg)
-        deadline = time.monotonic() + _NODE_READY_TIMEOUT_S
-        line = b""
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line or line.startswith(b"READY"):
-                break
-        if not line.startswith(b"READY"):
-            raise SR3Error(self._not_started(node_id, log_offset))
-        proc.stdout.close()
-        return int(line.split()[2])
-
-    def _not_started(self, node_id: str, log_offset: int) -> str:
-        """Say why a node did not start: its error line, else its log's tail."""
-        log = Path(self.nodes[node_id].data_dir) / "node.log"
-        try:
-            with log.open("rb") as f:
-                f.seek(log_offset)
-                text = f.read().decode("utf-8", errors="replace")
-        except OSError as exc:
-            text = f"(its log cannot be read: {exc})"
-        errors = [ln for ln in text.splitlines() if ln.startswith("sr3: error: ")]
-        if errors:
-            reason = errors[-1].removeprefix("sr3: error: ")
-            return f"ring node {node_id} did not start: {reason} (log: {log})"
-        return f"ring node {node_id} did not start (see {log}):\n{text[-2000:]}"
+        return wait_ready(node_id, proc, node_log(self.nodes[node_id]), log_offset)
 
     def kill_nodes(self, node_ids: list[str], sig: int = signal.SIGKILL) -> list[str]:
         """Send ``sig`` (SIGKILL by default) to the given nodes; return those running.
