@@ -10,6 +10,7 @@ chrooted kazoo client of :mod:`zk.client` sees the tree::
     /owners/<owner>/shards/<shard id>        ShardMeta
     /topologies/<name>                       topology metadata
     /topologies/<name>/committed             last globally committed epoch
+    /topologies/<name>/savepoints/<savepoint>    a named, pinned commit record
     /topologies/<name>/native/control        native mode: phase, epoch, generation
     /topologies/<name>/native/generation     native checkpoints: rollback counter
     /topologies/<name>/native/coordinator    ephemeral, the coordinating spout task
@@ -136,6 +137,14 @@ class ZkPaths:
     def committed(self, name: str) -> str:
         """Return the znode holding topology ``name``'s last committed epoch."""
         return f"{self.topology(name)}/committed"
+
+    def savepoints(self, name: str) -> str:
+        """Return the parent of topology ``name``'s savepoints."""
+        return f"{self.topology(name)}/savepoints"
+
+    def savepoint(self, name: str, savepoint: str) -> str:
+        """Return the znode of savepoint ``savepoint`` of topology ``name``."""
+        return f"{self.savepoints(name)}/{quote_name(savepoint)}"
 
     def native(self, name: str) -> str:
         """Return the root of topology ``name``'s native-mode checkpoint znodes."""
