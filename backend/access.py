@@ -32,6 +32,7 @@ from zk.checkpoints import CommitRecord, ZkCheckpointStore
 from zk.client import ZkSession, connect
 from zk.manifests import ZkManifestStore
 from zk.membership import ZkMembership
+from zk.savepoints import ZkSavepointStore
 
 __all__ = [
     "CommitRecord",
@@ -167,6 +168,7 @@ class RingAccess:
         )
         self.manifests = ZkManifestStore(self.session)
         self.checkpoints = ZkCheckpointStore(self.session)
+        self.savepoints = ZkSavepointStore(self.session)
         self._writer = SnapshotWriter(
             store=self.store,
             manifests=self.manifests,
@@ -457,27 +459,48 @@ class RingAccess:
         """Forget what committed ``epoch`` made unreachable for ``owners``.
 
         The manifests before ``epoch`` go (committed ones and those a rollback
-        left behind; ``epoch``'s manifest lists its whole chain). When ``epoch``
-        starts a new chain (a full snapshot), shards no remaining manifest
-        references are deleted too, records and replicas. Failures are logged:
-        what is kept is only garbage.
+        left behind; ``epoch``'s manifest lists its whole chain), except the
+        epochs a savepoint pins. When ``epoch`` starts a new chain (a full
+        snapshot), shards no remaining manifest references are deleted too,
+        records and replicas. Failures are logged: what is kept is only garbage.
         """
+        pins: dict[str, dict[str, set[int]]] = {}
         for owner in owners:
             try:
-                old = [e for e in self.manifests.epochs(owner) if e < epoch]
+                keep = self._pinned(owner, pins)
+                epochs = self.manifests.epochs(owner)
+                old = [e for e in epochs if e < epoch and e not in keep]
                 if old:
                     self.manifests.drop(owner, old, [])
                 if self.manifests.manifest(owner, epoch).base_epoch == epoch:
-                    self.collect_garbage(owner, epoch)
+                    self._writer.collect_garbage(owner, epoch, keep=keep)
             except SR3Error as exc:
                 logger.warning("old epochs of %s before %s kept: %s", owner, epoch, exc)
 
     def collect_garbage(self, owner: str, committed_epoch: int) -> GcReport:
         """Drop ``owner``'s epochs before the base of ``committed_epoch``'s chain.
 
-        Shards no remaining manifest references are deleted from the ring.
+        Shards no remaining manifest references are deleted from the ring. The
+        epochs a savepoint pins stay, with every shard they list.
 
         Raises:
             CoordinationError: ZooKeeper failed, or no such epoch.
         """
-        return self._writer.collect_garbage(owner, committed_epoch)
+        keep = self._pinned(owner, {})
+        return self._writer.collect_garbage(owner, committed_epoch, keep=keep)
+
+    def _pinned(self, owner: str, pins: dict[str, dict[str, set[int]]]) -> set[int]:
+        """Return ``owner``'s epochs its topology's savepoints pin.
+
+        ``pins`` caches each topology's pins for one collection.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        try:
+            topology = OwnerId.parse(owner).topology
+        except ValueError:
+            return set()  # not a task's state (sr3 snapshot put): no savepoints
+        if topology not in pins:
+            pins[topology] = self.savepoints.pinned_epochs(topology)
+        return pins[topology].get(owner, set())

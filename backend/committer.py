@@ -8,23 +8,105 @@ rollback left behind) are dropped, in the background; when ``e`` starts a new
 chain (a FULL snapshot) the shards no remaining manifest references are
 deleted too, records and replicas. Storm's local cluster, Storm's native mode
 and the Spark engine all commit through :class:`EpochCommitter`.
+
+A run may also start from an earlier record (:class:`StartPoint`: a savepoint,
+see :mod:`zk.savepoints`, or an epoch whose manifests still exist): the
+committer *rewinds*, committing a new epoch above every published one that
+carries the earlier record's offsets and owners, its owners' manifests copied
+to the new epoch; the run then resumes from it as ``--resume`` does.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from backend.owners import topology_owners
+from backend.owners import OwnerId, topology_owners
+from sr3.errors import ConfigError, CoordinationError
 from zk.checkpoints import CommitRecord
+from zk.savepoints import Savepoint
 
 if TYPE_CHECKING:
     from backend.access import RingAccess
 
-__all__ = ["EpochCommitter", "next_epoch"]
+__all__ = [
+    "EpochCommitter",
+    "StartPoint",
+    "next_epoch",
+    "start_record",
+    "take_savepoint",
+]
 
 logger = logging.getLogger(__name__)
+
+E_NO_COMMIT = (
+    "topology {topology!r} has no committed epoch to take a savepoint of; run it "
+    "first (sr3 run FILE), or check --lab/--zk and the topology name (the "
+    "topology file's stem)"
+)
+E_RACED = (
+    "topology {topology!r}: epoch {epoch} was collected while savepoint {name!r} "
+    "was taken (a newer epoch committed meanwhile; missing: {missing}); nothing "
+    "was kept: run sr3 savepoint create again"
+)
+E_UNKNOWN = (
+    "topology {topology!r} has no savepoint {name!r}; its savepoints: {known} "
+    "(sr3 savepoint list {topology})"
+)
+E_OTHER_TOPOLOGY = (
+    "savepoint {name!r} belongs to topology {others}, not to {topology!r} (the "
+    "topology file's stem); a savepoint restores only the topology it was taken "
+    "of: run that topology's file, or take a savepoint of {topology!r}"
+)
+E_COLLECTED = (
+    "epoch {epoch} of topology {topology!r} cannot be restored: its manifests "
+    "were collected (or it never committed); restorable epochs: {known}. Pass "
+    "one of them to --from-epoch, or take savepoints (sr3 savepoint create) to "
+    "keep an epoch"
+)
+E_MISSING = (
+    "{what} of topology {topology!r} cannot be restored: the manifests of epoch "
+    "{epoch} are gone for {missing}; choose another savepoint or epoch "
+    "(sr3 savepoint list {topology})"
+)
+E_RENAMED = (
+    "{what} of topology {topology!r} holds the state of stateful component(s) "
+    "{old} that the topology file no longer has (its stateful components: "
+    "{new}); rename the component back, or start without {what} to begin "
+    "from empty state"
+)
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """An earlier record a run starts from instead of the last committed one.
+
+    Exactly one of the attributes is set.
+
+    Attributes:
+        savepoint: The name of a savepoint of the topology.
+        epoch: An epoch whose manifests still exist: the committed one or a
+            savepoint's.
+
+    Raises:
+        ConfigError: none or both are set.
+    """
+
+    savepoint: str | None = None
+    epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.savepoint is None) == (self.epoch is None):
+            msg = "start from a savepoint or an epoch: give exactly one of them"
+            raise ConfigError(msg)
+
+    def __str__(self) -> str:
+        if self.savepoint is not None:
+            return f"savepoint {self.savepoint!r}"
+        return f"epoch {self.epoch}"
 
 
 def next_epoch(access: RingAccess, topology: str) -> int:
@@ -43,6 +125,127 @@ def next_epoch(access: RingAccess, topology: str) -> int:
         if epochs:
             floor = max(floor, epochs[-1])
     return floor + 1
+
+
+def _missing(access: RingAccess, record: CommitRecord) -> list[str]:
+    """Return the owners of ``record`` whose manifest of its epoch is gone."""
+    return [o for o in record.owners if record.epoch not in access.manifests.epochs(o)]
+
+
+def take_savepoint(
+    access: RingAccess, topology: str, name: str | None = None
+) -> Savepoint:
+    """Record ``topology``'s committed epoch as a savepoint, pinned against GC.
+
+    Args:
+        access: Open handles on ZooKeeper and the ring.
+        topology: The topology name.
+        name: The savepoint's name (default ``sp-<epoch>``).
+
+    Raises:
+        ConfigError: nothing is committed, or the epoch was collected meanwhile
+            (nothing kept: take it again).
+        CoordinationError: the name is taken, or ZooKeeper failed.
+    """
+    record = access.checkpoints.committed(topology)
+    if record is None:
+        raise ConfigError(E_NO_COMMIT.format(topology=topology))
+    name = f"sp-{record.epoch}" if name is None else name
+    point = access.savepoints.create(topology, name, record)
+    # pinned now; the epoch's manifests must still be there (a newer commit's
+    # collection may have dropped them between the read and the pin)
+    missing = _missing(access, record)
+    if missing:
+        access.savepoints.delete(topology, name)
+        msg = E_RACED.format(
+            topology=topology, epoch=record.epoch, name=name, missing=missing
+        )
+        raise ConfigError(msg)
+    logger.info("savepoint %s of %s pins epoch %s", name, topology, record.epoch)
+    return point
+
+
+def _restorable(access: RingAccess, topology: str) -> str:
+    """Name the epochs of ``topology`` a run can start from (for messages)."""
+    known = []
+    record = access.checkpoints.committed(topology)
+    if record is not None:
+        known.append(f"{record.epoch} (committed)")
+    known += [
+        f"{p.record.epoch} (savepoint {p.name!r})"
+        for p in access.savepoints.savepoints(topology)
+    ]
+    return ", ".join(known) or "none"
+
+
+def _savepoint_record(access: RingAccess, topology: str, name: str) -> CommitRecord:
+    point = access.savepoints.get(topology, name)
+    if point is not None:
+        return point.record
+    others = [t for t in access.savepoints.topologies_with(name) if t != topology]
+    if others:
+        owners = " or ".join(repr(t) for t in others)
+        msg = E_OTHER_TOPOLOGY.format(name=name, others=owners, topology=topology)
+        raise ConfigError(msg)
+    names = [repr(p.name) for p in access.savepoints.savepoints(topology)]
+    known = ", ".join(names) or "none"
+    raise ConfigError(E_UNKNOWN.format(topology=topology, name=name, known=known))
+
+
+def _epoch_record(access: RingAccess, topology: str, epoch: int) -> CommitRecord:
+    record = access.checkpoints.committed(topology)
+    if record is not None and record.epoch == epoch:
+        return record
+    for point in access.savepoints.savepoints(topology):
+        if point.record.epoch == epoch:
+            return point.record
+    known = _restorable(access, topology)
+    raise ConfigError(E_COLLECTED.format(epoch=epoch, topology=topology, known=known))
+
+
+def start_record(
+    access: RingAccess,
+    topology: str,
+    point: StartPoint,
+    components: Collection[str] | None = None,
+) -> CommitRecord:
+    """Return the record ``point`` names, checked to be restorable.
+
+    Args:
+        access: Open handles on ZooKeeper and the ring.
+        topology: The topology name.
+        point: The savepoint or epoch.
+        components: The topology's stateful components now (None: not checked).
+
+    Raises:
+        ConfigError: no such savepoint (or another topology's), the epoch was
+            collected, or the record holds state of components the topology no
+            longer has; the message names what exists.
+        CoordinationError: ZooKeeper failed.
+    """
+    if point.savepoint is not None:
+        record = _savepoint_record(access, topology, point.savepoint)
+    else:
+        assert point.epoch is not None  # noqa: S101 (StartPoint checks it)
+        record = _epoch_record(access, topology, point.epoch)
+    if components is not None:
+        held = sorted({OwnerId.parse(o).component for o in record.owners})
+        gone = [c for c in held if c not in components]
+        if gone:
+            msg = E_RENAMED.format(
+                what=point,
+                topology=topology,
+                old=", ".join(map(repr, gone)),
+                new=", ".join(map(repr, sorted(components))) or "none",
+            )
+            raise ConfigError(msg)
+    missing = _missing(access, record)
+    if missing:
+        msg = E_MISSING.format(
+            what=point, topology=topology, epoch=record.epoch, missing=missing
+        )
+        raise ConfigError(msg)
+    return record
 
 
 class EpochCommitter:
@@ -65,21 +268,82 @@ class EpochCommitter:
             else None
         )
 
-    def start(self, *, resume: bool = False) -> int:
+    def start(
+        self,
+        *,
+        resume: bool = False,
+        start_from: StartPoint | None = None,
+        components: Collection[str] | None = None,
+    ) -> int:
         """Prepare a run; return the first epoch it opens.
 
         Without ``resume`` an empty epoch is committed below that first epoch,
         so the run starts from empty state; with it the last committed epoch
         stays, and the run restores its state and seeks its spouts to its
-        offsets, continuing exactly once.
+        offsets, continuing exactly once. With ``start_from`` (which implies
+        ``resume``) the committer first rewinds to that record (:meth:`rewind`).
+
+        Args:
+            resume: Continue from the last committed epoch.
+            start_from: Continue from a savepoint or an earlier epoch.
+            components: The topology's stateful components, checked against
+                ``start_from``'s owners.
 
         Raises:
+            ConfigError: ``start_from`` cannot be restored (nothing changed).
             CoordinationError: ZooKeeper failed.
         """
+        if start_from is not None:
+            record = start_record(self._access, self.topology, start_from, components)
+            self.rewind(record, start_from)
+            return next_epoch(self._access, self.topology)
         first = next_epoch(self._access, self.topology)
         if not (resume and self.committed() is not None):
             self._access.checkpoints.reset(self.topology, CommitRecord(epoch=first - 1))
         return first
+
+    def rewind(self, record: CommitRecord, point: StartPoint | None = None) -> int:
+        """Commit ``record``'s state again as a new epoch; return that epoch.
+
+        The new epoch is above every epoch published for the topology (a later
+        run never writes at an epoch number in use). Each of ``record``'s owners
+        gets a copy of its manifest at the new epoch, listing the same chain of
+        shards; the commit carries ``record``'s offsets and owners, so a run
+        resuming from it restores that state and seeks its spouts there.
+
+        Raises:
+            CoordinationError: a manifest of ``record`` is gone, or ZooKeeper
+                failed (copies published before stay unreferenced by any commit
+                and go with the next collection).
+        """
+        access = self._access
+        epoch = next_epoch(access, self.topology)
+        for owner in record.owners:
+            manifest = access.manifests.manifest(owner, record.epoch)
+            extra = {**manifest.extra, "copied_from": record.epoch}
+            copy = replace(manifest, epoch=epoch, extra=extra)
+            access.manifests.publish(copy, [])
+        extra = {"rewound_from": record.epoch}
+        if point is not None and point.savepoint is not None:
+            extra["savepoint"] = point.savepoint
+        rewound = CommitRecord(
+            epoch=epoch, offsets=record.offsets, owners=record.owners, extra=extra
+        )
+        try:
+            access.checkpoints.commit(self.topology, rewound)
+        except CoordinationError as exc:
+            msg = (
+                f"topology {self.topology!r}: could not start from epoch "
+                f"{record.epoch} ({exc}); is another run of it going on?"
+            )
+            raise CoordinationError(msg) from exc
+        logger.info(
+            "topology %s rewound to epoch %s as epoch %s",
+            self.topology,
+            record.epoch,
+            epoch,
+        )
+        return epoch
 
     def committed(self) -> CommitRecord | None:
         """Return the last committed epoch.

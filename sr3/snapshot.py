@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -177,7 +177,11 @@ class SnapshotWriter:
         )
 
     def collect_garbage(
-        self, owner: str, committed_epoch: int | None = None
+        self,
+        owner: str,
+        committed_epoch: int | None = None,
+        *,
+        keep: Collection[int] = (),
     ) -> GcReport:
         """Drop epochs older than a committed chain's base, and unreferenced shards.
 
@@ -185,6 +189,8 @@ class SnapshotWriter:
             owner: Whose epochs.
             committed_epoch: The newest epoch that may be rolled back to (default:
                 the latest); epochs before the base of its chain are dropped.
+            keep: Epochs kept whatever their age (savepoints pin them), with
+                every shard their manifests list.
 
         Records go first (:meth:`ManifestStore.drop`), then replicas are deleted
         from their live holders; a replica whose holder is down stays until that
@@ -201,10 +207,10 @@ class SnapshotWriter:
         else:
             anchor = self._manifests.manifest(owner, committed_epoch)
         epochs = self._manifests.epochs(owner)
-        report.epochs = [e for e in epochs if e < anchor.base_epoch]
+        report.epochs = [e for e in epochs if e < anchor.base_epoch and e not in keep]
         referenced: set[str] = set()
         for e in epochs:
-            if e >= anchor.base_epoch:
+            if e >= anchor.base_epoch or e in keep:
                 referenced.update(self._manifests.manifest(owner, e).shard_ids)
         records = self._manifests.shards(owner)
         garbage = [meta for sid, meta in records.items() if sid not in referenced]
