@@ -44,7 +44,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from backend.access import RingAccess
 from backend.chain import ChainPolicy
-from backend.committer import EpochCommitter
+from backend.committer import EpochCommitter, StartPoint
 from spark_bridge.compiler import Plan, build_frame, plan_topology
 from spark_bridge.errors import QueryFailedError, SparkBridgeError
 from spark_bridge.ring import (
@@ -140,14 +140,31 @@ def _start(  # noqa: PLR0913 (the start's inputs)
     ring: RingAccess | None,
     *,
     resume: bool,
+    start_from: StartPoint | None = None,
 ) -> _Start:
     progress = _has_progress(root / _SPARK_DIR)
+    if start_from is not None and (ring is None or progress):
+        msg = (
+            f"starting topology {topology.name!r} from {start_from} needs a ring "
+            "and an empty Spark checkpoint; "
+            + (
+                "pass a ring (sr3.zk.hosts)"
+                if ring is None
+                else f"pass a fresh --checkpoint-dir (not {root})"
+            )
+        )
+        raise SparkBridgeError(msg)
     if ring is None:
         return _Start(how="spark checkpoint" if progress else "empty")
     owners = stateful_owners(topology, plan.stateful, conf)
     settings = Sr3Config.merged(topology.config, conf)
+    if start_from is not None:
+        # checked before the query id is written: a refused start changes nothing
+        EpochCommitter(ring, topology.name, background=False).start(
+            start_from=start_from, components=plan.stateful
+        )
     query = _query_id(root, progress=progress)
-    if not progress and not resume:
+    if not progress and not resume and start_from is None:
         EpochCommitter(ring, topology.name, background=False).start()
     committer = BatchCommitter(
         access=ring,
@@ -209,6 +226,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     resume: bool = False,
     stop_after_batches: int | None = None,
     environment: str | None = None,
+    start_from: StartPoint | None = None,
 ) -> dict[str, Any]:
     """Run a topology file on Spark Structured Streaming.
 
@@ -236,6 +254,8 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         environment: Picks each component's parallelism where the topology
             gives one per environment (``par={"prod": 4, "dev": 1}``), as
             ``sparse run -e`` does; the Spark tasks load the topology so too.
+        start_from: With an empty Spark checkpoint, start from a savepoint or
+            an earlier epoch of the ring (implies ``resume``).
 
     Returns:
         The report of ``sr3 run --json``, in the Storm engine's shape.
@@ -245,7 +265,9 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         UnsupportedTopologyError: the topology cannot run on Spark.
         QueryFailedError: the query stopped with an error (its message names the
             component, key and batch of a failing bolt).
-        SparkBridgeError: the Spark checkpoint and the ring disagree.
+        SparkBridgeError: the Spark checkpoint and the ring disagree, or
+            ``start_from`` comes with no ring or a used Spark checkpoint.
+        ConfigError: ``start_from`` cannot be restored (nothing changed).
     """
     started = time.monotonic()
     topology = load_topology(path, environment=environment)
@@ -262,7 +284,16 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     session.conf.set("spark.sql.streaming.numRecentProgressUpdates", _PROGRESS_KEPT)
     root = Path(checkpoint_dir).resolve()
     sink_dir = root / SINK_DIR
-    start = _start(session, topology, plan, overrides, root, ring, resume=resume)
+    start = _start(
+        session,
+        topology,
+        plan,
+        overrides,
+        root,
+        ring,
+        resume=resume,
+        start_from=start_from,
+    )
     frame = build_frame(
         session,
         plan,

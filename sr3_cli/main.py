@@ -98,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         chaos_cmd,
         commands,
         lab_kafka,
+        savepoint_cmd,
         topology_cmd,
     )
 
@@ -296,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     get.set_defaults(handler=commands.snapshot_get)
 
     topology_cmd.add_parsers(sub)
+    savepoint_cmd.add_parsers(sub)
     chaos_cmd.add_parsers(sub)
 
     demo = sub.add_parser("demo", help="the main job on embedded defaults")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend.committer import StartPoint
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
 from sr3_cli.argtypes import at_least, nonempty, positive_seconds
@@ -132,6 +133,7 @@ def _run_spark(args: argparse.Namespace) -> int:
                     resume=args.resume,
                     stop_after_batches=args.max_batches,
                     environment=args.environment,
+                    start_from=_start_point(args),
                 )
             finally:
                 for timer in timers:
@@ -149,8 +151,27 @@ def _run_spark(args: argparse.Namespace) -> int:
     return 0
 
 
+def _start_point(args: argparse.Namespace) -> StartPoint | None:
+    """Return where ``--from-savepoint``/``--from-epoch`` start the run, or None."""
+    if args.from_savepoint is None and args.from_epoch is None:
+        return None
+    return StartPoint(savepoint=args.from_savepoint, epoch=args.from_epoch)
+
+
 def run(args: argparse.Namespace) -> int:
     """``sr3 run``: run a topology file on the local cluster, Spark or Storm."""
+    if _start_point(args) is not None and args.engine == "apache-storm":
+        msg = (
+            "--from-savepoint and --from-epoch run on --engine storm and "
+            "--engine spark; start on one of them, or use --resume"
+        )
+        raise ConfigError(msg)
+    if _start_point(args) is not None and args.no_checkpoints:
+        msg = (
+            "--from-savepoint and --from-epoch restore checkpointed state; "
+            "drop --no-checkpoints"
+        )
+        raise ConfigError(msg)
     if args.engine == "spark":
         return _run_spark(args)
     if args.engine == "apache-storm":
@@ -176,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoints=not args.no_checkpoints,
         resume=args.resume,
         environment=args.environment,
+        start_from=_start_point(args),
     )
     if not options.until_idle and options.duration_s is None:
         msg = "sr3 run needs --until-idle or --duration S (or both)"
@@ -408,6 +430,23 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "--resume",
         action="store_true",
         help="continue from the last committed epoch (default: empty state)",
+    )
+    start = p.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from-savepoint",
+        type=nonempty,
+        default=None,
+        metavar="NAME",
+        help="start from savepoint NAME of the topology (sr3 savepoint list): its "
+        "state and spout offsets, as --resume does (--engine storm or spark)",
+    )
+    start.add_argument(
+        "--from-epoch",
+        type=at_least(0),
+        default=None,
+        metavar="N",
+        help="start from epoch N while its manifests exist (the committed epoch "
+        "or a savepoint's), as --resume does (--engine storm or spark)",
     )
     p.add_argument(
         "-e",

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from backend.committer import EpochCommitter
+from backend.committer import EpochCommitter, StartPoint
 from sr3.config import CheckpointConfig
 from sr3.errors import SR3Error
 from storm_bridge.cluster import EventKind, LocalCluster
@@ -91,6 +91,8 @@ class RunOptions:
         environment: Picks each component's parallelism where the topology
             gives one per environment (``par={"prod": 4, "dev": 1}``), as
             ``sparse run -e`` does.
+        start_from: Start from a savepoint or an earlier epoch instead
+            (:class:`backend.committer.StartPoint`; implies ``resume``).
     """
 
     until_idle: bool = False
@@ -103,6 +105,7 @@ class RunOptions:
     checkpoints: bool = True
     resume: bool = False
     environment: str | None = None
+    start_from: StartPoint | None = None
 
 
 class _ZkHooks:
@@ -424,14 +427,22 @@ def run_topology(
     committer = EpochCommitter(ring, topology.name)
     if options.checkpoints and native:
         # no coordinator in the cluster: the tasks run the native protocol
-        committer.start(resume=options.resume)
+        committer.start(
+            resume=options.resume,
+            start_from=options.start_from,
+            components=topology.stateful_components,
+        )
         store = ZkEpochStore(ring.session, topology.name)
         # a new deployment, resumed or not: the previous run's tasks (maybe at
         # another parallelism) must not be waited for; the committed epoch
         # and offsets stay in the commit record
         store.reset()
     elif options.checkpoints:
-        first = committer.start(resume=options.resume)
+        first = committer.start(
+            resume=options.resume,
+            start_from=options.start_from,
+            components=topology.stateful_components,
+        )
         hooks = _ZkHooks(committer)
         checkpoint = CheckpointSettings(hooks, interval_s, first, timeout_s)
     cluster = LocalCluster(
