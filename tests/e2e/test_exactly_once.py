@@ -23,6 +23,7 @@ import pytest
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
 from tests.e2e.conftest import require_zk
+from tests.integration.conftest import running_lab
 
 pytestmark = [pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
 
@@ -69,17 +70,8 @@ QUIET = ("-o", "sr3.idle.quiet.s=0.5")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """One lab (ZooKeeper + 3 ring nodes) for the module: runs are sequential."""
     require_zk()
-    lab = Lab(root=tmp_path_factory.mktemp("exact-lab"))
-    lab.save()
-    lab.start_zookeeper()
-    try:
-        lab.add_nodes(NODES)
-        lab.start_nodes(sorted(lab.nodes))
-        wait_for_members(lab, NODES)
-        yield lab
-    finally:
-        lab.stop_nodes()
-        lab.stop_zookeeper()
+    with running_lab(tmp_path_factory.mktemp("exact-lab") / "lab", NODES) as running:
+        yield running
 
 
 def run(lab: Lab, out_dir: Path, *extra: str) -> Any:

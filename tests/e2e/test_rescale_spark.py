@@ -27,13 +27,12 @@ from pyspark.sql import SparkSession
 from backend.access import RingAccess
 from spark_bridge.runner import run_topology as run_spark
 from sr3.config import Sr3Config
-from sr3_cli.commands import wait_for_members
-from sr3_cli.lab import Lab
 from storm_bridge.groupings import key_task_index, route_hash
 from storm_bridge.runner import RunOptions
 from storm_bridge.runner import run_topology as run_storm
 from tests.e2e.conftest import require_zk
 from tests.e2e.topologies.state_keys import PAR, expected
+from tests.integration.conftest import running_lab
 from zk.checkpoints import CommitRecord
 
 pytestmark = [pytest.mark.zk, pytest.mark.spark, pytest.mark.storm, pytest.mark.slow]
@@ -56,21 +55,12 @@ STEPS = (
 def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RingAccess]:
     """A 3-node lab shared by the module, and handles on it."""
     require_zk()
-    lab = Lab(root=tmp_path_factory.mktemp("rescale-spark-lab"))
-    lab.save()
-    lab.start_zookeeper()
-    try:
-        lab.add_nodes(3)
-        lab.start_nodes(sorted(lab.nodes))
-        wait_for_members(lab, 3)
+    with running_lab(tmp_path_factory.mktemp("rescale-spark-lab") / "lab") as lab:
         access = RingAccess(lab.config(Sr3Config.from_env()))
         try:
             yield access
         finally:
             access.close()
-    finally:
-        lab.stop_nodes()
-        lab.stop_zookeeper()
 
 
 def dump(ring: RingAccess, component: str) -> dict[str, Any]:

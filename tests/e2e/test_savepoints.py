@@ -21,12 +21,12 @@ import pytest
 from backend.access import RingAccess
 from backend.committer import StartPoint
 from sr3.config import Sr3Config
-from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
 from storm_bridge.runner import RunOptions
 from storm_bridge.runner import run_topology as run_storm
 from tests.e2e.conftest import require_zk, sr3, sr3_json
 from tests.e2e.topologies.savepoint_wc import counts
+from tests.integration.conftest import running_lab
 from zk.checkpoints import CommitRecord
 
 pytestmark = [pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
@@ -46,18 +46,9 @@ REPROCESSED = counts(0, AT_SAVEPOINT) + counts(AT_SAVEPOINT, ALL, factor=10)
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """One lab (ZooKeeper + 3 ring nodes) for the module: runs are sequential."""
     require_zk()
-    lab = Lab(root=tmp_path_factory.mktemp("savepoint-lab"))
-    lab.save()
-    lab.start_zookeeper()
-    try:
-        lab.add_nodes(NODES)
-        lab.start_nodes(sorted(lab.nodes))
-        wait_for_members(lab, NODES)
-        yield lab
-    finally:
-        current = Lab.load(lab.root)
-        current.stop_nodes()
-        current.stop_zookeeper()
+    root = tmp_path_factory.mktemp("savepoint-lab") / "lab"
+    with running_lab(root, NODES) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")

@@ -24,13 +24,12 @@ from backend.access import RingAccess
 from spark_bridge.errors import SparkBridgeError
 from spark_bridge.runner import run_topology as run_spark
 from sr3.config import Sr3Config
-from sr3_cli.commands import wait_for_members
-from sr3_cli.lab import Lab
 from storm_bridge.cluster.context import assign_task_ids
 from storm_bridge.runner import RunOptions
 from storm_bridge.runner import run_topology as run_storm
 from storm_bridge.topology import load_topology
 from tests.e2e.conftest import require_zk
+from tests.integration.conftest import running_lab
 from topologies.wordcount import corpus
 
 pytestmark = [pytest.mark.zk, pytest.mark.spark, pytest.mark.storm, pytest.mark.slow]
@@ -43,21 +42,12 @@ WORDCOUNT = EXAMPLES / "wordcount.py"
 def ring(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RingAccess]:
     """A 3-node lab shared by the module, and handles on it."""
     require_zk()
-    lab = Lab(root=tmp_path_factory.mktemp("spark-lab"))
-    lab.save()
-    lab.start_zookeeper()
-    try:
-        lab.add_nodes(3)
-        lab.start_nodes(sorted(lab.nodes))
-        wait_for_members(lab, 3)
+    with running_lab(tmp_path_factory.mktemp("spark-lab") / "lab") as lab:
         access = RingAccess(lab.config(Sr3Config.from_env()))
         try:
             yield access
         finally:
             access.close()
-    finally:
-        lab.stop_nodes()
-        lab.stop_zookeeper()
 
 
 def dump(ring: RingAccess, topology: str, component: str) -> dict[str, Any]:
