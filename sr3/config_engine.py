@@ -8,15 +8,33 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Self
 
 from sr3.config_table import section_values, validate_section
 
 __all__ = ["CheckpointConfig", "KafkaConfig", "OutputConfig", "StormConfig"]
 
 
+class _Section:
+    """What every section does with its rows of the table: validate, read a conf."""
+
+    SECTION: ClassVar[str]
+
+    def __post_init__(self) -> None:
+        validate_section(self, self.SECTION)
+
+    @classmethod
+    def from_mapping(cls, conf: Mapping[str, Any]) -> Self:
+        """Read this section's keys of a (merged) Storm conf; others are ignored.
+
+        Raises:
+            ConfigError: a value is not accepted.
+        """
+        return cls(**section_values(cls.SECTION, conf))
+
+
 @dataclass(frozen=True)
-class CheckpointConfig:
+class CheckpointConfig(_Section):
     """The checkpoint protocol of a topology (one value per topology).
 
     Attributes:
@@ -34,26 +52,15 @@ class CheckpointConfig:
         ConfigError: a value is outside its key's accepted values.
     """
 
+    SECTION: ClassVar[str] = "checkpoint"
     interval_s: float = 1.0
     timeout_s: float = 60.0
     mode: str = "local"
     rollback_quiet_s: float = 1.0
 
-    def __post_init__(self) -> None:
-        validate_section(self, "checkpoint")
-
-    @classmethod
-    def from_mapping(cls, conf: Mapping[str, Any]) -> CheckpointConfig:
-        """Read this section's keys of a (merged) Storm conf; others are ignored.
-
-        Raises:
-            ConfigError: a value is not accepted.
-        """
-        return cls(**section_values("checkpoint", conf))
-
 
 @dataclass(frozen=True)
-class StormConfig:
+class StormConfig(_Section):
     """Storm compatibility and the local cluster.
 
     Attributes:
@@ -68,24 +75,13 @@ class StormConfig:
         ConfigError: a value is outside its key's accepted values.
     """
 
+    SECTION: ClassVar[str] = "storm"
     integer_boxing: str = "long"
     idle_quiet_s: float = 2.0
 
-    def __post_init__(self) -> None:
-        validate_section(self, "storm")
-
-    @classmethod
-    def from_mapping(cls, conf: Mapping[str, Any]) -> StormConfig:
-        """Read this section's keys of a (merged) Storm conf; others are ignored.
-
-        Raises:
-            ConfigError: a value is not accepted.
-        """
-        return cls(**section_values("storm", conf))
-
 
 @dataclass(frozen=True)
-class OutputConfig:
+class OutputConfig(_Section):
     """A component's outputs and errors (per component).
 
     Attributes:
@@ -99,24 +95,13 @@ class OutputConfig:
         ConfigError: a value is outside its key's accepted values.
     """
 
+    SECTION: ClassVar[str] = "output"
     key_fields: tuple[str, ...] | None = None
     on_error: str = "fail"
 
-    def __post_init__(self) -> None:
-        validate_section(self, "output")
-
-    @classmethod
-    def from_mapping(cls, conf: Mapping[str, Any]) -> OutputConfig:
-        """Read this section's keys of a (merged) Storm conf; others are ignored.
-
-        Raises:
-            ConfigError: a value is not accepted.
-        """
-        return cls(**section_values("output", conf))
-
 
 @dataclass(frozen=True)
-class KafkaConfig:
+class KafkaConfig(_Section):
     """The Kafka spout's and sink's keys, each checked alone.
 
     Rules between keys (a spout needs topics or a pattern, not both) are the
@@ -151,6 +136,7 @@ class KafkaConfig:
         ConfigError: a value is outside its key's accepted values.
     """
 
+    SECTION: ClassVar[str] = "kafka"
     bootstrap: str = ""
     topics: tuple[str, ...] = ()
     topic_pattern: str | None = None
@@ -166,15 +152,3 @@ class KafkaConfig:
     sink_key_field: str | None = None
     sink_marker_topic: str = "_sr3_sink_commits"
     sink_poll_s: float = 0.05
-
-    def __post_init__(self) -> None:
-        validate_section(self, "kafka")
-
-    @classmethod
-    def from_mapping(cls, conf: Mapping[str, Any]) -> KafkaConfig:
-        """Read this section's keys of a (merged) Storm conf; others are ignored.
-
-        Raises:
-            ConfigError: a value is not accepted.
-        """
-        return cls(**section_values("kafka", conf))
