@@ -22,7 +22,13 @@ from backend.rescale import Route, reshard
 from sr3.client import ClientPool
 from sr3.codec import encode_key
 from sr3.config import Sr3Config
-from sr3.errors import CodecError, RecoveryError, SR3Error
+from sr3.errors import (
+    CodecError,
+    CoordinationError,
+    RecoveryError,
+    ShardNotFoundError,
+    SR3Error,
+)
 from sr3.manifest import Manifest
 from sr3.recovery import Recoverer, RecoveryContext
 from sr3.replication import LiveMembers, ReplicatedStore
@@ -41,6 +47,10 @@ __all__ = [
     "RingAccess",
     "config_from_conf",
 ]
+
+#: reads of a running topology's committed state: each retry follows a commit
+#: that collected the epoch being read
+_READ_ATTEMPTS = 5
 
 logger = logging.getLogger(__name__)
 
@@ -364,6 +374,22 @@ class RingAccess:
             CoordinationError: ZooKeeper failed.
         """
         record = self.committed(topology)
+        for _ in range(_READ_ATTEMPTS - 1):
+            try:
+                return self._items_at(topology, component, record)
+            except (CoordinationError, ShardNotFoundError):
+                # a running topology committed a newer epoch and collected the
+                # one being read; read again at the newer epoch
+                newer = self.committed(topology)
+                if newer is None or record is None or newer.epoch == record.epoch:
+                    raise
+                record = newer
+        return self._items_at(topology, component, record)
+
+    def _items_at(
+        self, topology: str, component: str, record: CommitRecord | None
+    ) -> tuple[int, list[tuple[tuple[Any, ...], dict[str, Any]]]]:
+        """Return the component's ``(key, fields)`` at ``record``'s epoch."""
         if record is None:
             msg = (
                 f"topology {topology!r} has no committed epoch in "

@@ -45,3 +45,43 @@ def test_committed_state_keeps_keys_python_holds_equal_apart(lab: Lab) -> None:
     assert committed[(1.0,)] == {"n": 1}
     assert (2,) not in committed
     assert len(dump) == len(committed)
+
+
+def test_committed_state_follows_a_commit_that_collects_the_epoch_read(
+    lab: Lab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a running topology commits epoch 2 and collects epoch 1 between the
+    # reader's look at the commit record and its read of epoch 1's manifest
+    ring = RingAccess(lab.config(Sr3Config()))
+
+    def write(epoch: int, count: int) -> None:
+        state = KeyedState(4)
+        state.for_key(("w",))["n"] = count
+        ring.write(
+            owner="race/c/0",
+            epoch=epoch,
+            key_group_count=4,
+            key_groups=state.snapshot(incremental=False).items(),
+            kind="full",
+            offsets={},
+        )
+        ring.checkpoints.commit("race", CommitRecord(epoch=epoch, owners=("race/c/0",)))
+
+    try:
+        write(1, 10)
+        committed = ring.committed
+        raced = []
+
+        def commit_then_read(topology: str) -> CommitRecord | None:
+            record = committed(topology)
+            if not raced:
+                raced.append(True)
+                write(2, 20)
+                ring.collect_garbage("race/c/0", 2)
+            return record
+
+        monkeypatch.setattr(ring, "committed", commit_then_read)
+        epoch, state = ring.committed_state("race", "c")
+    finally:
+        ring.close()
+    assert (epoch, state[("w",)]) == (2, {"n": 20})
