@@ -16,7 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from sr3.config_engine import CheckpointConfig, KafkaConfig, OutputConfig, StormConfig
+from sr3.config_engine import (
+    CheckpointConfig,
+    KafkaConfig,
+    MetricsConfig,
+    OutputConfig,
+    StormConfig,
+)
 from sr3.config_keys import Key, Scope
 from sr3.config_table import (
     KEYS,
@@ -38,6 +44,7 @@ __all__ = [
     "CheckpointConfig",
     "KafkaConfig",
     "Key",
+    "MetricsConfig",
     "NodeConfig",
     "OutputConfig",
     "RecoveryConfig",
@@ -244,6 +251,7 @@ class Sr3Config:
     storm: StormConfig = field(default_factory=StormConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
     @classmethod
     def from_mapping(cls, conf: Mapping[str, Any], *, strict: bool = True) -> Sr3Config:
@@ -364,4 +372,5 @@ _SECTION_TYPES: Final[Mapping[str, Any]] = {
     "storm": StormConfig,
     "output": OutputConfig,
     "kafka": KafkaConfig,
+    "metrics": MetricsConfig,
 }

@@ -12,7 +12,13 @@ from typing import Any, ClassVar, Self
 
 from sr3.config_table import section_values, validate_section
 
-__all__ = ["CheckpointConfig", "KafkaConfig", "OutputConfig", "StormConfig"]
+__all__ = [
+    "CheckpointConfig",
+    "KafkaConfig",
+    "MetricsConfig",
+    "OutputConfig",
+    "StormConfig",
+]
 
 
 class _Section:
@@ -57,6 +63,25 @@ class CheckpointConfig(_Section):
     timeout_s: float = 60.0
     mode: str = "local"
     rollback_quiet_s: float = 1.0
+
+
+@dataclass(frozen=True)
+class MetricsConfig(_Section):
+    """Each process's Prometheus endpoint (ring nodes and topology runs).
+
+    Attributes:
+        enabled: ``sr3.metrics.enabled``, serve the metrics of docs/metrics.md
+            (default True).
+        port: ``sr3.metrics.port``, the endpoint's port on 127.0.0.1 (default
+            0: a free one, advertised where ``sr3 status`` finds it).
+
+    Raises:
+        ConfigError: a value is outside its key's accepted values.
+    """
+
+    SECTION: ClassVar[str] = "metrics"
+    enabled: bool = True
+    port: int = 0
 
 
 @dataclass(frozen=True)

@@ -174,6 +174,14 @@ _ROWS: Final = (
     _seconds("sr3.checkpoint.rollback.quiet.s", "checkpoint", "rollback_quiet_s",
         1.0, _TOPOLOGY, "Native mode: time a rollback waits "
         "without stragglers before resuming."),
+    # metrics: each process's Prometheus endpoint
+    Key("sr3.metrics.enabled", "metrics", "enabled", BOOL, True, _CLUSTER,
+        "Serve Prometheus metrics (docs/metrics.md) from every ring node and "
+        "topology run.", env=True),
+    Key("sr3.metrics.port", "metrics", "port", INT, 0, _CLUSTER,
+        "Port of the metrics endpoint on 127.0.0.1 (0: a free one, advertised "
+        "in ZooKeeper or the lab).", low=0, high=65535,
+        note="give each process of one host its own port, or 0", env=True),
     # storm: Storm compatibility and the local cluster
     Key("sr3.storm.json.integer.boxing", "storm", "integer_boxing", TEXT, "long",
         _TOPOLOGY, "How fields groupings hash JSON integers, as the Storm "

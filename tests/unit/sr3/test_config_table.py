@@ -61,6 +61,8 @@ DEFAULTS: dict[str, Any] = {
     "sr3.kafka.sink.key.field": None,
     "sr3.kafka.sink.marker.topic": "_sr3_sink_commits",
     "sr3.kafka.sink.poll.s": 0.05,
+    "sr3.metrics.enabled": True,
+    "sr3.metrics.port": 0,
 }
 
 
