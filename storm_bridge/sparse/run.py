@@ -30,6 +30,7 @@ from sr3.config import CheckpointConfig
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.native import MODE_KEY, NATIVE, SPOUT
 from storm_bridge.report import native_checkpoints, state_summary
+from storm_bridge.runner import _deliver_stopped
 from storm_bridge.sparse.monitor import ControlMonitor
 from storm_bridge.sparse.package import build_jar
 from storm_bridge.sparse.stats import counters_of, errors_of
@@ -349,11 +350,15 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
     run.interval_s = CheckpointConfig.from_mapping(conf).interval_s
     monitor.start()
     try:
-        return _drive(run, options, conf, submitted)
+        report = _drive(run, options, conf, submitted)
     finally:
         monitor.stop()
         session.kill(topology.name)
         _wait_gone(session, run, clock)
+    # sinks that write on commit (KafkaSink) write the final epoch, as on the
+    # local cluster: the topology was killed right after that commit
+    _deliver_stopped(topology, conf, ring)
+    return report
 
 
 def _started(run: _Run, options: StormRunOptions) -> float:
