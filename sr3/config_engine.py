@@ -53,6 +53,18 @@ class CheckpointConfig(_Section):
             protocol over ZooKeeper, as on a real Storm cluster).
         rollback_quiet_s: ``sr3.checkpoint.rollback.quiet.s``, native mode: time
             a rollback waits without stragglers before resuming (default 1 s).
+        straggler_policy: ``sr3.straggler.policy``, local cluster: ``off``
+            (default), ``duplicate`` (race a copy started from the last
+            checkpoint) or ``restart`` (kill it, as a crash).
+        straggler_lag_s: ``sr3.straggler.lag.s``, silence that makes a task a
+            straggler (default 5 s).
+        straggler_rate_ratio: ``sr3.straggler.rate.ratio``, rate below this
+            fraction of the peers' median (or a queue over 1/ratio times
+            theirs) makes a task with a queue a straggler (default 0.2).
+        straggler_queue_min: ``sr3.straggler.queue.min``, queued inputs before
+            rate and queue count (default 1000).
+        straggler_check_s: ``sr3.straggler.check.s``, time between checks
+            (default 1 s).
 
     Raises:
         ConfigError: a value is outside its key's accepted values.
@@ -63,6 +75,11 @@ class CheckpointConfig(_Section):
     timeout_s: float = 60.0
     mode: str = "local"
     rollback_quiet_s: float = 1.0
+    straggler_policy: str = "off"
+    straggler_lag_s: float = 5.0
+    straggler_rate_ratio: float = 0.2
+    straggler_queue_min: int = 1000
+    straggler_check_s: float = 1.0
 
 
 @dataclass(frozen=True)

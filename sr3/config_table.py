@@ -174,6 +174,24 @@ _ROWS: Final = (
     _seconds("sr3.checkpoint.rollback.quiet.s", "checkpoint", "rollback_quiet_s",
         1.0, _TOPOLOGY, "Native mode: time a rollback waits "
         "without stragglers before resuming."),
+    Key("sr3.straggler.policy", "checkpoint", "straggler_policy", TEXT, "off",
+        _TOPOLOGY, "Local cluster: what happens to a task that falls behind its "
+        "peers: nothing, a duplicate from its last checkpoint that races it, "
+        "or a restart as after a crash.", choices=("off", "duplicate", "restart")),
+    _seconds("sr3.straggler.lag.s", "checkpoint", "straggler_lag_s", 5.0,
+        _TOPOLOGY, "A task silent this long (no heartbeat answer, no message) "
+        "is a straggler."),
+    Key("sr3.straggler.rate.ratio", "checkpoint", "straggler_rate_ratio", FLOAT,
+        0.2, _TOPOLOGY, "A task with a queue of sr3.straggler.queue.min inputs "
+        "that processes below this fraction of its peers' median rate (or whose "
+        "queue is over 1/ratio times theirs) is a straggler.", low=0.0,
+        above=True, high=1.0),
+    Key("sr3.straggler.queue.min", "checkpoint", "straggler_queue_min", INT, 1000,
+        _TOPOLOGY, "Inputs a task must have queued before its rate or queue "
+        "counts against its peers' (a task alone: before it is a straggler).",
+        low=1),
+    _seconds("sr3.straggler.check.s", "checkpoint", "straggler_check_s", 1.0,
+        _TOPOLOGY, "How often tasks are checked for stragglers."),
     # metrics: each process's Prometheus endpoint
     Key("sr3.metrics.enabled", "metrics", "enabled", BOOL, True, _CLUSTER,
         "Serve Prometheus metrics (docs/metrics.md) from every ring node and "
