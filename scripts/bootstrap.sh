@@ -20,7 +20,9 @@ fi
 # Debian's vagrant (with its libvirt provider, so `vagrant validate` checks that block)
 # and shellcheck, for the suite's checks of vagrant/ (tests/integration/test_vagrant.py).
 # The lab's VMs skip vagrant (vagrant/provision/common.sh sets SR3_NO_VAGRANT=1).
-dev_tools=(shellcheck)
+# Debian's prometheus for `sr3 lab up --metrics`, which runs its own server (own
+# config, data under the lab dir, a free loopback port), never the packaged service.
+dev_tools=(shellcheck prometheus)
 [ "${SR3_NO_VAGRANT:-0}" = 1 ] || dev_tools+=(vagrant vagrant-libvirt)
 missing=()
 for pkg in "${dev_tools[@]}"; do
@@ -45,7 +47,7 @@ fi
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
   .venv/bin/python -m pip install -q --upgrade "pip>=24" 2>&1 | grep -v "is ignored" || true
   .venv/bin/python -m pip install -q -e ".[dev,spark]" 2>&1 | grep -v "is ignored" || true
-  .venv/bin/python -c "import sr3, zk, backend, kazoo, msgpack, mmh3, confluent_kafka" # fail loudly if the install did not work
+  .venv/bin/python -c "import sr3, zk, backend, kazoo, msgpack, mmh3, confluent_kafka, prometheus_client" # fail loudly if the install did not work
   touch "$stamp"
 fi
 # Apache Storm's jars for the lab's real Storm cluster (.cache/storm-<version>/) and Apache

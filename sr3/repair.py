@@ -44,6 +44,8 @@ class RepairReport:
     deleted: int = 0
     orphans_deleted: int = 0
     bytes_copied: int = 0
+    #: shards with fewer live holders than r (or than the live nodes) at the start
+    under_replicated: int = 0
     lost: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     unreadable_owners: list[str] = field(default_factory=list)
@@ -84,6 +86,8 @@ class RepairCoordinator:
         ring_config: r and vnodes.
         repair_config: Grace period, scan interval and copy parallelism.
         election: When given, :meth:`run` repairs only while leader.
+        on_pass: Called with the report of every pass :meth:`run` completes
+            (the node's metrics).
         clock: Monotonic clock (injectable for tests).
     """
 
@@ -96,8 +100,10 @@ class RepairCoordinator:
         ring_config: RingConfig,
         repair_config: RepairConfig,
         election: Election | None = None,
+        on_pass: Callable[[RepairReport], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._on_pass = on_pass
         self._membership = membership
         self._manifests = manifests
         self._pool = pool
@@ -140,6 +146,8 @@ class RepairCoordinator:
             except Exception:  # a bug: the ring must not lose its repairs to it
                 logger.exception("repair pass hit an unexpected error; will retry")
                 continue
+            if self._on_pass is not None:
+                self._on_pass(report)
             if report.changed or report.lost:
                 logger.info(
                     "repair: %d shards, %d copied (%d bytes), %d adopted, "
@@ -217,6 +225,7 @@ class RepairCoordinator:
             report.adopted += part.adopted
             report.deleted += part.deleted
             report.bytes_copied += part.bytes_copied
+            report.under_replicated += part.under_replicated
             report.lost.extend(part.lost)
             report.failed.extend(part.failed)
         report.seconds = self._clock() - started
@@ -264,6 +273,8 @@ class RepairCoordinator:
                 list(meta.holders),
             )
             return report
+        if len(sources) < min(r, len(live)):
+            report.under_replicated = 1
         placed = [d for d in desired if d in sources]
         for node_id in desired:
             if node_id in placed:

@@ -24,11 +24,13 @@ from sr3.ring import MAX_CAPACITY
 from zk.client import SessionState, ZkSession
 from zk.paths import unquote_name
 
-__all__ = ["ZkMembership"]
+__all__ = ["METRICS_URL", "ZkMembership"]
 
 logger = logging.getLogger(__name__)
 
 _ANNOUNCE_ATTEMPTS = 5
+#: Field of a member's record holding its Prometheus endpoint.
+METRICS_URL = "metrics_url"
 #: A registration written by another version or by hand, with a capacity the
 #: ring cannot place (0, negative, huge, not a number).
 W_BAD_CAPACITY = (
@@ -72,14 +74,20 @@ class ZkMembership:
     def __repr__(self) -> str:
         return f"ZkMembership({self._session!r}, registered={sorted(self._registered)})"
 
-    def register(self, info: NodeInfo) -> None:
+    def register(self, info: NodeInfo, *, metrics_url: str | None = None) -> None:
         """Announce ``info`` under its node id until the session ends.
+
+        ``metrics_url``, the node's Prometheus endpoint, is published beside it
+        (:meth:`metrics_urls` lists them).
 
         Raises:
             CoordinationError: ZooKeeper failed, or another live process keeps
                 re-creating the same node id.
         """
-        data = pack_meta(info.to_dict())
+        record = info.to_dict()
+        if metrics_url is not None:
+            record[METRICS_URL] = metrics_url
+        data = pack_meta(record)
         with self._lock:
             self._registered[info.node_id] = data
             self._announce(info.node_id)
@@ -121,6 +129,27 @@ class ZkMembership:
         directory = self._paths.members
         with self._session.translate("list members", directory):
             return self._read(self._session.children(directory))
+
+    def metrics_urls(self) -> dict[str, str]:
+        """Return the metrics endpoint each live node published, by node id.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        directory = self._paths.members
+        with self._session.translate("list metrics endpoints", directory):
+            children = self._session.children(directory)
+            paths = [f"{directory}/{child}" for child in children]
+            found = self._session.get_many(paths)
+        urls: dict[str, str] = {}
+        for data, _stat in found.values():
+            try:
+                raw = unpack_meta(data)
+            except CodecError:
+                continue  # members() warns of it
+            if isinstance(raw, Mapping) and isinstance(raw.get(METRICS_URL), str):
+                urls[str(raw.get("node_id"))] = raw[METRICS_URL]
+        return urls
 
     def watch(self, callback: MembersCallback) -> None:
         """Call ``callback(members)`` now and after every membership change.

@@ -18,11 +18,13 @@ import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from sr3.client import ClientPool
 from sr3.config import Sr3Config
 from sr3.errors import AuthenticationError, ConfigError, StorageError
+from sr3.metrics import Endpoint, NodeMetrics, serve
 from sr3.ports import NodeInfo
 from sr3.recovery import RelayFaults, RelayOps
 from sr3.repair import RepairCoordinator, Scrubber
@@ -312,6 +314,15 @@ async def _serve(
     membership = ZkMembership(session)
     sources.membership = membership
     election = ZkElection(session, node_id)
+    metrics = NodeMetrics(
+        node_id,
+        shards=lambda: len(store),
+        stored_bytes=store.total_bytes,
+        is_leader=election.is_leader,
+    )
+    endpoint: Endpoint | None = None
+    if config.metrics.enabled:
+        endpoint = serve(metrics.registry, port=config.metrics.port)
     repair = RepairCoordinator(
         membership=membership,
         manifests=ZkManifestStore(session),
@@ -319,6 +330,13 @@ async def _serve(
         ring_config=config.ring,
         repair_config=config.repair,
         election=election,
+        on_pass=lambda report: metrics.repair_pass(
+            under=report.under_replicated,
+            lost=len(report.lost),
+            copies=report.copied,
+            copied_bytes=report.bytes_copied,
+            seconds=report.seconds,
+        ),
     )
     repair_thread = threading.Thread(target=repair.run, name="sr3-repair", daemon=True)
     scrubber = Scrubber(
@@ -330,7 +348,8 @@ async def _serve(
     try:
         await asyncio.to_thread(_refuse_live_namesake, membership, info)
         await asyncio.to_thread(_refuse_foreign_secret, membership, pool, node_id)
-        await asyncio.to_thread(membership.register, info)
+        url = None if endpoint is None else endpoint.url
+        await asyncio.to_thread(partial(membership.register, info, metrics_url=url))
         election.start()
         membership.watch(repair.notify)
         membership.watch(sources.update)
@@ -338,6 +357,8 @@ async def _serve(
         if config.repair.scrub_interval_s > 0:
             scrub_thread.start()
         logger.info("node %s serving on %s (zone %s)", node_id, info.address, info.zone)
+        if endpoint is not None:
+            logger.info("node %s serves metrics at %s", node_id, endpoint.url)
         # the lab waits for this line on stdout
         print(f"READY {node_id} {server.port}", flush=True)
         await stop.wait()
@@ -358,4 +379,6 @@ async def _serve(
             )
         session.close()
         pool.close_all()
+        if endpoint is not None:
+            endpoint.close()
         await server.close()
