@@ -34,16 +34,38 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-@pytest.fixture(scope="session")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """Run one broker for the whole session; a missing jar fails, naming it."""
+#: The session's broker, once started: fixtures of other test directories
+#: (``tests/integration/apache_storm/test_kafka_storm.py``) share it through
+#: :func:`session_broker` instead of starting a second one.
+_SESSION_BROKER: list[KafkaBroker] = []
+
+
+def session_broker(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[KafkaBroker, bool]:
+    """Return the session's broker, started on first use, and whether this call did.
+
+    The caller that started it stops it at session teardown.
+    """
+    if _SESSION_BROKER:
+        return _SESSION_BROKER[0], False
     broker = KafkaBroker(tmp_path_factory.mktemp("kafka"), heap="384m")
     try:
         broker.start()
     except KafkaBrokerError as exc:
         pytest.fail(f"the Kafka broker cannot start: {exc}")
+    _SESSION_BROKER.append(broker)
+    return broker, True
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """Run one broker for the whole session; a missing jar fails, naming it."""
+    broker, started = session_broker(tmp_path_factory)
     yield broker
-    broker.stop()
+    if started:
+        broker.stop()
+        _SESSION_BROKER.clear()
 
 
 @pytest.fixture(scope="session")
