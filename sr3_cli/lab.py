@@ -12,6 +12,9 @@ Layout of a lab dir::
     storm/            with ``sr3 lab up --storm``: a real Apache Storm cluster (Nimbus,
                       supervisors, their workers; :mod:`sr3_cli.lab_storm`);
                       lab.json's ``storm.nimbus`` is Nimbus's Thrift address
+    prometheus/       with ``sr3 lab up --metrics``: a Prometheus server (config,
+                      data, log; :mod:`sr3_cli.lab_metrics`) and targets/, the
+                      endpoints it scrapes
     kafka/            with ``sr3 lab up --kafka``: an Apache Kafka KRaft broker (data,
                       logs; :mod:`sr3_cli.lab_kafka`); lab.json's ``kafka.bootstrap``
                       is its address
@@ -193,6 +196,12 @@ class Lab(LabState):
 
         stop_storm(self)
 
+    def stop_prometheus(self) -> None:
+        """Stop the lab's Prometheus server, if any."""
+        from sr3_cli.lab_metrics import stop_prometheus  # noqa: PLC0415 (it imports this module)
+
+        stop_prometheus(self)
+
     def stop_kafka(self) -> None:
         """Stop the lab's Kafka broker, if any."""
         from sr3_cli.lab_kafka import stop_kafka  # noqa: PLC0415 (it imports this module)
@@ -314,6 +323,7 @@ class Lab(LabState):
             self.stop_storm()
             self.stop_spark()
             self.stop_kafka()
+            self.stop_prometheus()
             self.stop_nodes()
             self.stop_zookeeper()
             leftovers = lab_processes(self.root)

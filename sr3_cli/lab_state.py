@@ -37,7 +37,7 @@ _LOCK = "lab.lock"
 LOCK_TIMEOUT_S = 300.0
 #: Optional sections of lab.json, each an object or null, read and written as
 #: they are (a field of :class:`LabState` of the same name holds each).
-_SECTIONS = ("spark", "storm", "kafka")
+_SECTIONS = ("spark", "storm", "kafka", "prometheus")
 _KNOWN_KEYS = frozenset({"zk_port", "zk_pid", "chroot", "nodes", *_SECTIONS})
 
 
@@ -82,6 +82,7 @@ class LabState:
     spark: dict[str, Any] | None = None
     storm: dict[str, Any] | None = None
     kafka: dict[str, Any] | None = None
+    prometheus: dict[str, Any] | None = None
     #: top-level keys of lab.json this version does not know, written back as read
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock_depth: int = field(default=0, init=False, repr=False, compare=False)

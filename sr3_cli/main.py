@@ -178,7 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="also start an Apache Kafka broker (KRaft) from the fetched jars; "
         "its bootstrap address is in lab.json and `sr3 status --json`",
     )
-    up.set_defaults(handler=lab_kafka.lab_up)
+    up.add_argument(
+        "--metrics",
+        action="store_true",
+        help="also start a Prometheus server (Debian's package) scraping every "
+        "ring node and `sr3 run`; its URL is in `sr3 status --json`",
+    )
+    from sr3_cli import lab_metrics  # noqa: PLC0415 - keeps --help fast
+
+    up.set_defaults(handler=lab_metrics.lab_up)
     down = lab.add_parser(
         "down", help="stop the lab's Storm, Spark, Kafka, nodes and ZooKeeper"
     )

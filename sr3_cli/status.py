@@ -11,6 +11,7 @@ from sr3.repair import replication_health
 from sr3_cli.cluster import Cluster, cluster_config, open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.lab_kafka import kafka_status
+from sr3_cli.lab_metrics import endpoints, prometheus_status, refresh_node_targets
 from sr3_cli.lab_storm import storm_status
 from sr3_cli.output import emit_json, format_bytes, table
 
@@ -74,6 +75,9 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
             entry["shards"] += 1
             entry["bytes"] += meta.size
     under, lost = replication_health(all_shards, live, r)
+    metrics_urls = cluster.membership.metrics_urls()
+    if lab is not None and lab.prometheus is not None:
+        refresh_node_targets(lab, metrics_urls)  # nodes restarted on new ports
     return {
         "nodes": sorted(nodes.values(), key=lambda n: n["id"]),
         "under_replicated": under,
@@ -87,6 +91,10 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         "storm": storm_status(lab) if lab is not None else None,
         # the lab's Kafka broker (`sr3 lab up --kafka`), else null
         "kafka": kafka_status(lab) if lab is not None else None,
+        # every Prometheus endpoint: ring nodes, then the lab's running topologies
+        "metrics": endpoints(metrics_urls, lab.root if lab is not None else None),
+        # the lab's Prometheus server (`sr3 lab up --metrics`), else null
+        "prometheus": prometheus_status(lab) if lab is not None else None,
     }
 
 
