@@ -72,9 +72,9 @@ def stop_prometheus(lab: Lab) -> None:
 
 def refresh_node_targets(lab: Lab, urls: Mapping[str, str]) -> None:
     """Rewrite ``targets/nodes.json`` with the ring nodes' endpoints ``urls``."""
+    # no target labels: every series already carries its ``node`` label
     groups = [
-        {"targets": [urlsplit(url).netloc], "labels": {"node": node_id}}
-        for node_id, url in sorted(urls.items())
+        {"targets": [urlsplit(url).netloc]} for _node, url in sorted(urls.items())
     ]
     path = targets_dir(lab.root) / NODES_TARGETS
     path.parent.mkdir(parents=True, exist_ok=True)

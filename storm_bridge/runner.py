@@ -25,6 +25,7 @@ from storm_bridge.cluster import EventKind, LocalCluster
 from storm_bridge.cluster.checkpoints import CheckpointSettings
 from storm_bridge.cluster.engine import checked_confs
 from storm_bridge.errors import CheckpointError, StormBridgeError
+from storm_bridge.metrics import RunMetricsFeed
 from storm_bridge.multilang import get_serializer
 from storm_bridge.native import NATIVE, checkpoint_mode
 from storm_bridge.report import (
@@ -93,6 +94,8 @@ class RunOptions:
             ``sparse run -e`` does.
         start_from: Start from a savepoint or an earlier epoch instead
             (:class:`backend.committer.StartPoint`; implies ``resume``).
+        metrics_targets: A lab's Prometheus targets dir, where the run lists
+            its metrics endpoint while it runs (None: not listed).
     """
 
     until_idle: bool = False
@@ -106,6 +109,7 @@ class RunOptions:
     resume: bool = False
     environment: str | None = None
     start_from: StartPoint | None = None
+    metrics_targets: Path | None = None
 
 
 class _ZkHooks:
@@ -455,6 +459,8 @@ def run_topology(
     )
     run = _Run(cluster, ring, kill_node, clock)
     cluster.start()
+    metrics = RunMetricsFeed(cluster, topology.name, config, options.metrics_targets)
+    metrics.start()
     started = clock()
     idle = False
     busy: str | None = None
@@ -501,6 +507,7 @@ def run_topology(
         errors += [e.message for e in cluster.events(EventKind.COMPONENT_ERROR)]
         outputs = cluster.outputs()
     finally:
+        metrics.close()
         cluster.stop()
         committer.close()
     if options.checkpoints and idle:

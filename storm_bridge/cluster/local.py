@@ -393,6 +393,16 @@ class LocalCluster:
             counters = self._engine.journal.counters
             return sum(counters[n].emitted for n in names if n in counters)
 
+    def pending_tuples(self) -> dict[str, int]:
+        """Tuples waiting at each component: a spout's open trees, a bolt's unacked."""
+        with self._lock:
+            found: dict[str, int] = {}
+            for rt in self._engine.tasks.values():
+                waiting = len(rt.pending) if rt.is_spout else len(rt.inputs)
+                name = rt.component.name
+                found[name] = found.get(name, 0) + waiting
+            return found
+
     def counters(self) -> dict[str, ComponentCounters]:
         """Snapshot of the counters, by component id."""
         with self._lock:

@@ -1,0 +1,141 @@
+"""A topology run's Prometheus endpoint on the local cluster (``sr3 run``).
+
+:class:`RunMetricsFeed` serves a :class:`sr3.metrics.RunMetrics` and copies into it
+what the cluster already counts, every :data:`FEED_INTERVAL_S`: tuples per
+component, tuples waiting at each component (backpressure), committed and
+abandoned epochs with their durations and snapshot bytes, and every finished
+recovery with its mechanism. In a lab it writes its file_sd target to
+``LAB/prometheus/targets/run-<topology>-<pid>.json`` and removes it at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Final
+
+from sr3.config import Sr3Config
+from sr3.metrics import Endpoint, RunMetrics, serve
+from storm_bridge.cluster import LocalCluster
+from storm_bridge.cluster.checkpoints import Coordinator
+
+__all__ = ["FEED_INTERVAL_S", "RunMetricsFeed", "write_target"]
+
+logger = logging.getLogger(__name__)
+
+FEED_INTERVAL_S: Final = 0.5
+
+
+def write_target(targets_dir: Path, topology: str, endpoint: Endpoint) -> Path:
+    """Write this run's file_sd target into ``targets_dir``; return its path."""
+    targets_dir.mkdir(parents=True, exist_ok=True)
+    path = targets_dir / f"run-{topology}-{os.getpid()}.json"
+    host_port = endpoint.url.split("/")[2]
+    group = [{"targets": [host_port]}]  # its series carry their topology label
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(group), encoding="utf-8")
+    tmp.replace(path)  # Prometheus never reads half a file
+    return path
+
+
+class RunMetricsFeed:
+    """Serves a run's metrics, fed from its :class:`LocalCluster`.
+
+    Args:
+        cluster: The running cluster.
+        topology: The topology's name.
+        config: ``sr3.metrics.*`` decide whether and where it serves.
+        targets_dir: The lab's targets dir (None: no lab, nothing written).
+    """
+
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        topology: str,
+        config: Sr3Config,
+        targets_dir: Path | None,
+    ) -> None:
+        self._cluster = cluster
+        self.metrics = RunMetrics(topology)
+        self._config = config
+        self._targets_dir = targets_dir
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="sr3-run-metrics", daemon=True
+        )
+        self.endpoint: Endpoint | None = None
+        self._target: Path | None = None
+        self._epochs = 0
+        self._abandoned = 0
+        self._recoveries = 0
+
+    def start(self) -> None:
+        """Serve (when ``sr3.metrics.enabled``) and start feeding."""
+        if not self._config.metrics.enabled:
+            return
+        self.endpoint = serve(self.metrics.registry, port=self._config.metrics.port)
+        logger.info("run metrics at %s", self.endpoint.url)
+        if self._targets_dir is not None:
+            self._target = write_target(
+                self._targets_dir, self.metrics.topology, self.endpoint
+            )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Feed once more, stop serving, remove the target."""
+        if self.endpoint is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self._target is not None:
+            self._target.unlink(missing_ok=True)
+        self.endpoint.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(FEED_INTERVAL_S):
+            self.feed()
+        self.feed()
+
+    def feed(self) -> None:
+        """Copy the cluster's counts into the metrics (quick; never raises)."""
+        try:
+            counters = self._cluster.counters()
+            self.metrics.tuples(
+                {n: max(c.emitted, c.acked) for n, c in counters.items()},
+                {n: c.failed for n, c in counters.items()},
+            )
+            for name, pending in self._cluster.pending_tuples().items():
+                self.metrics.pending(name, pending)
+            self._cluster.with_coordinator(self._feed_checkpoints)
+        except Exception:  # a metrics bug must not end the run
+            logger.exception("run metrics feed failed")
+
+    def _feed_checkpoints(self, coordinator: Coordinator) -> None:
+        for stats in coordinator.committed[self._epochs :]:
+            size = sum(_bytes(r) for r in stats.reports.values())
+            self.metrics.checkpoint(seconds=stats.duration_s, size_bytes=size)
+        self._epochs = len(coordinator.committed)
+        if coordinator.abandoned > self._abandoned:
+            self.metrics.checkpoint_abandoned(coordinator.abandoned - self._abandoned)
+            self._abandoned = coordinator.abandoned
+        recoveries = coordinator.recoveries
+        for recovery in recoveries[self._recoveries :]:
+            if recovery.restored_at is None:
+                break  # still restoring: counted once done
+            seconds = recovery.restored_at - recovery.detected_at
+            mechanisms = {
+                str(r.get("used") or r.get("mechanism"))
+                for r in recovery.restores.values()
+            }
+            for mechanism in sorted(mechanisms) or ["star"]:
+                self.metrics.recovery(mechanism, seconds)
+            self._recoveries += 1
+
+
+def _bytes(report: Any) -> int:
+    if isinstance(report, dict):
+        return int(report.get("bytes", 0) or 0)
+    return 0
