@@ -10,7 +10,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from sr3.errors import ConfigError
 from sr3_cli.argtypes import at_least, nonempty, positive_seconds
 from sr3_cli.cluster import add_cluster_args, checked_config
 from sr3_cli.commands import wait_for_members
+from sr3_cli.daemons.prometheus import targets_dir
 from sr3_cli.lab import Lab
 from sr3_cli.output import JSON_HELP, emit_json, table
 from sr3_cli.run_checks import (
@@ -206,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
         lab = target.lab
         if lab is not None:
             check_node_ids((k.node for k in options.node_kills), lab.nodes)
+            options = replace(options, metrics_targets=targets_dir(lab.root))
         kill_node = None if lab is None else _node_killer(lab)
         ring = RingAccess(target.config)
         try:
