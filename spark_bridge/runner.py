@@ -47,6 +47,7 @@ from backend.chain import ChainPolicy
 from backend.committer import EpochCommitter, StartPoint
 from spark_bridge.compiler import Plan, build_frame, plan_topology
 from spark_bridge.errors import QueryFailedError, SparkBridgeError
+from spark_bridge.metrics import SparkMetricsFeed
 from spark_bridge.ring import (
     RESTORE_SOURCE,
     BatchCommitter,
@@ -227,6 +228,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     stop_after_batches: int | None = None,
     environment: str | None = None,
     start_from: StartPoint | None = None,
+    metrics_targets: Path | None = None,
 ) -> dict[str, Any]:
     """Run a topology file on Spark Structured Streaming.
 
@@ -256,6 +258,8 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
             ``sparse run -e`` does; the Spark tasks load the topology so too.
         start_from: With an empty Spark checkpoint, start from a savepoint or
             an earlier epoch of the ring (implies ``resume``).
+        metrics_targets: A lab's Prometheus targets dir, where the run lists
+            its metrics endpoint while it runs (None: not listed).
 
     Returns:
         The report of ``sr3 run --json``, in the Storm engine's shape.
@@ -310,6 +314,17 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         .queryName(f"sr3_{topology.name}_{int(time.time() * 1000)}")
         .start()
     )
+    metrics = SparkMetricsFeed(
+        topology.name,
+        plan.spouts,
+        (ring.config if ring is not None else Sr3Config()).metrics,
+        metrics_targets,
+    )
+    committer = start.committer
+    metrics.start(
+        lambda: list(query.recentProgress),
+        lambda: [] if committer is None else list(committer.commits),
+    )
     try:
         idle = _wait(
             query,
@@ -326,6 +341,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         raise QueryFailedError(msg) from exc
     finally:
         progress = list(query.recentProgress)
+        metrics.close()
         query.stop()
         if start.committer is not None:
             start.committer.close()

@@ -10,6 +10,8 @@ from PromQL, as ``rate(sr3_tuples_total[1m])``.
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
@@ -38,6 +40,7 @@ __all__ = [
     "RunMetrics",
     "metrics_markdown",
     "serve",
+    "write_target",
 ]
 
 #: Where a metric is served.
@@ -301,6 +304,21 @@ def serve(registry: CollectorRegistry, *, port: int = 0) -> Endpoint:
     server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
     url = f"http://127.0.0.1:{server.server_port}/metrics"
     return Endpoint(url, server, thread)
+
+
+def write_target(targets_dir: Path, name: str, endpoint: Endpoint) -> Path:
+    """List ``endpoint`` in ``targets_dir`` as Prometheus file_sd; return the file.
+
+    The file is ``run-<name>-<pid>.json``; the caller removes it when it stops
+    serving. No target labels: every series carries its own.
+    """
+    targets_dir.mkdir(parents=True, exist_ok=True)
+    path = targets_dir / f"run-{name}-{os.getpid()}.json"
+    host_port = endpoint.url.split("/")[2]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps([{"targets": [host_port]}]), encoding="utf-8")
+    tmp.replace(path)  # Prometheus never reads half a file
+    return path
 
 
 def metrics_markdown() -> str:

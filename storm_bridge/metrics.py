@@ -10,35 +10,21 @@ recovery with its mechanism. In a lab it writes its file_sd target to
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import threading
 from pathlib import Path
 from typing import Any, Final
 
 from sr3.config import Sr3Config
-from sr3.metrics import Endpoint, RunMetrics, serve
+from sr3.metrics import Endpoint, RunMetrics, serve, write_target
 from storm_bridge.cluster import LocalCluster
 from storm_bridge.cluster.checkpoints import Coordinator
 
-__all__ = ["FEED_INTERVAL_S", "RunMetricsFeed", "write_target"]
+__all__ = ["FEED_INTERVAL_S", "RunMetricsFeed"]
 
 logger = logging.getLogger(__name__)
 
 FEED_INTERVAL_S: Final = 0.5
-
-
-def write_target(targets_dir: Path, topology: str, endpoint: Endpoint) -> Path:
-    """Write this run's file_sd target into ``targets_dir``; return its path."""
-    targets_dir.mkdir(parents=True, exist_ok=True)
-    path = targets_dir / f"run-{topology}-{os.getpid()}.json"
-    host_port = endpoint.url.split("/")[2]
-    group = [{"targets": [host_port]}]  # its series carry their topology label
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(group), encoding="utf-8")
-    tmp.replace(path)  # Prometheus never reads half a file
-    return path
 
 
 class RunMetricsFeed:
