@@ -135,6 +135,7 @@ def _run_spark(args: argparse.Namespace) -> int:
                     stop_after_batches=args.max_batches,
                     environment=args.environment,
                     start_from=_start_point(args),
+                    metrics_targets=None if lab is None else targets_dir(lab.root),
                 )
             finally:
                 for timer in timers:
