@@ -10,6 +10,7 @@ mechanism, the reason, bytes, holders, re-plans and a timeline.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +37,18 @@ from sr3.recovery.tree import TreeRecovery
 from sr3.replication import report_corrupt
 from sr3.state import KeyedState
 
-__all__ = ["STRATEGIES", "Recoverer", "RecoveryResult", "planner_inputs"]
+__all__ = [
+    "BROKEN_BUILD_ENV",
+    "STRATEGIES",
+    "Recoverer",
+    "RecoveryResult",
+    "planner_inputs",
+]
+
+#: Test-only switch of a deliberately broken build: ``drop-delta`` makes every
+#: recovery leave out the newest delta of each key group's chain, the kind of
+#: bug the chaos campaign exists to catch (``tests/e2e/test_chaos_campaign.py``).
+BROKEN_BUILD_ENV = "SR3_BROKEN_BUILD"
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +232,9 @@ class Recoverer:
         lazy = cfg.lazy_install if lazy is None else lazy
         life.move(RecoveryPhase.PLANNING)
         manifest = self._manifest(owner, epoch)
-        shards = shard_metas_in_order(manifest, self.context.manifests.shards(owner))
+        shards = _broken(
+            shard_metas_in_order(manifest, self.context.manifests.shards(owner))
+        )
         live = dict(self.context.members())
         decision = self._decide(shards, live, mechanism or cfg.mechanism)
         logger.info("recovery of %s@%s: %s", owner, manifest.epoch, decision.reason)
@@ -364,3 +378,15 @@ def _first_read(state: KeyedState, layers: Mapping[int, list[Blob]]) -> None:
             if entries:
                 state.for_key(decode_key(next(iter(entries)))).get("v")
                 return
+
+
+def _broken(shards: list[ShardMeta]) -> list[ShardMeta]:
+    """Return ``shards``, less the newest delta's under :data:`BROKEN_BUILD_ENV`."""
+    deltas = [s.epoch for s in shards if s.kind == "delta"]
+    if os.environ.get(BROKEN_BUILD_ENV) != "drop-delta" or not deltas:
+        return shards
+    newest = max(deltas)
+    logger.warning(
+        "%s=drop-delta: recovery drops delta epoch %d", BROKEN_BUILD_ENV, newest
+    )
+    return [s for s in shards if s.epoch != newest]

@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from sr3.config import Sr3Config
-from sr3_cli.chaos import KINDS, final_state, generate, replay_command, run_schedule
+from sr3.recovery.recover import BROKEN_BUILD_ENV
+from sr3_cli.chaos import (
+    KINDS,
+    Fault,
+    Schedule,
+    final_state,
+    generate,
+    replay_command,
+    run_schedule,
+)
 from sr3_cli.lab import Lab
 from storm_bridge.runner import RunOptions, run_topology
 from storm_bridge.topology import load_topology
@@ -50,7 +59,7 @@ def test_generate_is_seeded_and_keeps_r_minus_1_nodes_up() -> None:
 
 
 def test_a_seeded_campaign_ends_every_schedule_with_the_failure_free_state(
-    lab_factory: Callable[..., Lab], tmp_path: Path
+    lab_factory: Callable[..., Lab], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lab = lab_factory(nodes=NODES)
     conf = {
@@ -94,3 +103,31 @@ def test_a_seeded_campaign_ends_every_schedule_with_the_failure_free_state(
             )
     if failures:
         pytest.fail("\n".join(failures))
+    # a check that can fail: the same campaign catches a build whose
+    # recoveries drop a delta (tasks inherit the switch from the environment).
+    # A dropped delta shows once its keys are counted again after the restore,
+    # so this run is longer and its kills land while lines still flow.
+    long_conf = {**conf, "exact.lines": 4000}
+    ring = RingAccess(lab.config(Sr3Config()))
+    try:
+        long_clean = run_topology(
+            TOPOLOGY, ring=ring, options=RunOptions(until_idle=True, conf=long_conf)
+        )
+        long_expected = final_state(ring, topology)
+    finally:
+        ring.close()
+    monkeypatch.setenv(BROKEN_BUILD_ENV, "drop-delta")
+    kills = tuple(
+        Fault("kill-task", at_s, f"count:{n}") for n, at_s in enumerate((1.5, 2.5, 3.5))
+    )
+    broken = run_schedule(
+        lab,
+        TOPOLOGY,
+        Schedule(SEED, SCHEDULES, "local", kills),
+        conf=long_conf,
+        expected=long_expected,
+        expected_outputs=long_clean.outputs,
+        timeout_s=90.0,
+    )
+    assert not broken.passed, "a build that drops a delta passed the campaign"
+    assert "keys differ" in broken.reason, broken.reason
