@@ -1,11 +1,14 @@
 """The lab's Apache Kafka broker: ``sr3 lab up --kafka``, its status, its stop.
 
-One KRaft broker (combined broker and controller, :class:`KafkaBroker`) runs
+One KRaft broker (combined broker and controller, :class:`KafkaBroker`), or
+with ``--kafka-brokers 3`` a three-node cluster (:class:`KafkaCluster`), runs
 from the jars ``scripts/fetch-jars.sh`` fetched, with its data and logs in the
 lab's ``kafka/`` dir. lab.json records it in its ``kafka`` section
-(:attr:`Lab.kafka`: dir and bootstrap address), changed only under the lab's
-lock; ``sr3 lab down`` (:meth:`Lab.stop`) stops it; ``sr3 status --json`` shows
-it under ``kafka``. Topologies reach it with ``sr3.kafka.bootstrap``.
+(:attr:`Lab.kafka`: dir, broker count and bootstrap address list), changed
+only under the lab's lock; topics ``sr3 lab topic`` creates on three brokers
+get replication factor 3 and ``min.insync.replicas`` 2; ``sr3 lab down``
+(:meth:`Lab.stop`) stops it; ``sr3 status --json`` shows it under ``kafka``.
+Topologies reach it with ``sr3.kafka.bootstrap``.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, Final
 from sr3.errors import ConfigError
 from sr3_cli import storm_cmd
 from sr3_cli.daemons.kafka import KafkaBroker, KafkaBrokerError
+from sr3_cli.daemons.kafka_cluster import KafkaCluster
 from sr3_cli.lab import Lab, resolve_lab_dir
 
 __all__ = [
@@ -29,46 +33,79 @@ __all__ = [
 ]
 
 _TIMEOUT_S: Final = 30.0
+#: ``min.insync.replicas`` of topics created on a lab of three or more brokers.
+_MIN_INSYNC: Final = 2
+
+#: The lab's Kafka: one broker, or a multi-node cluster.
+LabKafka = KafkaBroker | KafkaCluster
 
 
-def kafka_broker(lab: Lab) -> KafkaBroker | None:
-    """Return the lab's broker as lab.json records it, else None."""
+def kafka_broker(lab: Lab) -> LabKafka | None:
+    """Return the lab's broker (or cluster) as lab.json records it, else None."""
     section = lab.kafka
     if section is None or "dir" not in section:
         return None
     try:
+        if int(section.get("brokers", 1)) > 1:
+            return KafkaCluster.attach(Path(section["dir"]))
         return KafkaBroker.attach(Path(section["dir"]))
     except KafkaBrokerError:
         return None
 
 
-def start_kafka(lab: Lab) -> KafkaBroker:
-    """Start the lab's Kafka broker unless it runs; return it.
+def start_kafka(lab: Lab, *, brokers: int = 1) -> LabKafka:
+    """Start the lab's Kafka (``brokers`` nodes) unless it runs; return it.
 
     Raises:
         KafkaMissingError: Kafka's jars are not fetched, or java is missing.
-        KafkaBrokerError: the broker did not start (the message quotes its log).
+        KafkaBrokerError: a broker did not start (the message quotes its log),
+            or the lab runs Kafka with another number of brokers.
     """
     with lab.locked():
-        running = kafka_broker(lab)
-        if running is not None and running.running():
-            return running
-        broker = running or KafkaBroker(lab.root / "kafka", detached=True)
-        broker.detached = True
-        # recorded first: should this command die while the JVM starts,
-        # `sr3 lab down` still finds it through broker.json
-        lab.kafka = {"dir": str(broker.root), "bootstrap": None}
+        current = kafka_broker(lab)
+        size = len(current.nodes) if isinstance(current, KafkaCluster) else 1
+        if current is not None and size != brokers:
+            msg = (
+                f"lab {lab.root} has a Kafka of {size} broker(s), not {brokers}: "
+                f"use --kafka-brokers {size}, or `sr3 lab down --purge` first"
+            )
+            raise KafkaBrokerError(msg)
+        if current is not None and current.running():
+            return current
+        kafka = current or _new_kafka(lab.root / "kafka", brokers)
+        # recorded first: should this command die while the JVMs start,
+        # `sr3 lab down` still finds them through broker.json / cluster.json
+        lab.kafka = {"dir": str(kafka.root), "brokers": brokers, "bootstrap": None}
         try:
-            broker.start()
+            kafka.start()
         except BaseException:
             lab.kafka = None
             raise
         lab.kafka = {
-            "dir": str(broker.root),
-            "bootstrap": broker.bootstrap,
-            "version": broker.home.version,
+            "dir": str(kafka.root),
+            "brokers": brokers,
+            "bootstrap": kafka.bootstrap,
+            "version": kafka.home.version,
         }
-        return broker
+        return kafka
+
+
+def _new_kafka(root: Path, brokers: int) -> LabKafka:
+    if brokers == 1:
+        if (root / "cluster.json").exists():
+            msg = (
+                f"{root} holds a multi-broker Kafka cluster: use --kafka-brokers "
+                "with its size, or `sr3 lab down --purge` first"
+            )
+            raise KafkaBrokerError(msg)
+        return KafkaBroker(root, detached=True)
+    if (root / "broker.json").exists():
+        msg = (
+            f"{root} holds a single Kafka broker: use --kafka-brokers 1, or "
+            "`sr3 lab down --purge` first"
+        )
+        raise KafkaBrokerError(msg)
+    return KafkaCluster(root, brokers=brokers, detached=True)
 
 
 def stop_kafka(lab: Lab) -> None:
@@ -87,16 +124,18 @@ def kafka_status(lab: Lab) -> dict[str, Any] | None:
 
 
 def lab_up(args: argparse.Namespace) -> int:
-    """``sr3 lab up [--storm] [--kafka]``: the lab, its Storm, then its broker."""
+    """``sr3 lab up [--storm] [--kafka [--kafka-brokers N]]``: lab, Storm, Kafka."""
+    brokers = int(getattr(args, "kafka_brokers", 1) or 1)
     code = storm_cmd.lab_up(args)
-    if code != 0 or not args.kafka:
+    if code != 0 or not (args.kafka or brokers > 1):
         return code
     lab = Lab.load(_lab_root(args))
-    broker = start_kafka(lab)
+    kafka = start_kafka(lab, brokers=brokers)
+    what = "broker at" if brokers == 1 else f"{brokers} brokers (combined KRaft) at"
     print(
-        f"Apache Kafka {broker.home.version}: broker at {broker.bootstrap} "
-        f"(KRaft, data and logs in {broker.root}); topologies reach it with "
-        f"-o sr3.kafka.bootstrap={broker.bootstrap}"
+        f"Apache Kafka {kafka.home.version}: {what} {kafka.bootstrap} "
+        f"(KRaft, data and logs in {kafka.root}); topologies reach it with "
+        f"-o sr3.kafka.bootstrap={kafka.bootstrap}"
     )
     return 0
 
@@ -122,7 +161,11 @@ def create_topic(args: argparse.Namespace) -> int:
     from confluent_kafka.cimpl import NewTopic  # noqa: PLC0415
 
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    futures = admin.create_topics([NewTopic(args.name, args.partitions, 1)])
+    replicas = min(3, len(broker.nodes)) if isinstance(broker, KafkaCluster) else 1
+    # three replicas, two in sync: one broker may die without losing a write
+    config = {"min.insync.replicas": str(_MIN_INSYNC)} if replicas >= 3 else {}
+    topic = NewTopic(args.name, args.partitions, replicas, config=config)
+    futures = admin.create_topics([topic])
     try:
         for future in futures.values():
             future.result(_TIMEOUT_S)
@@ -130,5 +173,8 @@ def create_topic(args: argparse.Namespace) -> int:
         msg = f"Kafka at {broker.bootstrap} refused topic {args.name!r}: {exc}"
         raise ConfigError(msg) from exc
     where = broker.bootstrap
-    print(f"created topic {args.name} ({args.partitions} partitions) on {where}")
+    copies = f", replication factor {replicas}" if replicas > 1 else ""
+    print(
+        f"created topic {args.name} ({args.partitions} partitions{copies}) on {where}"
+    )
     return 0

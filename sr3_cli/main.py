@@ -179,6 +179,14 @@ def build_parser() -> argparse.ArgumentParser:
         "its bootstrap address is in lab.json and `sr3 status --json`",
     )
     up.add_argument(
+        "--kafka-brokers",
+        type=int,
+        choices=(1, 3),
+        default=1,
+        help="Kafka brokers: 1, or 3 combined KRaft nodes with topics "
+        "replicated 3 times, 2 in sync (1; 3 implies --kafka)",
+    )
+    up.add_argument(
         "--metrics",
         action="store_true",
         help="also start a Prometheus server (Debian's package) scraping every "

@@ -33,7 +33,7 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -46,6 +46,8 @@ __all__ = [
     "KafkaBrokerError",
     "KafkaHome",
     "KafkaMissingError",
+    "free_port",
+    "new_cluster_id",
 ]
 
 logger = logging.getLogger(__name__)
@@ -161,14 +163,15 @@ def java_binary(version: str) -> str:
     return found
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """Return a free loopback TCP port (bound to port 0, then released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """Return a Kafka cluster id: 16 random bytes, base64url, no padding."""
     while True:
         raw = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
@@ -185,12 +188,22 @@ class BrokerInfo:
         controller_port: The KRaft controller listener.
         cluster_id: The id the storage was formatted with.
         pid: The broker JVM's pid (None once stopped).
+        node_id: The KRaft ``node.id`` (1 for a single broker).
+        voters: ``controller.quorum.voters`` of a multi-node cluster
+            (``1@127.0.0.1:PORT,2@...``); None: a standalone single node.
     """
 
     port: int
     controller_port: int
     cluster_id: str
     pid: int | None = None
+    node_id: int = 1
+    voters: str | None = None
+
+    @property
+    def replicas(self) -> int:
+        """How many nodes the cluster has (the voters; 1 standalone)."""
+        return 1 if self.voters is None else self.voters.count(",") + 1
 
     @property
     def bootstrap(self) -> str:
@@ -211,6 +224,9 @@ class KafkaBroker:
             included; default 120 s: two loaded cores start a JVM slowly).
         stop_timeout_s: Grace between SIGTERM and SIGKILL (default 20 s).
         home: The fetched Kafka (default: :meth:`KafkaHome.locate`).
+        plan: Ports, cluster id, node id and voters of a first start (a node
+            of a :class:`~sr3_cli.daemons.kafka_cluster.KafkaCluster`); default:
+            free ports, a new cluster id, standalone. A ``broker.json`` wins.
     """
 
     def __init__(  # noqa: PLR0913 (keyword-only options)
@@ -222,6 +238,7 @@ class KafkaBroker:
         start_timeout_s: float = 120.0,
         stop_timeout_s: float = 20.0,
         home: KafkaHome | None = None,
+        plan: BrokerInfo | None = None,
     ) -> None:
         self.root = Path(root).resolve()
         self.heap = heap
@@ -229,7 +246,7 @@ class KafkaBroker:
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self._home = home
-        self._info: BrokerInfo | None = self._load()
+        self._info: BrokerInfo | None = self._load() or plan
         self._proc: subprocess.Popen[bytes] | None = None
 
     def __repr__(self) -> str:
@@ -310,9 +327,23 @@ class KafkaBroker:
         if self.running():
             return self.bootstrap
         deadline = time.monotonic() + self.start_timeout_s
+        self.launch(deadline)
+        self.wait_ready(deadline)
+        return self.bootstrap
+
+    def launch(self, deadline: float) -> None:
+        """Format the storage (first start only) and start the JVM; do not wait.
+
+        A node of a multi-node cluster becomes ready only once a majority of
+        the controllers runs, so a cluster launches every node first.
+
+        Raises:
+            KafkaMissingError: the jars or java are missing.
+            KafkaBrokerError: formatting failed.
+        """
         java = java_binary(self.home.version)
         self.root.mkdir(parents=True, exist_ok=True)
-        info = self._info or BrokerInfo(_free_port(), _free_port(), _cluster_id())
+        info = self._info or BrokerInfo(free_port(), free_port(), new_cluster_id())
         properties = self.root / "server.properties"
         properties.write_text(self._properties(info), encoding="utf-8")
         if not (self.root / "data" / "meta.properties").is_file():
@@ -328,13 +359,17 @@ class KafkaBroker:
             )
         finally:
             out.close()
-        self._info = BrokerInfo(
-            info.port, info.controller_port, info.cluster_id, self._proc.pid
-        )
+        self._info = replace(info, pid=self._proc.pid)
         self._save()
+
+    def wait_ready(self, deadline: float) -> None:
+        """Wait until the broker answers a metadata request (by ``deadline``).
+
+        Raises:
+            KafkaBrokerError: the JVM exited, or it did not answer in time.
+        """
         self._wait_ready(deadline)
         logger.info("Kafka %s broker ready at %s", self.home.version, self.bootstrap)
-        return self.bootstrap
 
     def stop(self) -> None:
         """SIGTERM the broker (a clean shutdown), SIGKILL it after the grace."""
@@ -358,8 +393,7 @@ class KafkaBroker:
                 while not self._gone(pid):
                     time.sleep(_POLL_S)  # the broker is not answering yet: poll
         if self._info is not None:
-            info = self._info
-            self._info = BrokerInfo(info.port, info.controller_port, info.cluster_id)
+            self._info = replace(self._info, pid=None)
             self._save()
 
     def _gone(self, pid: int) -> bool:
@@ -393,10 +427,29 @@ class KafkaBroker:
         ]
 
     def _properties(self, info: BrokerInfo) -> str:
+        # a cluster of 3 keeps every internal topic on all nodes and needs 2 in
+        # sync: one node may die without stopping transactions or commits
+        replicas = info.replicas
+        min_isr = 2 if replicas >= 3 else 1
+        quorum = (
+            {
+                "controller.quorum.voters": info.voters,
+                # the controller fences a dead broker (and moves its partition
+                # leaders) after 3 s without heartbeats, not Kafka's 9 s
+                "broker.session.timeout.ms": 3000,
+                "broker.heartbeat.interval.ms": 500,
+            }
+            if info.voters
+            else {
+                "controller.quorum.bootstrap.servers": (
+                    f"127.0.0.1:{info.controller_port}"
+                )
+            }
+        )
         settings: dict[str, Any] = {
             "process.roles": "broker,controller",
-            "node.id": 1,
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{info.controller_port}",
+            "node.id": info.node_id,
+            **quorum,
             "listeners": (
                 f"PLAINTEXT://127.0.0.1:{info.port},"
                 f"CONTROLLER://127.0.0.1:{info.controller_port}"
@@ -411,11 +464,13 @@ class KafkaBroker:
             "num.partitions": 1,
             # a missing topic is an error a user should see, not a silent create
             "auto.create.topics.enable": "false",
-            "offsets.topic.replication.factor": 1,
-            "transaction.state.log.replication.factor": 1,
-            "transaction.state.log.min.isr": 1,
-            "share.coordinator.state.topic.replication.factor": 1,
-            "share.coordinator.state.topic.min.isr": 1,
+            "default.replication.factor": replicas,
+            "min.insync.replicas": min_isr,
+            "offsets.topic.replication.factor": replicas,
+            "transaction.state.log.replication.factor": replicas,
+            "transaction.state.log.min.isr": min_isr,
+            "share.coordinator.state.topic.replication.factor": replicas,
+            "share.coordinator.state.topic.min.isr": min_isr,
             "group.initial.rebalance.delay.ms": 0,
             "log.retention.check.interval.ms": 5000,
         }
@@ -434,8 +489,9 @@ class KafkaBroker:
             info.cluster_id,
             "--config",
             str(properties),
-            "--standalone",
         ]
+        if info.voters is None:
+            argv.append("--standalone")  # a static quorum needs no flag
         try:
             done = subprocess.run(  # noqa: S603 (our java, our arguments)
                 argv,
@@ -494,10 +550,11 @@ class KafkaBroker:
             return sock.connect_ex(("127.0.0.1", self.info.port)) == 0
 
     def status(self) -> dict[str, Any]:
-        """Return ``{"bootstrap", "pid", "running", "dir", "version"}``."""
+        """Return ``{"bootstrap", "pid", "running", "dir", "version", "node_id"}``."""
         info = self._info
         return {
             "bootstrap": info.bootstrap if info else None,
+            "node_id": info.node_id if info else None,
             "pid": self.pid,
             "running": self.running(),
             "dir": str(self.root),
