@@ -13,9 +13,10 @@ from sr3_cli.daemons.kafka import (
     KafkaBrokerError,
     KafkaHome,
     KafkaMissingError,
-    _cluster_id,
+    new_cluster_id,
     pinned_version,
 )
+from sr3_cli.daemons.kafka_cluster import KafkaCluster
 
 
 def test_a_missing_jar_is_named_with_the_command_that_fetches_it(
@@ -30,7 +31,7 @@ def test_a_missing_jar_is_named_with_the_command_that_fetches_it(
 
 def test_cluster_ids_are_16_bytes_of_base64url_not_read_as_flags() -> None:
     for _ in range(200):
-        cid = _cluster_id()
+        cid = new_cluster_id()
         assert len(cid) == 22
         assert not cid.startswith("-")
         assert len(base64.urlsafe_b64decode(cid + "==")) == 16
@@ -56,3 +57,30 @@ def test_the_broker_listens_on_loopback_only_and_creates_no_topic_itself(
 def test_attach_without_a_started_broker_says_so(tmp_path: Path) -> None:
     with pytest.raises(KafkaBrokerError, match="no Kafka broker was started"):
         KafkaBroker.attach(tmp_path)
+
+
+def test_a_node_of_three_joins_a_static_quorum_with_three_replicas(
+    tmp_path: Path,
+) -> None:
+    voters = "1@127.0.0.1:9001,2@127.0.0.1:9003,3@127.0.0.1:9005"
+    broker = KafkaBroker(tmp_path, home=KafkaHome(tmp_path, "4.1.1"))
+    info = BrokerInfo(9002, 9003, "x", node_id=2, voters=voters)
+    settings = dict(
+        line.split("=", 1) for line in broker._properties(info).splitlines()[1:]
+    )
+    assert settings["node.id"] == "2"
+    assert settings["controller.quorum.voters"] == voters
+    assert "controller.quorum.bootstrap.servers" not in settings
+    for key in (
+        "default.replication.factor",
+        "transaction.state.log.replication.factor",
+    ):
+        assert settings[key] == "3"
+    assert settings["min.insync.replicas"] == "2"
+    assert settings["transaction.state.log.min.isr"] == "2"
+
+
+def test_a_lab_dir_keeps_its_number_of_brokers(tmp_path: Path) -> None:
+    (tmp_path / "cluster.json").write_text('{"brokers": 3}')
+    with pytest.raises(KafkaBrokerError, match="holds a Kafka cluster of 3 brokers"):
+        KafkaCluster(tmp_path, brokers=5)
