@@ -30,6 +30,7 @@ from sr3.errors import (
     SR3Error,
 )
 from sr3.manifest import Manifest
+from sr3.ports import DropGuard
 from sr3.recovery import Recoverer, RecoveryContext
 from sr3.replication import LiveMembers, ReplicatedStore
 from sr3.snapshot import GcReport, SnapshotReader, SnapshotWriter, WriteReport
@@ -51,6 +52,9 @@ __all__ = [
 #: reads of a running topology's committed state: each retry follows a commit
 #: that collected the epoch being read
 _READ_ATTEMPTS = 5
+
+#: a topology's savepoint pins, ``{owner: epochs}``, and the guard they hold under
+_Pins = tuple[dict[str, set[int]], DropGuard]
 
 logger = logging.getLogger(__name__)
 
@@ -490,16 +494,16 @@ class RingAccess:
         snapshot), shards no remaining manifest references are deleted too,
         records and replicas. Failures are logged: what is kept is only garbage.
         """
-        pins: dict[str, dict[str, set[int]]] = {}
+        pins: dict[str, _Pins] = {}
         for owner in owners:
             try:
-                keep = self._pinned(owner, pins)
+                keep, guard = self._pinned(owner, pins)
                 epochs = self.manifests.epochs(owner)
                 old = [e for e in epochs if e < epoch and e not in keep]
                 if old:
-                    self.manifests.drop(owner, old, [])
+                    self.manifests.drop(owner, old, [], guard=guard)
                 if self.manifests.manifest(owner, epoch).base_epoch == epoch:
-                    self._writer.collect_garbage(owner, epoch, keep=keep)
+                    self._writer.collect_garbage(owner, epoch, keep=keep, guard=guard)
             except SR3Error as exc:
                 logger.warning("old epochs of %s before %s kept: %s", owner, epoch, exc)
 
@@ -512,13 +516,18 @@ class RingAccess:
         Raises:
             CoordinationError: ZooKeeper failed, or no such epoch.
         """
-        keep = self._pinned(owner, {})
-        return self._writer.collect_garbage(owner, committed_epoch, keep=keep)
+        keep, guard = self._pinned(owner, {})
+        return self._writer.collect_garbage(
+            owner, committed_epoch, keep=keep, guard=guard
+        )
 
-    def _pinned(self, owner: str, pins: dict[str, dict[str, set[int]]]) -> set[int]:
-        """Return ``owner``'s epochs its topology's savepoints pin.
+    def _pinned(
+        self, owner: str, pins: dict[str, _Pins]
+    ) -> tuple[set[int], DropGuard | None]:
+        """Return ``owner``'s epochs its topology's savepoints pin, and their guard.
 
-        ``pins`` caches each topology's pins for one collection.
+        ``pins`` caches each topology's pins for one collection. A drop under
+        the guard stops should a savepoint be taken meanwhile.
 
         Raises:
             CoordinationError: ZooKeeper failed.
@@ -526,7 +535,8 @@ class RingAccess:
         try:
             topology = OwnerId.parse(owner).topology
         except ValueError:
-            return set()  # not a task's state (sr3 snapshot put): no savepoints
+            return set(), None  # not a task's state (sr3 snapshot put): no savepoints
         if topology not in pins:
-            pins[topology] = self.savepoints.pinned_epochs(topology)
-        return pins[topology].get(owner, set())
+            pins[topology] = self.savepoints.pins(topology)
+        pinned, guard = pins[topology]
+        return pinned.get(owner, set()), guard

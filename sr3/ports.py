@@ -14,6 +14,7 @@ from typing import Protocol
 from sr3.manifest import Manifest, ShardMeta
 
 __all__ = [
+    "DropGuard",
     "Election",
     "ManifestStore",
     "Membership",
@@ -21,6 +22,11 @@ __all__ = [
     "MembershipChange",
     "NodeInfo",
 ]
+
+#: A precondition a drop checks atomically with each of its deletions: the
+#: drop fails, deleting nothing more, once it no longer holds. ZooKeeper's is
+#: a znode's path and the data version read when the kept epochs were chosen.
+DropGuard = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -217,5 +223,15 @@ class ManifestStore(Protocol):
             CoordinationError: the shard is unknown.
         """
 
-    def drop(self, owner: str, epochs: Sequence[int], shard_ids: Sequence[str]) -> None:
-        """Delete old manifests and the shards no remaining manifest references."""
+    def drop(
+        self,
+        owner: str,
+        epochs: Sequence[int],
+        shard_ids: Sequence[str],
+        *,
+        guard: DropGuard | None = None,
+    ) -> None:
+        """Delete old manifests and the shards no remaining manifest references.
+
+        With ``guard``, each deletion happens only while the guard holds.
+        """

@@ -28,7 +28,7 @@ from typing import Any
 from sr3.codec import encode_shard
 from sr3.errors import ConfigError, StorageError
 from sr3.manifest import Manifest, ShardMeta, shard_id_for
-from sr3.ports import ManifestStore, NodeInfo
+from sr3.ports import DropGuard, ManifestStore, NodeInfo
 from sr3.replication import ReplicatedStore
 from sr3.snapshot_reader import FetchedShard, SnapshotReader
 from sr3.storage import crc32
@@ -182,6 +182,7 @@ class SnapshotWriter:
         committed_epoch: int | None = None,
         *,
         keep: Collection[int] = (),
+        guard: DropGuard | None = None,
     ) -> GcReport:
         """Drop epochs older than a committed chain's base, and unreferenced shards.
 
@@ -191,6 +192,8 @@ class SnapshotWriter:
                 the latest); epochs before the base of its chain are dropped.
             keep: Epochs kept whatever their age (savepoints pin them), with
                 every shard their manifests list.
+            guard: The condition under which ``keep`` was read (the pins did
+                not change since); the drop refuses once it no longer holds.
 
         Records go first (:meth:`ManifestStore.drop`), then replicas are deleted
         from their live holders; a replica whose holder is down stays until that
@@ -217,7 +220,7 @@ class SnapshotWriter:
         report.shards = sorted(meta.shard_id for meta in garbage)
         if not report.epochs and not garbage:
             return report
-        self._manifests.drop(owner, report.epochs, report.shards)
+        self._manifests.drop(owner, report.epochs, report.shards, guard=guard)
         self._delete_replicas(garbage, report)
         logger.info(
             "gc of %s: dropped epochs %s, %d shards, %d replicas (%d failed)",

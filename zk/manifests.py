@@ -37,6 +37,7 @@ from kazoo.exceptions import (
 from sr3.codec import pack_meta, unpack_meta
 from sr3.errors import CodecError, CoordinationError
 from sr3.manifest import Manifest, ShardMeta
+from sr3.ports import DropGuard
 from zk.client import ZkSession, first_failure, translate_error
 from zk.paths import ZkPaths, unquote_name
 
@@ -399,15 +400,26 @@ class ZkManifestStore:
         txn.set_data(path.rpartition("/")[0], b"")
         return txn.commit_async()
 
-    def drop(self, owner: str, epochs: Sequence[int], shard_ids: Sequence[str]) -> None:
+    def drop(
+        self,
+        owner: str,
+        epochs: Sequence[int],
+        shard_ids: Sequence[str],
+        *,
+        guard: DropGuard | None = None,
+    ) -> None:
         """Delete old manifests and the shards no remaining manifest references.
 
         Missing znodes are ignored, so a drop may be repeated. Manifests go first,
         so an interrupted drop leaves unreferenced shards, never dangling ones.
+        With ``guard`` (a znode and its data version), every deletion batch is
+        one transaction with a version check of that znode: a savepoint taken
+        since the caller read the pins stops the drop before it deletes more.
 
         Raises:
             CoordinationError: ``epochs`` holds the latest epoch, a remaining
-                manifest still references one of ``shard_ids``, or ZooKeeper failed.
+                manifest still references one of ``shard_ids``, the guard's znode
+                changed (retriable: read the pins again), or ZooKeeper failed.
         """
         what = f"drop from owner {owner!r}"
         with self._session.translate(what, self._paths.owner(owner)):
@@ -432,13 +444,17 @@ class ZkManifestStore:
             paths = [self._paths.epoch(owner, e) for e in sorted(gone)]
             paths += [self._paths.shard(owner, sid) for sid in shard_ids]
             for start in range(0, len(paths), _DELETE_BATCH):
-                self._delete_batch(paths[start : start + _DELETE_BATCH])
+                self._delete_batch(paths[start : start + _DELETE_BATCH], guard)
         logger.info(
             "dropped %d epochs and %d shards of %r", len(gone), len(shard_ids), owner
         )
 
-    def _delete_batch(self, paths: list[str]) -> None:
-        """Delete the existing ``paths`` in one transaction; retry if one vanishes."""
+    def _delete_batch(self, paths: list[str], guard: DropGuard | None) -> None:
+        """Delete the existing ``paths`` in one transaction; retry if one vanishes.
+
+        Raises:
+            CoordinationError: ``guard``'s znode changed (retriable).
+        """
         client = self._session.client
         for _ in range(_CAS_ATTEMPTS):
             pending = [(path, client.exists_async(path)) for path in paths]
@@ -449,11 +465,19 @@ class ZkManifestStore:
             if not existing:
                 return
             txn = client.transaction()
+            if guard is not None:
+                txn.check(*guard)
             for path in existing:
                 txn.delete(path)
             failure = first_failure(self._call(txn.commit_async, retry=False))
             if failure is None:
                 return
+            if guard is not None and failure[0] == 0:
+                msg = (
+                    f"drop stopped: {guard[0]} changed since the kept epochs were "
+                    "chosen (a savepoint was taken); the next collection reads it"
+                )
+                raise _error(msg, retriable=True)
             if not isinstance(failure[1], NoNodeError):
                 raise failure[1]
             logger.debug("a znode vanished during a drop batch; retrying")

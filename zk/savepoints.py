@@ -23,8 +23,9 @@ from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from sr3.codec import pack_meta, unpack_meta
 from sr3.errors import CodecError, CoordinationError
+from sr3.ports import DropGuard
 from zk.checkpoints import CommitRecord
-from zk.client import ZkSession
+from zk.client import ZkSession, first_failure
 from zk.paths import unquote_name
 
 __all__ = ["Savepoint", "ZkSavepointStore"]
@@ -103,19 +104,27 @@ class ZkSavepointStore:
         """
         savepoint = Savepoint(topology, name, record, created_at=time.time())
         path = self._paths.savepoint(topology, name)
+        parent = self._paths.savepoints(topology)
         client = self._session.client
         body = pack_meta(savepoint.to_dict())
         with self._session.translate(f"create savepoint {name!r}", path):
-            try:
-                self._session.call(
-                    partial(client.create_async, path, body, makepath=True)
-                )
-            except NodeExistsError:
+            self._session.call(partial(client.ensure_path_async, parent))
+            # the parent's data version is the guard of garbage collection
+            # (:meth:`pins`): bumping it with the create stops a collection
+            # that read the pins before this savepoint existed
+            txn = client.transaction()
+            txn.create(path, body)
+            txn.set_data(parent, b"")
+            failure = first_failure(self._session.call(txn.commit_async))
+        if failure is not None:
+            if isinstance(failure[1], NodeExistsError):
                 msg = (
                     f"topology {topology!r} has a savepoint {name!r} already; "
                     "choose another --name or delete it first (sr3 savepoint delete)"
                 )
-                raise _refused(msg) from None
+                raise _refused(msg)
+            with self._session.translate(f"create savepoint {name!r}", path):
+                raise failure[1]
         return savepoint
 
     def get(self, topology: str, name: str) -> Savepoint | None:
@@ -149,6 +158,25 @@ class ZkSavepointStore:
             )
         points = [Savepoint.from_dict(unpack_meta(data)) for data, _ in found.values()]
         return sorted(points, key=lambda p: (p.record.epoch, p.name))
+
+    def pins(self, topology: str) -> tuple[dict[str, set[int]], DropGuard]:
+        """Return :meth:`pinned_epochs` and the guard a collection drops under.
+
+        The guard holds until a savepoint of ``topology`` is created: a drop
+        under it (:meth:`zk.manifests.ZkManifestStore.drop`) deletes nothing a
+        savepoint taken meanwhile pins.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+            CodecError: a stored savepoint is malformed.
+        """
+        parent = self._paths.savepoints(topology)
+        client = self._session.client
+        with self._session.translate(f"read the pins of {topology!r}", parent):
+            self._session.call(partial(client.ensure_path_async, parent))
+            _data, stat = self._session.call(partial(client.get_async, parent))
+        # the version is read first: a savepoint created after it fails the guard
+        return self.pinned_epochs(topology), (parent, stat.version)
 
     def pinned_epochs(self, topology: str) -> dict[str, set[int]]:
         """Return ``{owner: epochs}`` that ``topology``'s savepoints pin.

@@ -6,8 +6,10 @@ import pytest
 
 from sr3.codec import pack_meta
 from sr3.errors import CodecError, CoordinationError
+from sr3.manifest import Manifest, ShardMeta, shard_id_for
 from zk.checkpoints import CommitRecord
 from zk.client import ZkSession
+from zk.manifests import ZkManifestStore
 from zk.savepoints import Savepoint, ZkSavepointStore
 
 pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]
@@ -77,3 +79,30 @@ def test_a_damaged_savepoint_is_a_codec_error(
     zk_session.client.create(path, pack_meta({"name": "bad"}), makepath=True)
     with pytest.raises(CodecError, match="malformed savepoint"):
         store.get(TOPOLOGY, "bad")
+
+
+def test_a_collection_that_read_the_pins_before_a_savepoint_drops_nothing(
+    zk_session: ZkSession,
+) -> None:
+    # the collector reads the pins, a savepoint of epoch 1 is taken, then the
+    # collector drops epoch 1 under the pins it read: the drop must refuse
+    owner = "race/count/0"
+    manifests = ZkManifestStore(zk_session)
+    for epoch in (1, 2):
+        meta = ShardMeta(shard_id_for(owner, epoch, 0), owner, epoch, 10, 0)
+        manifests.publish(
+            Manifest(owner, epoch, 4, (meta.shard_id,), base_epoch=epoch), [meta]
+        )
+    store = ZkSavepointStore(zk_session)
+    pinned, guard = store.pins("race")
+    assert pinned == {}
+    store.create("race", "keep", record(1, owner))
+    with pytest.raises(CoordinationError, match="a savepoint was taken") as caught:
+        manifests.drop(owner, [1], [shard_id_for(owner, 1, 0)], guard=guard)
+    assert caught.value.retriable
+    assert manifests.epochs(owner) == [1, 2]
+    assert shard_id_for(owner, 1, 0) in manifests.shards(owner)
+    # read afresh, the pins keep epoch 1 and a drop of nothing pinned goes through
+    pinned, guard = store.pins("race")
+    assert pinned == {owner: {1}}
+    manifests.drop(owner, [], [], guard=guard)
