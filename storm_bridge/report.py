@@ -41,6 +41,9 @@ class RunReport:
     lists every task that died on its own (a ``--kill`` or a rollback's
     restart is not its own death) with its outcome: ``recovered``,
     ``crash_loop`` or ``down`` (:mod:`storm_bridge.cluster.health`).
+    ``stragglers`` lists each task the straggler policy acted on
+    (:meth:`storm_bridge.straggler.StragglerEvent.to_dict`): when it was
+    detected, why, the policy, which copy won and the time to take over.
     """
 
     topology: str
@@ -88,8 +91,11 @@ class RunReport:
                 "bolt_tuples": self.processed,
                 "spout_tuples": spouts,
             },
-            "checkpoints": self.checkpoints,
+            "checkpoints": {
+                k: v for k, v in self.checkpoints.items() if k != "stragglers"
+            },
             "recoveries": self.recoveries,
+            "stragglers": self.checkpoints.get("stragglers", []),
             "state": self.state,
             "outputs": self.outputs,
             "counters": self.counters,
@@ -147,6 +153,7 @@ def checkpoint_dict(coordinator: Coordinator, interval_s: float) -> dict[str, An
         "mean_duration_s": round(statistics.fmean(durations), 4) if durations else None,
         "max_duration_s": round(max(durations), 4) if durations else None,
         "abandoned": coordinator.abandoned,
+        "stragglers": coordinator.straggler_report(),
     }
 
 

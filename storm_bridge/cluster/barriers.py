@@ -67,6 +67,8 @@ class BarrierRouter:
     ) -> None:
         self._tasks = tasks
         self._deliver = deliver
+        #: Called with (stateful task, epoch) as its barrier is sent to it.
+        self.on_barrier_sent: Callable[[TaskRuntime, int], None] | None = None
         self._downstream: dict[str, list[int]] = {}
         self._align: dict[int, _Alignment] = {}
         loops = back_edges(topology)
@@ -110,6 +112,8 @@ class BarrierRouter:
         if rt.component.stateful:
             align.arrived.clear()
             if rt.process is not None:
+                if self.on_barrier_sent is not None:
+                    self.on_barrier_sent(rt, epoch)
                 info = {"offsets": dict(align.offsets)}
                 rt.process.send(
                     bolt_tuple_msg(

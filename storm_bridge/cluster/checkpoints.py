@@ -162,6 +162,14 @@ class Coordinator:
             task_id: component_tasks(rt.component.name).index(task_id)
             for task_id, rt in tasks.items()
         }
+        #: Called with each epoch committed (a straggler's input log is cut).
+        self.on_commit: Callable[[int], None] | None = None
+        #: Called before a rollback recycles the tasks.
+        self.on_rollback: Callable[[], None] | None = None
+        #: While it returns True no epoch opens (a straggler's race is on).
+        self.holds_epochs: Callable[[], bool] | None = None
+        #: The run report's straggler entries (set by the engine).
+        self.straggler_report: Callable[[], list[dict[str, Any]]] = list
         self._next_epoch = settings.first_epoch
         self._current: OpenEpoch | None = None
         self.committed: list[EpochStats] = []
@@ -228,6 +236,8 @@ class Coordinator:
             return False
         if self._rollbacks.restoring():
             return False
+        if self.holds_epochs is not None and self.holds_epochs():
+            return False
         epoch = self._next_epoch
         self._next_epoch += 1
         spouts = {t for t, rt in self._tasks.items() if rt.is_spout}
@@ -262,6 +272,28 @@ class Coordinator:
         self.abandoned += 1
         self._drop_epoch()
         self._schedule(self._settings.interval_s)
+
+    @property
+    def restoring(self) -> bool:
+        """Whether a rollback is under way (its restores not all reported)."""
+        recovery = self.recoveries[-1] if self.recoveries else None
+        return recovery is not None and recovery.restored_at is None
+
+    def abandon_open_epoch(self) -> None:
+        """Abandon the open epoch, if any: held tuples are delivered, no commit.
+
+        A straggler's race does this: the straggler cannot report the epoch,
+        and its duplicate restores the last committed one.
+        """
+        if self._current is not None:
+            logger.info("epoch %s abandoned for a straggler", self._current.epoch)
+            self.abandoned += 1
+            self._drop_epoch()
+            self._schedule(self._settings.interval_s)
+
+    def barrier_sent_hook(self, hook: Callable[[TaskRuntime, int], None]) -> None:
+        """Call ``hook(task, epoch)`` as a barrier is sent to a stateful task."""
+        self._barriers.on_barrier_sent = hook
 
     def _drop_epoch(self) -> None:
         """Forget the open epoch and every alignment; deliver the held tuples."""
@@ -331,6 +363,8 @@ class Coordinator:
         self.committed.append(current.stats(now))
         self._current = None
         self._rollbacks.resumed(now)
+        if self.on_commit is not None:
+            self.on_commit(current.epoch)
         self._schedule(self._settings.interval_s)
 
     # -- barriers ----------------------------------------------------------------------
@@ -386,6 +420,8 @@ class Coordinator:
     ) -> None:
         """Restart every task from the last committed epoch; drop the in-flight."""
         logger.warning("rolling back to the last committed epoch: %s", cause)
+        if self.on_rollback is not None:
+            self.on_rollback()
         self._current = None
         self._barriers.discard_all()
         self._rollbacks.start(cause, component, task_index, task_id)

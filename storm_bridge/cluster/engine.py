@@ -19,9 +19,10 @@ from storm_bridge.cluster.acker import PendingInput
 from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
 from storm_bridge.cluster.checks import check_runnable
 from storm_bridge.cluster.context import Router, assign_task_ids
+from storm_bridge.cluster.duplicates import Stragglers
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
-from storm_bridge.cluster.process import ProcessEvent
+from storm_bridge.cluster.process import ProcessEvent, TaskProcess
 from storm_bridge.cluster.settings import (
     ClusterOptions,
     TaskSettings,
@@ -46,6 +47,7 @@ from storm_bridge.messages import (
 from storm_bridge.multilang import Serializer
 from storm_bridge.native import MAX_REPLAYS
 from storm_bridge.outputs import LastOutputs
+from storm_bridge.straggler import StragglerSettings
 from storm_bridge.topology import LoadedTopology
 
 __all__ = ["Engine", "checked_confs"]
@@ -64,6 +66,8 @@ _PY_LEVELS: Final = {
     4: logging.ERROR,
 }
 _COMMON_COMMANDS: Final = frozenset({"log", "error", "metrics"})
+#: A racing straggler's commands that go through its race.
+_RACED_COMMANDS: Final = frozenset({"emit", "ack", "fail", "sync"})
 
 
 def _check_encodable(
@@ -131,7 +135,8 @@ class Engine:
     Raises:
         TopologyError: the conf has invalid values, or the topology uses what
             the cluster cannot run (:func:`check_runnable`).
-        ConfigError: a sink's ``sr3.output.key.fields`` is invalid.
+        ConfigError: a sink's ``sr3.output.key.fields`` or an
+            ``sr3.straggler.*`` value is invalid.
     """
 
     def __init__(
@@ -223,11 +228,26 @@ class Engine:
         self._activate_when_ready = True
         #: (component, repr(values)) -> failures of a tuple by stateful bolts.
         self._failed_tuples: dict[tuple[str, str], int] = {}
+        self.stragglers = Stragglers(
+            settings=StragglerSettings.from_conf(self.conf),
+            tasks=self.tasks,
+            component_tasks=self.router.component_tasks,
+            timers=self.timers,
+            clock=clock,
+            journal=self.journal,
+            supervisor=self.supervisor,
+            coordinator=self.coordinator,
+            emit=self._forward_emit,
+            settle=self._settle,
+        )
+        if self.stragglers.logging:
+            self.flow.on_delivered = self.stragglers.delivered
 
     def start(self) -> None:
         """Spawn every task; the topology activates once all have shaken hands."""
         for rt in self.tasks.values():
             self.supervisor.spawn(rt)
+        self.stragglers.start()
         if self.settings.acker_tasks > 0 and self.settings.message_timeouts:
             period = self.settings.message_timeout_s
 
@@ -241,6 +261,7 @@ class Engine:
         """Stop every subprocess (stdin closed, killed after ``grace_s``)."""
         self.spouts.active = False
         self.timers.clear()
+        self.stragglers.stop()
         self.supervisor.stop(self.tasks, grace_s)
 
     def kill_task(self, task_id: int) -> None:
@@ -261,6 +282,7 @@ class Engine:
             self.coordinator.start()
 
     def _task_died(self, rt: TaskRuntime) -> None:
+        self.stragglers.task_died(rt)
         if self.coordinator is not None:
             self.coordinator.task_died(rt)
 
@@ -302,6 +324,12 @@ class Engine:
 
     def handle(self, event: ProcessEvent) -> None:
         """Apply one event from a subprocess reader."""
+        if event.incarnation < 0:
+            # a straggler's duplicate (its own event, or the task's once it won)
+            mine = self.stragglers.copy_event(event)
+            if mine is None:
+                return
+            event = mine
         rt = self.tasks.get(event.task_id)
         if rt is None or event.incarnation != rt.incarnation:
             return
@@ -376,32 +404,52 @@ class Engine:
 
     def _bolt_message(self, rt: TaskRuntime, msg: ShellMsg) -> None:
         rt.heard_back()
-        if msg.command == "emit" and msg.stream == BARRIER_STREAM:
+        barrier = msg.command == "emit" and msg.stream == BARRIER_STREAM
+        race = self.stragglers.race_of(rt)
+        if race is not None and msg.command in _RACED_COMMANDS and not barrier:
+            if msg.command == "sync":
+                self._synced(rt)
+            self.stragglers.original_message(race, msg)
+        elif barrier:
             if self.coordinator is not None:
                 self.coordinator.bolt_barrier(rt, list(msg.values))
         elif msg.command == "emit":
-            task_ids = self.flow.bolt_emit(rt, msg)
-            self.outputs.add(rt.component.name, msg.stream, msg.values)
-            if task_ids is not None and rt.process is not None:
-                rt.process.send(task_ids, urgent=True)
-        elif msg.command == "ack":
-            self.flow.bolt_ack(rt, msg)
-        elif msg.command == "fail":
-            failed = rt.inputs.get(msg.msg_id) if isinstance(msg.msg_id, str) else None
-            self.flow.bolt_fail(rt, msg)
-            if failed is not None:
-                self._replay_failed(rt, failed)
+            self._forward_emit(rt, msg, rt.process)
+        elif msg.command in ("ack", "fail"):
+            self._settle(rt, msg)
         elif msg.command == "sync":
-            rt.heartbeat_answered()
-            if self.flow.on_input_done is not None:
-                # a tick it never acks may be all a barrier waited for
-                self.flow.on_input_done(rt)
+            self._synced(rt)
         elif self.options.strict_commands:
             raise MultilangProtocolError(
                 rt.component.name,
                 rt.task_id,
                 f"Unknown command received: {msg.command!r}",
             )
+
+    def _forward_emit(
+        self, rt: TaskRuntime, msg: ShellMsg, reply_to: TaskProcess | None
+    ) -> None:
+        """Route a bolt's emit; answer ``need_task_ids`` to ``reply_to``."""
+        task_ids = self.flow.bolt_emit(rt, msg)
+        self.outputs.add(rt.component.name, msg.stream, msg.values)
+        if task_ids is not None and reply_to is not None:
+            reply_to.send(task_ids, urgent=True)
+
+    def _settle(self, rt: TaskRuntime, msg: ShellMsg) -> None:
+        """Ack or fail a bolt's input (a failed stateful input rolls back)."""
+        if msg.command == "ack":
+            self.flow.bolt_ack(rt, msg)
+            return
+        failed = rt.inputs.get(msg.msg_id) if isinstance(msg.msg_id, str) else None
+        self.flow.bolt_fail(rt, msg)
+        if failed is not None:
+            self._replay_failed(rt, failed)
+
+    def _synced(self, rt: TaskRuntime) -> None:
+        rt.heartbeat_answered()
+        if self.flow.on_input_done is not None:
+            # a tick it never acks may be all a barrier waited for
+            self.flow.on_input_done(rt)
 
     def _replay_failed(self, rt: TaskRuntime, failed: PendingInput) -> None:
         """Replay a tuple a stateful bolt failed (raised on) by a rollback.
@@ -521,6 +569,8 @@ class Engine:
                     )
             elif rt.process.outbox_size or self.flow.busy(rt):
                 return f"{where} has tuples in flight", None
+        if self.stragglers.racing():
+            return "a straggler and its duplicate are racing", None
         if self.coordinator is not None and self.coordinator.busy():
             return "the checkpoint coordinator is busy", quiet is not None
         return quiet, quiet is not None

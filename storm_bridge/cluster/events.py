@@ -45,6 +45,8 @@ class EventKind(enum.Enum):
     """The topology became active (spouts get ``activate``)."""
     DEACTIVATED = "deactivated"
     """The topology became inactive (spouts get ``deactivate``)."""
+    STRAGGLER = "straggler"
+    """A task fell behind its peers; the straggler policy acted (or decided)."""
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,11 @@ class TupleFlow:
         self.gate: Callable[[int, int, tuple[Any, ...]], bool] | None = None
         #: Called after a bolt acked or failed an input.
         self.on_input_done: Callable[[TaskRuntime], None] | None = None
+        #: Called with (task, tuple id, message) after a tuple was sent to a
+        #: bolt task (a straggler's input log).
+        self.on_delivered: Callable[[TaskRuntime, str, dict[str, Any]], None] | None = (
+            None
+        )
 
     def _tuple_id(self, rt: TaskRuntime) -> str:
         # ShellBolt's genId: Long.toString(rand.nextLong()).
@@ -126,7 +131,10 @@ class TupleFlow:
             return
         tuple_id = self._tuple_id(rt)
         rt.inputs[tuple_id] = PendingInput(anchors, source, stream, list(values))
-        rt.process.send(bolt_tuple_msg(tuple_id, source, stream, source_task, values))
+        message = bolt_tuple_msg(tuple_id, source, stream, source_task, values)
+        rt.process.send(message)
+        if self.on_delivered is not None:
+            self.on_delivered(rt, tuple_id, message)
 
     def deliver_tick(self, rt: TaskRuntime, freq_s: float) -> None:
         """Send a tick tuple (``__system``/``__tick``, task -1) to a bolt task."""
@@ -166,6 +174,7 @@ class TupleFlow:
                 raise _protocol_error(rt, f"Anchored onto {anchor} after ack/fail")
             parents.append(parent)
         targets = self._route(rt, msg)
+        rt.emits_since_ack += 1
         for target in targets:
             anchors = xor_anchors(parents, self._rng) if self._acking else {}
             self.deliver(
@@ -191,6 +200,8 @@ class TupleFlow:
         """
         pending = self._take_input(rt, msg, "Acked")
         self._counters[rt.component.name].acked += 1
+        rt.processed += 1
+        rt.emits_since_ack = 0
         if self._acking:
             for root, edge in pending.anchors.items():
                 self._settle(self.acker.ack(root, edge ^ pending.ack_value))
@@ -205,6 +216,8 @@ class TupleFlow:
         """
         pending = self._take_input(rt, msg, "Failed")
         self._counters[rt.component.name].failed += 1
+        rt.processed += 1
+        rt.emits_since_ack = 0
         if self._acking:
             self._lose(pending.roots, force=True)
         if self.on_input_done is not None:

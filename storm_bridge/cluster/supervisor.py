@@ -79,8 +79,14 @@ class Launcher:
     sink: Callable[[ProcessEvent], None]
     clock: Callable[[], float]
 
-    def process(self, rt: TaskRuntime) -> TaskProcess:
-        """Return an unstarted subprocess for the task's next incarnation."""
+    def process(self, rt: TaskRuntime, incarnation: int | None = None) -> TaskProcess:
+        """Return an unstarted subprocess for the task's next incarnation.
+
+        Args:
+            rt: The task.
+            incarnation: Tag of its events (default: the task's incarnation; a
+                straggler's duplicate gets a negative one of its own).
+        """
         argv = component_argv(
             rt.component, serializer=self.serializer.name, bin_dir=self.bin_dir
         )
@@ -91,7 +97,7 @@ class Launcher:
             serializer=self.serializer,
             component=rt.component.name,
             task_id=rt.task_id,
-            incarnation=rt.incarnation,
+            incarnation=rt.incarnation if incarnation is None else incarnation,
             sink=self.sink,
             clock=self.clock,
         )
@@ -228,6 +234,49 @@ class Supervisor:
             if freq:
                 self._every(rt, freq, lambda: self._flow.deliver_tick(rt, freq))
         self._on_ready()
+
+    def start_copy(self, rt: TaskRuntime, tag: int) -> TaskProcess:
+        """Start a second subprocess of a running task (a straggler's duplicate).
+
+        Its events carry ``tag`` as their incarnation; the task's own
+        subprocess and state are untouched until :meth:`adopt`.
+
+        Raises:
+            OSError: the command cannot be executed.
+        """
+        process = self._launcher.process(rt, tag)
+        process.start()
+        context = task_context(
+            self._launcher.topology, rt.task_id, self._task_to_component
+        )
+        process.send(handshake_msg(rt.conf, str(self._launcher.pid_dir), context))
+        return process
+
+    def adopt(self, rt: TaskRuntime, process: TaskProcess, pid: int) -> None:
+        """Make a copy started by :meth:`start_copy` the task's subprocess.
+
+        The caller has killed the previous one. The task keeps its pending
+        inputs (the copy was fed the same tuple ids); it gets a new
+        incarnation, so the old subprocess's last events are ignored, and its
+        heartbeat and tick timers start again.
+        """
+        rt.incarnation += 1
+        process.incarnation = rt.incarnation
+        rt.process = process
+        rt.pid = pid
+        rt.last_heard = self._clock()
+        rt.heartbeats.clear()
+        rt.came_up = True
+        self._record(
+            EventKind.TASK_READY,
+            rt,
+            f"pid {pid}: a duplicate took over (incarnation {rt.incarnation})",
+            pid=pid,
+        )
+        self._every(rt, HEARTBEAT_PERIOD_S, lambda: self._heartbeat(rt))
+        freq = rt.settings.tick_freq_s
+        if freq:
+            self._every(rt, freq, lambda: self._flow.deliver_tick(rt, freq))
 
     def _expire(self, rt: TaskRuntime) -> None:
         count = self._flow.expire_spout(rt)

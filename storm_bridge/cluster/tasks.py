@@ -102,6 +102,10 @@ class TaskRuntime:
         last_error: The last error the current subprocess reported (an
             ``error`` command or an ERROR log), which tells why it exits when
             its stderr is silent.
+        processed: Bolts: inputs acked or failed, over every incarnation (its
+            processing rate, for straggler checks).
+        emits_since_ack: Bolts: emits since its last ack or fail (the outputs
+            of the input it is processing, for a straggler's duplicate).
     """
 
     task_id: int
@@ -134,6 +138,8 @@ class TaskRuntime:
     next_at: float = 0.0
     wake_at: float | None = None
     last_error: str | None = None
+    processed: int = 0
+    emits_since_ack: int = 0
 
     @property
     def is_spout(self) -> bool:
@@ -168,6 +174,7 @@ class TaskRuntime:
         self.dry_since = None
         self.next_at = 0.0
         self.wake_at = None
+        self.emits_since_ack = 0
 
     def owes(self, tuple_id: str) -> bool:
         """Whether a bolt input is still to be acked or failed.
