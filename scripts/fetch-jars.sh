@@ -10,6 +10,9 @@
 # Apache Kafka (KRaft broker, jvm/kafka/pom.xml), .cache/kafka-<version>/:
 #   libs/          the broker's classpath (kafka_2.13 and its dependencies)
 #   config/log4j2.xml  from jvm/kafka/log4j2.xml
+# Spark's Kafka source and sink (jvm/spark-kafka/pom.xml), .cache/spark-kafka-<version>/:
+#   jars/          spark-sql-kafka-0-10 and what pyspark lacks of its dependencies
+#                  (spark_bridge/kafka_jars.py puts them on the session's spark.jars)
 # Idempotent: per release, a stamp keyed on the hash of its pom, its log4j2 files and
 # this script makes a second run return at once. Maven's local repository stays ~/.m2
 # (shared by clones). Override the cache root with SR3_CACHE_DIR and Maven with MVN.
@@ -160,5 +163,77 @@ fetch_kafka() {
   echo "fetch-jars: Apache Kafka $version ready in $home ($(du -sm "$home" | cut -f1) MB, $(($(date +%s) - started)) s)"
 }
 
-fetch_storm
-fetch_kafka
+fetch_spark_kafka() {
+  pom=jvm/spark-kafka/pom.xml
+  version=$(sed -n 's:.*<spark.kafka.version>\(.*\)</spark.kafka.version>.*:\1:p' "$pom")
+  if [ -z "$version" ]; then
+    echo "fetch-jars: no <spark.kafka.version> in $pom; restore the property" >&2
+    exit 1
+  fi
+  cache=${SR3_CACHE_DIR:-.cache}
+  home=$cache/spark-kafka-$version
+  # keyed on the pom alone: editing another part of this script refetches nothing here
+  key=$(sha256sum <"$pom" | cut -c1-16)
+  stamp=$home/.sr3-fetched
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ]; then
+    return 0
+  fi
+
+  mvn=${MVN:-mvn}
+  if ! command -v "$mvn" >/dev/null 2>&1; then
+    echo "fetch-jars: '$mvn' not found; install Maven 3.8+ (apt-get install maven) or set MVN" >&2
+    exit 1
+  fi
+
+  mkdir -p "$cache"
+  exec 7>"$cache/.spark-kafka-fetch.lock"
+  flock 7
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$key" ]; then
+    return 0
+  fi
+
+  started=$(date +%s)
+  partial=$(mktemp -d "$cache/spark-kafka-$version.partial.XXXXXX")
+  log=$cache/spark-kafka-$version.fetch.log
+  trap 'rm -rf "$partial"' EXIT
+  : >"$log"
+
+  echo "fetch-jars: resolving Spark's Kafka source $version from Maven Central into $home"
+  if ! "$mvn" -B -q -f "$pom" dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$PWD/$partial/jars" >>"$log" 2>&1; then
+    missing=$(sed -nE -e 's/.*Could not (find|transfer) artifact ([^ ]+).*/\2/p' \
+      -e 's/.* ([^ :]+(:[^ :]+){3,4}) was not found in .*/\1/p' "$log" | head -n 1)
+    echo "fetch-jars: Maven could not fetch spark-sql-kafka-0-10 $version for jars/." >&2
+    echo "fetch-jars: missing artifact: ${missing:-unknown, see the log}" >&2
+    echo "fetch-jars: check network access to Maven Central (https://repo.maven.apache.org)," >&2
+    echo "fetch-jars: or pin another release in $pom; full Maven output: $log" >&2
+    exit 1
+  fi
+  echo "$version" >"$partial/RELEASE"
+  echo "$key" >"$partial/.sr3-fetched"
+
+  rm -rf "$home.old"
+  if [ -d "$home" ]; then mv "$home" "$home.old"; fi
+  mv "$partial" "$home"
+  rm -rf "$home.old"
+  trap - EXIT
+
+  jars=$(find "$home/jars" -name '*.jar' -printf '%f ' | tr ' ' '\n' | sort | tr '\n' ' ')
+  printf 'fetch-jars:   %-14s %s\n' "jars/" "$jars"
+  echo "fetch-jars: Spark's Kafka source $version ready in $home ($(du -sm "$home" | cut -f1) MB, $(($(date +%s) - started)) s)"
+}
+
+# Usage: fetch-jars.sh [storm] [kafka] [spark-kafka]   (no argument: all three)
+parts=("$@")
+if [ ${#parts[@]} -eq 0 ]; then parts=(storm kafka spark-kafka); fi
+for part in "${parts[@]}"; do
+  case $part in
+    storm) fetch_storm ;;
+    kafka) fetch_kafka ;;
+    spark-kafka) fetch_spark_kafka ;;
+    *)
+      echo "fetch-jars: unknown part '$part'; give storm, kafka or spark-kafka (or none: all)" >&2
+      exit 2
+      ;;
+  esac
+done

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_bridge.kafka_jars import spark_kafka_jars
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 WaitUntil = Callable[..., Any]
@@ -55,6 +57,9 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        # Spark's Kafka source (scripts/fetch-jars.sh spark-kafka): Spark reads
+        # its classpath once, so the shared session carries it for the Kafka tests
+        .config("spark.jars", ",".join(str(j) for j in spark_kafka_jars()))
         .getOrCreate()
     )
     yield session
