@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -48,6 +48,7 @@ __all__ = [
     "NO_MARKER",
     "Marker",
     "Snapshot",
+    "encode_record",
     "snapshot_outputs",
 ]
 
@@ -287,6 +288,24 @@ class EpochDelivery:
         if now - self._warned_at >= _WARN_EVERY_S:
             self._warned_at = now
             logger.warning("sink %s: " + fmt, self._owner, *args)
+
+
+def encode_record(
+    names: Sequence[str], values: Sequence[Any], key_field: str | None
+) -> tuple[bytes | None, bytes]:
+    """Return the Kafka ``(key, value)`` of a sink input, on either engine.
+
+    The value is the compact JSON object of the input's fields (``{"word":
+    "a","count":3}``); the key the UTF-8 text of ``key_field``'s value (JSON
+    for a value that is not a string), or None without ``key_field``.
+    """
+    row = dict(zip(names, values, strict=False))
+    value = json.dumps(row, separators=(",", ":")).encode()
+    if key_field is None:
+        return None, value
+    raw = row.get(key_field)
+    key = raw if isinstance(raw, str) else json.dumps(raw)
+    return key.encode(), value
 
 
 def snapshot_outputs(

@@ -18,7 +18,6 @@ holds by reading its own committed snapshot back from the ring.
 from __future__ import annotations
 
 import collections
-import json
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -35,6 +34,7 @@ from storm_bridge.kafka.delivery import (
     DeliveryThread,
     EpochDelivery,
     Marker,
+    encode_record,
     snapshot_outputs,
 )
 from storm_bridge.kafka.settings import SinkSettings
@@ -175,14 +175,7 @@ class KafkaSink(StatefulBolt):
         names = self._fields.get((tup.component, tup.stream)) or [
             f"f{i}" for i in range(len(tup.values))
         ]
-        row = dict(zip(names, tup.values, strict=False))
-        value = json.dumps(row, separators=(",", ":")).encode()
-        field = self._settings.key_field
-        if field is None:
-            return None, value
-        raw = row.get(field)
-        key = raw if isinstance(raw, str) else json.dumps(raw)
-        return key.encode(), value
+        return encode_record(names, tup.values, self._settings.key_field)
 
     def _trim(self) -> None:
         """Forget outputs Kafka has (the next snapshot no longer holds them)."""
