@@ -5,7 +5,8 @@ How each DAG shape maps onto Spark. The whole topology is ONE row stream of
 (a reused sub-plan would run its stateful operators twice):
 
 - **spouts**: each ``ReplayableSpout`` is an ``sr3_spout`` streaming source
-  (:mod:`spark_bridge.source`); the spout frames and any ``extra`` frames (e.g.
+  (:mod:`spark_bridge.source`), a ``KafkaSpout`` Spark's own Kafka source
+  (:mod:`spark_bridge.kafka_source`); the spout frames and any ``extra`` frames (e.g.
   restore rows) are ``union``-ed. A plain ``Spout`` is rejected: Spark replays
   micro-batches from offsets.
 - **bolts**, in a topological order (definition order among ready bolts): each
@@ -38,6 +39,10 @@ How each DAG shape maps onto Spark. The whole topology is ONE row stream of
   never touch state (:mod:`spark_bridge.keyed`); a ticked stateful bolt gets
   a tick group last in every partition (:mod:`spark_bridge.ticks`).
 
+- **KafkaSink**: not a stage: its inputs reach the sink as outputs, and the
+  sink writes them to Kafka once their micro-batch committed
+  (:mod:`spark_bridge.kafka_sink`, :attr:`Plan.kafka_sinks`).
+
 Anything else raises :class:`UnsupportedTopologyError` naming the component, and
 a bad ``sr3.on.error`` raises :class:`sr3.errors.ConfigError`, before Spark starts.
 """
@@ -55,6 +60,8 @@ from pyspark.sql.streaming.state import GroupStateTimeout
 from pystorm.bolt import TicklessBatchingBolt
 
 from spark_bridge.errors import UnsupportedTopologyError
+from spark_bridge.kafka_sink import is_kafka_sink, overrides_record
+from spark_bridge.kafka_source import KafkaStart, kafka_frame
 from spark_bridge.keyed import KeyedProcessor, StatefulStage
 from spark_bridge.rows import ROW_ARROW_SCHEMA, ROW_SCHEMA, STATE_SCHEMA, ComponentRef
 from spark_bridge.source import (
@@ -107,6 +114,8 @@ class Plan:
         session_conf: Spark confs to set before the query starts.
         environment: The environment the topology was loaded with (its
             per-environment parallelism); every Spark task loads it so too.
+        kafka_sinks: ``KafkaSink`` components: not stages, the sink writes
+            their inputs to Kafka (their inputs are in ``outputs``).
     """
 
     topology: LoadedTopology
@@ -118,6 +127,7 @@ class Plan:
     output_mode: str
     session_conf: dict[str, str]
     environment: str | None = None
+    kafka_sinks: tuple[str, ...] = ()
 
     def routing(self, position: int) -> Routing:
         """Return what the stage of ``bolts[position]`` passes on."""
@@ -209,13 +219,27 @@ def plan_topology(topology: LoadedTopology, *, environment: str | None = None) -
                 "is a plain Spout; Spark needs offsets to replay micro-batches: "
                 "subclass storm_bridge.ReplayableSpout",
             )
-    names = [b.name for b in topology.bolts]
+    kafka_sinks = tuple(
+        b.name for b in topology.bolts if is_kafka_sink(b.component_cls)
+    )
+    for name in kafka_sinks:
+        if overrides_record(topology.components[name].component_cls):
+            raise _unsupported(
+                topology,
+                name,
+                "is a KafkaSink overriding record(), which the Spark engine does "
+                "not call (it writes each input as the JSON object of its fields); "
+                "emit the record's fields from the bolt before the sink instead",
+            )
+    names = [b.name for b in topology.bolts if b.name not in kafka_sinks]
     for name in names:
         _check_inputs(topology, name)
     bolts = _topological(topology, names)
     stateful = tuple(b for b in bolts if topology.components[b].stateful)
     subscribed = {sub.source for b in bolts for sub in topology.components[b].inputs}
-    sinks = tuple(c for c in topology.components if c not in subscribed)
+    sinks = tuple(
+        c for c in topology.components if c not in subscribed and c not in kafka_sinks
+    )
     streams = {
         (sub.source, sub.stream) for b in bolts for sub in topology.components[b].inputs
     }
@@ -236,6 +260,7 @@ def plan_topology(topology: LoadedTopology, *, environment: str | None = None) -
         output_mode="append" if several else "update",
         session_conf=dict(_ROCKSDB) if several else {},
         environment=environment,
+        kafka_sinks=kafka_sinks,
     )
 
 
@@ -247,6 +272,7 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
     max_rows_per_batch: int,
     start_offsets: Mapping[str, Any] | None = None,
     extra: Sequence[DataFrame] = (),
+    kafka: Mapping[str, KafkaStart] | None = None,
 ) -> DataFrame:
     """Return the streaming DataFrame of the compiled topology (not started).
 
@@ -261,9 +287,13 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
             after the offset (as SR3 commit records store spout offsets).
         extra: Streaming frames of ``ROW_SCHEMA`` rows (e.g. restore rows)
             union-ed with the spout frames before the first bolt.
+        kafka: Where each ``KafkaSpout`` starts
+            (:func:`spark_bridge.kafka_source.kafka_starts`); those spouts read
+            through Spark's Kafka source.
 
     Raises:
         ConfigError: a bolt's ``sr3.on.error`` is not ``fail`` or ``dead-letter``.
+        SparkBridgeError: a ``KafkaSpout`` but no Kafka source on the classpath.
     """
     path = str(plan.topology.path)
     environment = plan.environment
@@ -272,8 +302,16 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
         error_policy(plan.topology, name, overrides)
     spark.dataSource.register(SpoutSource)
     starts = json.dumps(dict(start_offsets or {}))
+    kafka = kafka or {}
     frames = [
-        spark.readStream.format(SOURCE_NAME)
+        kafka_frame(
+            spark,
+            ComponentRef(path, spout, overrides, environment),
+            kafka[spout],
+            max_rows=max_rows_per_batch,
+        )
+        if spout in kafka
+        else spark.readStream.format(SOURCE_NAME)
         .options(**ComponentRef(path, spout, overrides, environment).to_options())
         .option(MAX_ROWS_OPTION, str(max_rows_per_batch))
         .option(START_OFFSETS_OPTION, starts)

@@ -47,6 +47,9 @@ from backend.chain import ChainPolicy
 from backend.committer import EpochCommitter, StartPoint
 from spark_bridge.compiler import Plan, build_frame, plan_topology
 from spark_bridge.errors import QueryFailedError, SparkBridgeError
+from spark_bridge.kafka_jars import spark_kafka_jars
+from spark_bridge.kafka_sink import SparkKafkaSink
+from spark_bridge.kafka_source import kafka_starts
 from spark_bridge.metrics import SparkMetricsFeed
 from spark_bridge.ring import (
     RESTORE_SOURCE,
@@ -78,6 +81,7 @@ def spark_session(master: str | None = "local[2]", *, app_name: str) -> SparkSes
     Sets ``PYSPARK_PYTHON`` (unless set) to this interpreter and puts the
     repository root on ``PYTHONPATH`` before the JVM starts; both only matter
     when this call starts Spark. ``master=None`` keeps spark-submit's master.
+    Spark's Kafka source jars, when fetched, go on the classpath (``spark.jars``).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -87,6 +91,9 @@ def spark_session(master: str | None = "local[2]", *, app_name: str) -> SparkSes
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
+    jars = spark_kafka_jars(os.environ.get("SR3_CACHE_DIR"))
+    if jars:  # Spark's Kafka source, for topologies with a KafkaSpout or KafkaSink
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
     return (
         builder.config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -130,6 +137,7 @@ class _Start:
     start_offsets: dict[str, Any] | None = None
     extra: list[DataFrame] = field(default_factory=list)
     how: str = "empty"
+    query: str | None = None
 
 
 def _start(  # noqa: PLR0913 (the start's inputs)
@@ -156,7 +164,10 @@ def _start(  # noqa: PLR0913 (the start's inputs)
         )
         raise SparkBridgeError(msg)
     if ring is None:
-        return _Start(how="spark checkpoint" if progress else "empty")
+        return _Start(
+            how="spark checkpoint" if progress else "empty",
+            query=_query_id(root, progress=progress),
+        )
     owners = stateful_owners(topology, plan.stateful, conf)
     settings = Sr3Config.merged(topology.config, conf)
     if start_from is not None:
@@ -176,7 +187,7 @@ def _start(  # noqa: PLR0913 (the start's inputs)
         boxing=IntegerBoxing.of({**topology.config, **conf}),
     )
     record = committer.open()
-    start = _Start(committer=committer, record=record)
+    start = _Start(committer=committer, record=record, query=query)
     if progress:
         extra = dict(record.extra) if record is not None else {}
         if record is not None and record.epoch > 0 and extra.get("query") != query:
@@ -298,6 +309,13 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         resume=resume,
         start_from=start_from,
     )
+    record = start.record
+    kafka = kafka_starts(
+        topology,
+        plan.spouts,
+        overrides,
+        dict(record.offsets) if record is not None else start.start_offsets,
+    )
     frame = build_frame(
         session,
         plan,
@@ -305,8 +323,20 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         max_rows_per_batch=max_rows_per_batch,
         start_offsets=start.start_offsets,
         extra=start.extra,
+        kafka=kafka,
     )
-    sink = BatchSink(sink_dir, start.committer, frozenset(plan.spouts))
+    sink = BatchSink(
+        sink_dir,
+        start.committer,
+        frozenset(plan.spouts),
+        kafka_spouts=frozenset(kafka),
+        positions={k: v for s in kafka.values() for k, v in s.positions().items()},
+        kafka_sinks=[
+            SparkKafkaSink.of(topology, name, overrides, run=str(start.query))
+            for name in plan.kafka_sinks
+        ],
+        last_epoch=record.epoch if record is not None else None,
+    )
     query = (
         frame.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(root / _SPARK_DIR))
@@ -345,6 +375,8 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         query.stop()
         if start.committer is not None:
             start.committer.close()
+        for kafka_sink in sink.kafka_sinks:
+            kafka_sink.close()
     seconds = time.monotonic() - started
     return build_report(
         topology=topology,

@@ -3,7 +3,9 @@
 :class:`BatchSink` is the ``foreachBatch`` function: each micro-batch's rows
 are written as parquet to ``<checkpoint_dir>/sink/batch_id=<n>`` (overwritten
 when Spark runs the batch again), then, with a ring, its changed keys are
-committed as an SR3 epoch (:class:`spark_bridge.ring.BatchCommitter`).
+committed as an SR3 epoch (:class:`spark_bridge.ring.BatchCommitter`), then
+the outputs of ``KafkaSink`` components go to Kafka
+(:mod:`spark_bridge.kafka_sink`).
 :func:`final_state` folds the sink's state rows, newest batch last, into the
 format of ``sr3 state dump --json``; :func:`build_report` builds ``sr3 run
 --json`` in the Storm engine's shape.
@@ -26,6 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from backend.access import RingAccess
 from spark_bridge.compiler import Plan
 from spark_bridge.errors import SparkBridgeError
+from spark_bridge.kafka_sink import SparkKafkaSink
 from spark_bridge.ring import ENGINE, BatchCommit, BatchCommitter
 from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
 from sr3.codec import decode_key, decode_value
@@ -62,6 +65,14 @@ class BatchSink:
     infos: list[dict[str, Any]] = field(default_factory=list)
     #: micro-batches committed by this run
     committed: int = 0
+    #: spouts whose offset rows are per Kafka partition (merged into the task's)
+    kafka_spouts: frozenset[str] = frozenset()
+    #: ``{"spout/index": {"topic:partition": next offset}}`` of those spouts
+    positions: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: ``KafkaSink`` components: each committed batch's outputs go to Kafka
+    kafka_sinks: Sequence[SparkKafkaSink] = ()
+    #: the epoch the last committed batch was committed as (a re-run's)
+    last_epoch: int | None = None
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         """Write micro-batch ``batch_id`` as parquet, then commit it to the ring."""
@@ -76,15 +87,26 @@ class BatchSink:
             if kind == STATE:
                 blob = row["state"]
                 changes.setdefault(row["component"], {})[row["key"]] = blob
+            elif kind == OFFSET and row["component"] in self.kafka_spouts:
+                task = f"{row['component']}/{row['stream']}"
+                merged = self.positions.setdefault(task, {})
+                merged.update(decode_value(row["values"]))
+                offsets[task] = dict(sorted(merged.items()))
             elif kind == OFFSET and row["component"] in self.spouts:
                 offsets[f"{row['component']}/{row['stream']}"] = decode_value(
                     row["values"]
                 )
             elif kind == INFO and row["state"] is not None:
                 self.infos.append(dict(decode_value(row["state"])))
+        epoch = batch_id + 1  # without a ring: Spark's batch is the epoch
         if self.committer is not None:
             report = self.committer.commit(batch_id, changes, offsets)
             self.sr3_seconds[batch_id] = report.seconds
+            if report.epoch is not None:
+                self.last_epoch = report.epoch
+            epoch = self.last_epoch if self.last_epoch is not None else epoch
+        for kafka_sink in self.kafka_sinks:
+            kafka_sink.deliver(batch_id, epoch, target)
         self.sink_seconds[batch_id] = time.perf_counter() - started
         self.committed += 1
 
@@ -269,7 +291,8 @@ def build_report(  # noqa: PLR0913 (everything the report shows)
         for batch, rows in batches
         if batch in ran
         for row in rows
-        if row["kind"] == OFFSET
+        # a Kafka spout's offset rows are made after Spark's Kafka source
+        if row["kind"] == OFFSET and row["component"] not in sink.kafka_spouts
     )
     input_rows = sum(int(p["numInputRows"]) for p in progress) - offset_rows
     latencies = [float(p["durationMs"].get("triggerExecution", 0)) for p in active]
