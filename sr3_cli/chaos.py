@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import shlex
 import signal
@@ -38,8 +39,10 @@ __all__ = [
     "Schedule",
     "final_state",
     "generate",
+    "recovery_times",
     "replay_command",
     "run_schedule",
+    "summarize_recoveries",
 ]
 
 logger = logging.getLogger(__name__)
@@ -52,6 +55,7 @@ KINDS: Final[tuple[FaultKind, ...]] = (
     "restart-zk",
 )
 MODES: Final = ("local", "native")
+NODE_KINDS: Final = ("kill-node", "freeze-node")
 #: Faults happen this long into a run at the latest (runs of the campaign's
 #: topologies take a few seconds: later faults would often miss the data).
 WINDOW_S: Final = 3.0
@@ -151,7 +155,7 @@ def generate(
 
 def _node_budget_ok(faults: Sequence[Fault], new: Fault, replicas: int) -> bool:
     """Whether ``new`` keeps at most ``replicas - 1`` nodes down at once."""
-    node_faults = [f for f in faults if f.kind in ("kill-node", "freeze-node")]
+    node_faults = [f for f in faults if f.kind in NODE_KINDS]
     if any(f.target == new.target for f in node_faults):
         return False  # one fault per node and schedule keeps replays simple
     overlapping = [f for f in node_faults if _overlap(f, new)]
@@ -355,3 +359,61 @@ def _difference(
     if expected_outputs is not None and dict(report.outputs) != dict(expected_outputs):
         return "the last outputs differ from the failure-free run's"
     return ""
+
+
+def recovery_times(outcomes: Sequence[Outcome]) -> dict[str, list[float]]:
+    """Return each failure kind's recovery times over ``outcomes``, in seconds.
+
+    A recovery is one rollback of a run: from the failure (the kill, when the
+    run made it) to the first epoch committed after it, the report's
+    ``detect_s + restore_s + replay_s``. Its kind is the fault of its first
+    cause: ``kill-task`` for a killed task, ``kill-node`` or ``freeze-node`` for
+    a ring node that left the ring; rollbacks with any other cause (a task that
+    died of a ZooKeeper restart, say) count under ``other``. Rollbacks that
+    never resumed are left out.
+    """
+    times: dict[str, list[float]] = {}
+    for outcome in outcomes:
+        report = outcome.report
+        if report is None:
+            continue
+        for entry in report.recoveries:
+            timeline = entry.get("timeline") or {}
+            phases = [timeline.get(k) for k in ("detect_s", "restore_s", "replay_s")]
+            if any(p is None for p in phases):
+                continue
+            seconds = sum(float(p) for p in phases if p is not None)
+            times.setdefault(_cause_kind(outcome.schedule, entry), []).append(seconds)
+    return times
+
+
+def _cause_kind(schedule: Schedule, entry: Mapping[str, Any]) -> str:
+    first = str(entry.get("cause", "")).split(",")[0].strip()
+    for fault in schedule.faults:
+        if fault.kind == "kill-task" and first == fault.target:
+            return "kill-task"
+        if fault.kind in NODE_KINDS and first == f"ring node {fault.target}":
+            return fault.kind
+    return "other"
+
+
+def summarize_recoveries(
+    times: Mapping[str, Sequence[float]],
+) -> dict[str, dict[str, float | int]]:
+    """Return ``{kind: {"count", "p50_s", "p99_s", "max_s"}}`` of recovery times."""
+    summary: dict[str, dict[str, float | int]] = {}
+    for kind, values in sorted(times.items()):
+        ordered = sorted(values)
+        summary[kind] = {
+            "count": len(ordered),
+            "p50_s": round(_percentile(ordered, 0.50), 3),
+            "p99_s": round(_percentile(ordered, 0.99), 3),
+            "max_s": round(ordered[-1], 3),
+        }
+    return summary
+
+
+def _percentile(ordered: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of a sorted, non-empty sequence."""
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]

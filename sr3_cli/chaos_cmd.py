@@ -13,7 +13,15 @@ from typing import Any
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
 from sr3_cli.argtypes import at_least, positive_seconds
-from sr3_cli.chaos import Outcome, final_state, generate, replay_command, run_schedule
+from sr3_cli.chaos import (
+    Outcome,
+    final_state,
+    generate,
+    recovery_times,
+    replay_command,
+    run_schedule,
+    summarize_recoveries,
+)
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.output import JSON_HELP, emit_json, table
 from sr3_cli.run_checks import check_topology_file, parse_conf
@@ -151,6 +159,10 @@ def chaos(args: argparse.Namespace) -> int:
                     flush=True,
                 )
     failed = [o for o in outcomes if not o.passed]
+    seconds = time.monotonic() - started
+    times = recovery_times(outcomes)
+    recoveries = summarize_recoveries(times)
+    per_hour = round(len(outcomes) * 3600 / seconds, 1) if seconds > 0 else None
     if args.json:
         emit_json(
             {
@@ -158,7 +170,12 @@ def chaos(args: argparse.Namespace) -> int:
                 "topology": str(path),
                 "schedules": len(outcomes),
                 "passed": len(outcomes) - len(failed),
-                "seconds": round(time.monotonic() - started, 3),
+                "seconds": round(seconds, 3),
+                "schedules_per_hour": per_hour,
+                "recovery": recoveries,
+                "recovery_times": {
+                    k: [round(v, 4) for v in t] for k, t in times.items()
+                },
                 "runs": [
                     {
                         "index": o.schedule.index,
@@ -180,9 +197,21 @@ def chaos(args: argparse.Namespace) -> int:
         for o in outcomes
     ]  # fmt: skip
     print(table(["#", "mode", "result", "s", "faults"], rows))
+    if recoveries:
+        print()
+        print("recovery time, failure to the first commit after it:")
+        print(
+            table(
+                ["failure", "recoveries", "p50 s", "p99 s", "max s"],
+                [
+                    [kind, r["count"], r["p50_s"], r["p99_s"], r["max_s"]]
+                    for kind, r in recoveries.items()
+                ],
+            )
+        )
     print(
         f"{len(outcomes) - len(failed)} of {len(outcomes)} schedules passed "
-        f"(seed {args.seed}, {time.monotonic() - started:.0f} s)"
+        f"(seed {args.seed}, {seconds:.0f} s, {per_hour} schedules per hour)"
     )
     for outcome in failed:
         print(f"schedule {outcome.schedule.index}: {outcome.reason}")

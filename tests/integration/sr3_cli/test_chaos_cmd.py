@@ -39,6 +39,8 @@ def test_a_one_schedule_campaign_reports_and_replays_it(zk_server: object) -> No
     assert run["faults"] == ["restart-zk zookeeper@2.8s for 1.8s"]
     assert "--seed 2 --schedules 3 --only 2" in run["replay"]
     assert "-o wordcount.lines=600" in run["replay"]
+    assert report["schedules_per_hour"] > 0
+    assert isinstance(report["recovery"], dict)
 
 
 @pytest.mark.parametrize(
