@@ -6,7 +6,9 @@ checkpoint modes, a lab of 4 ring nodes it starts itself) and reports:
 * schedules run, passed, and schedules per hour on this machine;
 * per failure kind (task SIGKILL, ring-node SIGKILL, ring node frozen with
   SIGSTOP until it leaves the ring), the recovery time from the failure to the
-  first epoch committed after it: p50, p99, max;
+  first epoch committed after it: p50, p99, max. Only the ``local`` mode's
+  rollbacks carry a timeline in the run report; ``native`` runs report a count
+  of rollbacks, so their recoveries are not in the distribution;
 * the campaign's failure-free run as the baseline: a schedule's run time
   against it (what the failures cost a run).
 
