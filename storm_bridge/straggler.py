@@ -154,6 +154,7 @@ class StragglerEvent:
         decided_at: Clock reading when the winner was known (or the restart
             was made).
         resumed_unix: Wall-clock time of the first epoch committed after that.
+        resumed_epoch: That epoch's number (processing resumed with it).
         replayed: Inputs the duplicate was fed from the input log.
     """
 
@@ -167,6 +168,7 @@ class StragglerEvent:
     winner: str | None = None
     decided_at: float | None = None
     resumed_unix: float | None = None
+    resumed_epoch: int | None = None
     replayed: int = 0
 
     def to_dict(self, started: float) -> dict[str, Any]:
@@ -187,5 +189,6 @@ class StragglerEvent:
             "resumed_unix": (
                 None if self.resumed_unix is None else round(self.resumed_unix, 3)
             ),
+            "resumed_epoch": self.resumed_epoch,
             "replayed": self.replayed,
         }

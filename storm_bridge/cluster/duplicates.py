@@ -298,6 +298,7 @@ class Stragglers:
         for event in self.events:
             if event.decided_at is not None and event.resumed_unix is None:
                 event.resumed_unix = now
+                event.resumed_epoch = epoch
 
     def stop(self) -> None:
         """Kill every duplicate still racing."""
