@@ -238,7 +238,8 @@ class Lab(LabState):
             SR3Error: a node exited or did not become ready in time.
         """
         if self._lock_depth:
-            self._start_nodes(node_ids, log_level=log_level)
+            if self._start_nodes(node_ids, log_level=log_level):
+                self._refresh_metrics_targets()
             return
         with self.locked():
             started, offsets = self._spawn_nodes(node_ids, log_level=log_level)
@@ -248,11 +249,25 @@ class Lab(LabState):
                 node = self.nodes.get(node_id)
                 if node is not None and node.pid == started[node_id].pid:
                     node.port = port
+        if started:
+            self._refresh_metrics_targets()
 
-    def _start_nodes(self, node_ids: list[str], *, log_level: str) -> None:
+    def _refresh_metrics_targets(self) -> None:
+        """Point the lab's Prometheus at the nodes' endpoints (new after a restart)."""
+        if self.prometheus is None:
+            return
+        from sr3_cli.cluster import open_cluster  # noqa: PLC0415 (it imports this module)
+        from sr3_cli.lab_metrics import refresh_node_targets  # noqa: PLC0415
+
+        with open_cluster(self.config(), create=False) as cluster:
+            refresh_node_targets(self, cluster.membership.metrics_urls())
+
+    def _start_nodes(self, node_ids: list[str], *, log_level: str) -> bool:
+        """Start the nodes not running (lock held); return whether any started."""
         started, offsets = self._spawn_nodes(node_ids, log_level=log_level)
         for node_id, proc in started.items():
             self.nodes[node_id].port = self._wait_ready(node_id, proc, offsets[node_id])
+        return bool(started)
 
     def _spawn_nodes(
         self, node_ids: list[str], *, log_level: str

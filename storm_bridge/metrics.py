@@ -108,15 +108,22 @@ class RunMetricsFeed:
             self.metrics.checkpoint_abandoned(coordinator.abandoned - self._abandoned)
             self._abandoned = coordinator.abandoned
         recoveries = coordinator.recoveries
-        for recovery in recoveries[self._recoveries :]:
+        for index in range(self._recoveries, len(recoveries)):
+            recovery = recoveries[index]
             if recovery.restored_at is None:
-                break  # still restoring: counted once done
+                if index == len(recoveries) - 1:
+                    break  # still restoring: counted once done
+                self._recoveries += 1  # superseded by a later rollback
+                continue
             seconds = recovery.restored_at - recovery.detected_at
             mechanisms = {
-                str(r.get("used") or r.get("mechanism"))
+                m
                 for r in recovery.restores.values()
+                for m in str(r.get("used") or r.get("mechanism") or "").split(",")
+                if m and m != "none"
             }
-            for mechanism in sorted(mechanisms) or ["star"]:
+            # a rollback that restored no state (nothing committed yet) is none
+            for mechanism in sorted(mechanisms) or ["none"]:
                 self.metrics.recovery(mechanism, seconds)
             self._recoveries += 1
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import urllib.parse
@@ -80,7 +81,7 @@ class MetricsLab:
 
 @pytest.fixture(scope="module")
 def metrics_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsLab]:
-    """A lab up with --metrics, after a 4 s word count run in it."""
+    """A lab up with --metrics, after a word count run in it (a task killed)."""
     assert shutil.which("prometheus"), (
         "Debian's prometheus package is missing: run scripts/bootstrap.sh"
     )
@@ -91,26 +92,28 @@ def metrics_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsLab
         lab = MetricsLab(root, state["prometheus"]["url"], {})
         run = subprocess.Popen(
             [sys.executable, "-m", "sr3_cli", "run", "topologies/wordcount.py",
-             "--duration", "4", "--lab", str(root), "--json"],
+             "--until-idle", "-o", "sr3.idle.quiet.s=0.5",
+             # epochs every 0.2 s: the task dies with a committed epoch to restore
+             "-o", "sr3.checkpoint.interval.s=0.2", "--kill", "count:0@2",
+             "--lab", str(root), "--json"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_environ(),
             cwd=REPO_ROOT,
         )  # fmt: skip
         try:
-            lab.status_during_run = _wait_until(
-                lambda: _with_run(lab.status()),
+            # one `sr3 status` once the run listed itself (polling the command
+            # would slow the run down)
+            _wait_until(
+                lambda: list((root / "prometheus" / "targets").glob("run-*.json")),
                 timeout_s=30,
-                what="sr3 status listing the run's endpoint",
+                what="the run listing its endpoint",
             )
+            lab.status_during_run = lab.status()
         finally:
             _out, err = run.communicate(timeout=120)
         assert run.returncode == 0, err.decode()
         yield lab
     finally:
         sr3("lab", "down", "--dir", str(root))
-
-
-def _with_run(status: dict[str, Any]) -> dict[str, Any] | None:
-    return status if any(m["job"] == "sr3-runs" for m in status["metrics"]) else None
 
 
 def test_prometheus_scrapes_every_metric_in_docs_metrics_md(
@@ -129,6 +132,12 @@ def test_prometheus_scrapes_every_metric_in_docs_metrics_md(
         'max_over_time(sr3_tuples_total{component="count"}[10m])'
     )
     assert counted and float(counted[0]["value"][1]) > 0
+    # the killed task's rollback was counted under the mechanism it restored by
+    promql = 'max_over_time(sr3_recoveries_total{scope="global"}[10m]) > 0'
+    recovered = wait_until(
+        lambda: metrics_lab.query(promql), timeout_s=10, what="a recovery counted"
+    )
+    assert {r["metric"]["mechanism"] for r in recovered} <= {"star", "line", "tree"}
 
 
 def test_status_json_lists_every_nodes_and_the_runs_endpoint(
@@ -148,8 +157,8 @@ def test_status_json_lists_every_nodes_and_the_runs_endpoint(
 def test_a_nodes_endpoint_serves_the_shard_count_it_stores(
     metrics_lab: MetricsLab, wait_until: WaitUntil
 ) -> None:
-    status = metrics_lab.status()
-    urls = sorted(m["url"] for m in status["metrics"])
+    during = metrics_lab.status_during_run["metrics"]
+    urls = sorted(m["url"] for m in during if m["job"] == "sr3-nodes")
 
     def agree() -> bool:
         for url in urls:
@@ -168,3 +177,22 @@ def test_a_nodes_endpoint_serves_the_shard_count_it_stores(
         return True
 
     wait_until(agree, timeout_s=10, what="each node's sr3_node_shards = its replicas")
+
+
+def test_prometheus_scrapes_a_restarted_node_on_its_new_port(
+    metrics_lab: MetricsLab, wait_until: WaitUntil
+) -> None:
+    state = metrics_lab.root / "lab.json"
+    os.kill(json.loads(state.read_text())["nodes"]["node-2"]["pid"], signal.SIGKILL)
+    sr3("lab", "restart", "node-2", "--dir", str(metrics_lab.root))
+    # no `sr3 status` in between: the restart itself rewrote the targets
+    node = json.loads(state.read_text())["nodes"]["node-2"]
+
+    def node_2_up() -> bool:
+        body = json.loads(_get(f"{metrics_lab.prometheus}/api/v1/query?query=up"))
+        up = {r["metric"]["instance"]: r["value"][1] for r in body["data"]["result"]}
+        shards = metrics_lab.query('sr3_node_shards{node="node-2"}')
+        return bool(shards) and up.get(shards[0]["metric"]["instance"]) == "1"
+
+    assert node["pid"]  # running again
+    wait_until(node_2_up, timeout_s=15, what="Prometheus scraping node-2 again")
