@@ -124,11 +124,15 @@ METRICS: Final = (
     MetricSpec("sr3_checkpoint_size_bytes", "histogram", _T,
                "Snapshot bytes written to the ring by one committed epoch.", RUN),
     MetricSpec("sr3_recoveries_total", "counter", _TMS,
-               "Restores of state from the ring by mechanism "
-               "(star/line/tree/parallel) and scope (global).", RUN),
+               "Recoveries by the mechanism that restored the state (star, "
+               "line or tree; `none` when nothing was committed yet; `parallel` "
+               "is exported for the parallel mechanism, not built yet) and scope "
+               "(`global`: the whole topology rolled back; `task` is kept for "
+               "local recovery).", RUN),
     MetricSpec("sr3_recovery_duration_seconds", "histogram", _TMS,
                "Time from a failure's detection until every stateful task "
-               "restored its state.", RUN),
+               "restored its state (local cluster; a Spark run exports it at 0: "
+               "its restore runs inside the query).", RUN),
 )
 # fmt: on
 _SPECS: Final = {spec.name: spec for spec in METRICS}
