@@ -74,14 +74,14 @@ def test_broker_kill_during_a_run_keeps_state_and_output_exact(lab3: Lab) -> Non
     for name in ("lines3", "counts3"):
         made = sr3("lab", "topic", name, "--partitions", "2", "--dir", str(lab3.root))
         assert made.returncode == 0, made.stderr
-    text = corpus(1500, seed=7)
+    text = corpus(1000, seed=7)
     produce(bootstrap, "lines3", [t.encode() for t in text], partitions=2)
     admin = AdminClient({"bootstrap.servers": bootstrap})
     leader = admin.list_topics("lines3", timeout=10).topics["lines3"].partitions[0]
     victim = KafkaBroker.attach(Path(lab3.root / "kafka" / f"broker-{leader.leader}"))
     # spouts of the dead leader's partition stay dry until the controller
     # fences it (3 s) and they find the new leader: the run must not end then
-    extra = {"sr3.kafka.batch.records": 20, "sr3.idle.quiet.s": 5}
+    extra = {"sr3.kafka.batch.records": 20, "sr3.idle.quiet.s": 4}
     conf = conf_for(bootstrap, "lines3", "counts3", **extra)
     ring = RingAccess(lab3.config(Sr3Config()))
     # the broker leading the input's partition 0 dies while the run reads it
