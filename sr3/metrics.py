@@ -28,6 +28,8 @@ from prometheus_client import (
     start_http_server,
 )
 
+from sr3.errors import ConfigError
+
 __all__ = [
     "MECHANISMS",
     "METRICS",
@@ -52,6 +54,11 @@ MECHANISMS: Final = ("star", "line", "tree", "parallel")
 #: for local recovery.
 SCOPES: Final = ("global",)
 _DURATION_BUCKETS: Final = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+E_PORT = (
+    "cannot serve metrics on 127.0.0.1:{port} ({exc}); set sr3.metrics.port "
+    "(SR3_METRICS_PORT) to a free port, or 0 to pick one, or "
+    "sr3.metrics.enabled=false"
+)
 _SIZE_BUCKETS: Final = tuple(float(4**i * 1024) for i in range(10))  # 1 KiB..256 GiB
 
 
@@ -303,9 +310,13 @@ def serve(registry: CollectorRegistry, *, port: int = 0) -> Endpoint:
     """Serve ``registry`` on 127.0.0.1:``port`` (0: a free port) in a thread.
 
     Raises:
-        OSError: the port cannot be bound (taken: give another, or 0).
+        ConfigError: the port cannot be bound (taken: give another, or 0).
     """
-    server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    try:
+        server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+    except OSError as exc:
+        msg = E_PORT.format(port=port, exc=exc)
+        raise ConfigError(msg) from exc
     url = f"http://127.0.0.1:{server.server_port}/metrics"
     return Endpoint(url, server, thread)
 

@@ -134,7 +134,20 @@ def run_status(args: argparse.Namespace) -> int:
     if kafka is not None:
         state = f"pid {kafka['pid']}" if kafka["running"] else "NOT RUNNING"
         print(f"\nApache Kafka {kafka['version']}: {kafka['bootstrap']} ({state})")
+    _print_metrics(status)
     return 0
+
+
+def _print_metrics(status: dict[str, Any]) -> None:
+    """Print the Prometheus server (if any) and every metrics endpoint."""
+    server = status["prometheus"]
+    if server is not None:
+        state = f"pid {server['pid']}" if server["running"] else "NOT RUNNING"
+        print(f"\nPrometheus: {server['url']} ({state})")
+    if status["metrics"]:
+        print("\nmetrics endpoints:")
+        for endpoint in status["metrics"]:
+            print(f"  {endpoint['job']}: {endpoint['url']}")
 
 
 def _print_storm(storm: dict[str, Any]) -> None:
