@@ -43,7 +43,12 @@ from storm_bridge.kafka.delivery import (
 from storm_bridge.kafka.settings import SinkSettings
 from storm_bridge.topology import LoadedTopology
 
-__all__ = ["SparkKafkaSink", "is_kafka_sink", "spark_transactional_id"]
+__all__ = [
+    "SparkKafkaSink",
+    "deliver_storm_pending",
+    "is_kafka_sink",
+    "spark_transactional_id",
+]
 
 _SEQ_SHIFT: Final = 32
 _RETRY_FOR_S: Final = 60.0
@@ -190,3 +195,35 @@ class SparkKafkaSink:
     def close(self) -> None:
         """Drop the producer."""
         self.delivery.close()
+
+
+def deliver_storm_pending(
+    topology: LoadedTopology,
+    sinks: tuple[str, ...],
+    overrides: dict[str, Any],
+    *,
+    ring: Any,
+    owners: tuple[str, ...],
+) -> None:
+    """Write what Storm sink tasks left pending in the committed epoch (a hand-off).
+
+    A Storm ``KafkaSink`` task keeps its outputs in its state until Kafka has
+    them; ``sr3 run`` writes the last epoch's once the tasks stopped, but a run
+    that died did not. Before a Spark query takes over, the outputs of every
+    Storm sink task the committed epoch (with ``owners``) holds are written
+    with the tasks' own transactional ids, which fences them: call it only once
+    they stopped (idempotent: the tasks' markers skip what Kafka has).
+
+    Raises:
+        KafkaException: Kafka failed.
+        SR3Error: ZooKeeper or the ring failed.
+    """
+    from spark_bridge.context import storm_conf  # noqa: PLC0415 (one use)
+    from storm_bridge.kafka.sink import deliver_committed  # noqa: PLC0415 (pystorm)
+
+    for name in sinks:
+        prefix = f"{topology.name}/{name}/"
+        tasks = sum(1 for o in owners if o.startswith(prefix) and o != f"{prefix}spark")
+        if tasks:
+            conf = storm_conf(topology, name, overrides)
+            deliver_committed(conf, ring=ring, component=name, tasks=tasks)

@@ -48,7 +48,7 @@ from backend.committer import EpochCommitter, StartPoint
 from spark_bridge.compiler import Plan, build_frame, plan_topology
 from spark_bridge.errors import QueryFailedError, SparkBridgeError
 from spark_bridge.kafka_jars import spark_kafka_jars
-from spark_bridge.kafka_sink import SparkKafkaSink
+from spark_bridge.kafka_sink import SparkKafkaSink, deliver_storm_pending
 from spark_bridge.kafka_source import kafka_starts
 from spark_bridge.metrics import SparkMetricsFeed
 from spark_bridge.ring import (
@@ -316,6 +316,10 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         overrides,
         dict(record.offsets) if record is not None else start.start_offsets,
     )
+    if ring is not None and record is not None and plan.kafka_sinks:
+        deliver_storm_pending(
+            topology, plan.kafka_sinks, overrides, ring=ring, owners=record.owners
+        )
     frame = build_frame(
         session,
         plan,
