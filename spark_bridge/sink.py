@@ -344,7 +344,7 @@ def build_report(  # noqa: PLR0913 (everything the report shows)
             "spout_tuples": spout_rows,
             "bolt_tuples": None,
         },
-        "components": [*plan.spouts, *plan.bolts],
+        "components": [*plan.spouts, *plan.bolts, *plan.kafka_sinks],
         "stateful": list(plan.stateful),
         "input_rows": spout_rows,
         "emitted": dict(sorted(emitted.items())),
