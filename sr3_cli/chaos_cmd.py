@@ -14,14 +14,14 @@ from sr3.config import Sr3Config
 from sr3.errors import ConfigError
 from sr3_cli.argtypes import at_least, positive_seconds
 from sr3_cli.chaos import (
+    SPARK,
     Outcome,
-    final_state,
     generate,
     recovery_times,
     replay_command,
-    run_schedule,
     summarize_recoveries,
 )
+from sr3_cli.chaos_runs import final_state, run_schedule
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.output import JSON_HELP, emit_json, table
 from sr3_cli.run_checks import check_topology_file, parse_conf
@@ -58,6 +58,13 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         default=None,
         metavar="INDEX",
         help="run only schedule INDEX of the seed (replays a failure)",
+    )
+    p.add_argument(
+        "--engine",
+        choices=["storm", "spark", "both"],
+        default="storm",
+        help="engines drawn: the Storm engine's local cluster in the --mode "
+        "checkpoint modes, Spark (local[2]; no task kills), or both (storm)",
     )
     p.add_argument(
         "--mode",
@@ -104,7 +111,13 @@ def chaos(args: argparse.Namespace) -> int:
     check_topology_file(str(path))
     conf = {**(DEFAULT_CONF if args.topology == str(DEFAULT_TOPOLOGY) else {})}
     conf.update(parse_conf(args.conf))
-    modes = ("local", "native") if args.mode == "both" else (args.mode,)
+    modes: tuple[str, ...] = ()
+    if args.engine in ("storm", "both"):
+        modes = ("local", "native") if args.mode == "both" else (args.mode,)
+    if args.engine in ("spark", "both"):
+        modes += (SPARK,)
+    draws = [f"--engine={args.engine}"] if args.engine != "storm" else []
+    draws += [f"--mode={args.mode}"] if args.mode != "both" else []
     topology = load_topology(path)
     if args.only is not None and args.only >= args.schedules:
         msg = f"--only {args.only}: the campaign has schedules 0..{args.schedules - 1}"
@@ -184,7 +197,7 @@ def chaos(args: argparse.Namespace) -> int:
                         "passed": o.passed,
                         "seconds": round(o.seconds, 3),
                         "reason": o.reason,
-                        "replay": replay_command(o.schedule, path, conf),
+                        "replay": replay_command(o.schedule, path, conf, draws),
                     }
                     for o in outcomes
                 ],
@@ -215,5 +228,5 @@ def chaos(args: argparse.Namespace) -> int:
     )
     for outcome in failed:
         print(f"schedule {outcome.schedule.index}: {outcome.reason}")
-        print(f"  replay: {replay_command(outcome.schedule, path, conf)}")
+        print(f"  replay: {replay_command(outcome.schedule, path, conf, draws)}")
     return 1 if failed else 0

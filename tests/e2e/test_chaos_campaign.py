@@ -19,11 +19,10 @@ from sr3_cli.chaos import (
     KINDS,
     Fault,
     Schedule,
-    final_state,
     generate,
     replay_command,
-    run_schedule,
 )
+from sr3_cli.chaos_runs import final_state, run_schedule
 from sr3_cli.lab import Lab
 from storm_bridge.runner import RunOptions, run_topology
 from storm_bridge.topology import load_topology

@@ -2,10 +2,25 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from sr3_cli.chaos import Fault, Outcome, Schedule, recovery_times, summarize_recoveries
+from sr3_cli.chaos import (
+    MODES,
+    SPARK,
+    SPARK_KINDS,
+    Fault,
+    Outcome,
+    Schedule,
+    generate,
+    recovery_times,
+    replay_command,
+    summarize_recoveries,
+)
 from storm_bridge.report import RunReport
+from storm_bridge.topology import load_topology
+
+TOPOLOGY = Path(__file__).resolve().parents[2] / "e2e" / "topologies" / "exact_wc.py"
 
 
 def recovery(cause: str, detect: float, restore: float | None, replay: float) -> Any:
@@ -61,3 +76,22 @@ def test_recoveries_are_timed_from_the_failure_and_sorted_by_its_kind() -> None:
         "max_s": 2.0,
     }
     assert summary["other"]["count"] == 1
+
+
+def test_spark_schedules_draw_no_task_kills_and_storm_seeds_are_unchanged() -> None:
+    topology = load_topology(TOPOLOGY)
+    nodes = ["node-1", "node-2", "node-3", "node-4"]
+    both = generate(4, 30, topology=topology, nodes=nodes, modes=(*MODES, SPARK))
+    assert {s.mode for s in both} == {"local", "native", SPARK}
+    spark = [s for s in both if s.mode == SPARK]
+    assert all(f.kind in SPARK_KINDS for s in spark for f in s.faults)
+    # a Storm-only campaign draws what it drew before Spark joined
+    storm = generate(2, 3, topology=topology, nodes=nodes)
+    expected = "local: kill-task count:1@1.3s, restart-zk zookeeper@1.7s for 1.8s"
+    assert storm[2].describe() == expected
+
+
+def test_a_replay_names_the_draws_that_shaped_the_campaign() -> None:
+    schedule = Schedule(4, 7, SPARK, ())
+    command = replay_command(schedule, TOPOLOGY, {"a.b": 1}, ["--engine=spark"])
+    assert "--seed 4 --schedules 8 --only 7 --engine=spark -o a.b=1" in command
