@@ -188,7 +188,8 @@ _ROWS: Final = (
         above=True, high=1.0),
     Key("sr3.straggler.queue.min", "checkpoint", "straggler_queue_min", INT, 1000,
         _TOPOLOGY, "Inputs a task must have queued before its rate or queue "
-        "counts against its peers' (a task alone: before it is a straggler).",
+        "counts against its peers' (a task alone: it is a straggler with that "
+        "many queued and none processed since the last check).",
         low=1),
     _seconds("sr3.straggler.check.s", "checkpoint", "straggler_check_s", 1.0,
         _TOPOLOGY, "How often tasks are checked for stragglers."),

@@ -5,10 +5,10 @@ for ``sr3.straggler.lag.s`` while most of its peers do not, or when it has
 ``sr3.straggler.queue.min`` inputs queued and either processes below
 ``sr3.straggler.rate.ratio`` times its peers' median rate or holds a queue over
 ``1 / ratio`` times theirs. A task alone in its component has no peers: its
-silence or its queue decide. The policy (``sr3.straggler.policy``) says what
-follows: ``off``, ``duplicate`` (StreamScope's: a copy started from the last
-committed checkpoint races it) or ``restart`` (it is killed, as a crash). The
-local cluster applies it
+silence decides, or a queue it processed none of since the last check. The
+policy (``sr3.straggler.policy``) says what follows: ``off``, ``duplicate``
+(StreamScope's: a copy started from the last committed checkpoint races it) or
+``restart`` (it is killed, as a crash). The local cluster applies it
 (:mod:`storm_bridge.cluster.duplicates`); :func:`verdict` is pure.
 """
 
@@ -115,9 +115,13 @@ def verdict(
     if sample.queue < settings.queue_min:
         return None
     if not peers:
+        # a task alone catching up after a burst has a queue too: only one
+        # that processed nothing since the last check is stuck
+        if sample.rate > 0:
+            return None
         return (
             f"{sample.queue} inputs queued, over sr3.straggler.queue.min="
-            f"{settings.queue_min} (no peers to compare with)"
+            f"{settings.queue_min}, and none processed (no peers to compare with)"
         )
     ratio = settings.rate_ratio
     peer_rate = statistics.median(p.rate for p in peers)
@@ -154,7 +158,8 @@ class StragglerEvent:
         decided_at: Clock reading when the winner was known (or the restart
             was made).
         resumed_unix: Wall-clock time of the first epoch committed after that.
-        resumed_epoch: That epoch's number (processing resumed with it).
+        resumed_epoch: That epoch's number (processing resumed with it);
+            the report's ``resumed_after_s`` is detection to that commit.
         replayed: Inputs the duplicate was fed from the input log.
     """
 
@@ -190,5 +195,10 @@ class StragglerEvent:
                 None if self.resumed_unix is None else round(self.resumed_unix, 3)
             ),
             "resumed_epoch": self.resumed_epoch,
+            "resumed_after_s": (
+                None
+                if self.resumed_unix is None
+                else round(self.resumed_unix - self.detected_unix, 3)
+            ),
             "replayed": self.replayed,
         }

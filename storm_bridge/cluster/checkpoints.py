@@ -274,10 +274,10 @@ class Coordinator:
         self._schedule(self._settings.interval_s)
 
     @property
-    def restoring(self) -> bool:
-        """Whether a rollback is under way (its restores not all reported)."""
+    def recovering(self) -> bool:
+        """Whether a rollback is under way (no epoch committed since it began)."""
         recovery = self.recoveries[-1] if self.recoveries else None
-        return recovery is not None and recovery.restored_at is None
+        return recovery is not None and recovery.resumed_at is None
 
     def abandon_open_epoch(self) -> None:
         """Abandon the open epoch, if any: held tuples are delivered, no commit.

@@ -235,6 +235,8 @@ class Stragglers:
         self._acted: dict[int, int] = {}
         self._last: dict[int, tuple[float, int]] = {}
         self._tags = 0
+        #: A straggler was handled: judge again once an epoch committed.
+        self._settling = False
         self.started_at = self._checked_at = clock()
         self.logging = settings.policy is StragglerPolicy.DUPLICATE and (
             coordinator is not None
@@ -294,6 +296,7 @@ class Stragglers:
 
     def _committed(self, epoch: int) -> None:
         self.log.committed(epoch)
+        self._settling = False
         now = self._wall()
         for event in self.events:
             if event.decided_at is not None and event.resumed_unix is None:
@@ -323,15 +326,18 @@ class Stragglers:
     def check(self) -> None:
         """Sample every task and act on the first new straggler.
 
-        Nothing is judged while a rollback restores or a race runs (one
-        duplicate at a time), nor when this check runs late: the cluster
+        Nothing is judged while a race runs (one duplicate at a time), from
+        a straggler's restart or a race's end until an epoch commits after
+        it, during a rollback (until an epoch commits after it: replaying
+        tasks lag by nature), nor when this check runs late: the cluster
         thread itself was held up, so every task looks silent.
         """
         now = self._clock()
         late = now - self._checked_at > 2 * self.settings.check_s
         self._checked_at = now
         coordinator = self._coordinator
-        if late or self._races or (coordinator is not None and coordinator.restoring):
+        recovering = coordinator is not None and coordinator.recovering
+        if late or self._races or self._settling or recovering:
             self._last.clear()
             return
         samples: dict[int, TaskSample] = {}
@@ -390,6 +396,7 @@ class Stragglers:
         if policy is StragglerPolicy.RESTART:
             event.winner = "restart"
             event.decided_at = self._clock()
+            self._settling = self._coordinator is not None
             if rt.process is not None:
                 rt.killed = rt.incarnation  # not a death of its own
                 rt.process.kill()  # its reader's EOF takes the failure path
@@ -570,6 +577,7 @@ class Stragglers:
         event = race.event
         event.winner = winner
         event.decided_at = self._clock()
+        self._settling = self._coordinator is not None
         took = event.decided_at - event.detected_at
         outcome = (
             "race aborted: a failure rolled back"

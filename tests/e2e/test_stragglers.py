@@ -36,7 +36,7 @@ from topologies.wordcount import corpus
 pytestmark = [pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
 
 TOPOLOGY = Path(__file__).parents[2] / "topologies" / "wordcount.py"
-LINES = 4000
+LINES = 3000
 COUNT_TASKS = 3
 TRUE_COUNTS = Counter(w for line in corpus(LINES, 8, 7) for w in line.split())
 #: Upper bound of any wait of the test (a run that hangs fails, not stalls).
@@ -88,37 +88,29 @@ def wait_until(predicate: Callable[[], bool], what: str) -> None:
 class StoppedRun:
     """``sr3 run wordcount --json`` with one counting task SIGSTOPped mid-run."""
 
-    def __init__(self, lab: Lab, policy: str, lag_s: float = 2.0) -> None:
+    def __init__(self, lab: Lab, policy: str, lag_s: float = 1.5) -> None:
         self.ring = RingAccess(lab.config(Sr3Config()))
         self.before = self.committed()
         env = dict(os.environ, SR3_LAB=str(lab.root))
+        conf = {
+            "wordcount.lines": LINES,
+            "sr3.straggler.policy": policy,
+            "sr3.straggler.lag.s": lag_s,
+            "sr3.straggler.check.s": lag_s / 2,
+            "sr3.checkpoint.interval.s": 0.3,
+            "sr3.idle.quiet.s": 0.5,
+        }
+        argv = [sys.executable, "-m", "sr3_cli", "--log-level", "WARNING", "run"]
+        argv += [str(TOPOLOGY), "--until-idle", "--json"]
+        for key, value in conf.items():
+            argv += ["-o", f"{key}={value}"]
+        # stderr holds the run's warnings, shown when an assertion fails
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sr3_cli",
-                "run",
-                str(TOPOLOGY),
-                "--until-idle",
-                "-o",
-                f"wordcount.lines={LINES}",
-                "-o",
-                f"sr3.straggler.policy={policy}",
-                "-o",
-                "sr3.straggler.lag.s=2",
-                "-o",
-                "sr3.checkpoint.interval.s=0.3",
-                "-o",
-                "sr3.idle.quiet.s=0.5",
-                "--json",
-            ],  # fmt: skip
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
         self.victim = 0
         self.committed_at_cont = 0
+        self.stderr = ""
 
     def committed(self) -> int:
         record = self.ring.committed("wordcount")
@@ -140,6 +132,7 @@ class StoppedRun:
 
     def report(self) -> Any:
         out, err = self.proc.communicate(timeout=300)
+        self.stderr = err
         if self.proc.returncode != 0:
             pytest.fail(f"sr3 run exited {self.proc.returncode}:\n{err[-4000:]}")
         return json.loads(out)
@@ -155,7 +148,7 @@ class StoppedRun:
 def stopped_run(lab: Lab) -> Iterator[Callable[..., StoppedRun]]:
     runs: list[StoppedRun] = []
 
-    def start(policy: str, lag_s: float = 2.0) -> StoppedRun:
+    def start(policy: str, lag_s: float = 1.5) -> StoppedRun:
         run = StoppedRun(lab, policy, lag_s)
         runs.append(run)
         return run
@@ -196,6 +189,7 @@ def test_a_duplicate_takes_over_from_a_stopped_counter_exactly(
     run.cont()
     report = run.report()
     assert len(remaining) == COUNT_TASKS  # one copy of each counting task
+    assert len(report["stragglers"]) == 1, run.stderr[-3000:]
     [event] = report["stragglers"]
     assert (event["component"], event["policy"]) == ("count", "duplicate")
     assert event["winner"] == "duplicate"
@@ -222,6 +216,7 @@ def test_restart_kills_a_stopped_counter_and_rolls_back_exactly(
     wait_until(lambda: run.committed() > killed_at, "an epoch after the rollback")
     run.cont()
     report = run.report()
+    assert len(report["stragglers"]) == 1, run.stderr[-3000:]
     [event] = report["stragglers"]
     assert (event["component"], event["policy"]) == ("count", "restart")
     # an epoch committed after the takeover before the task was continued
@@ -234,15 +229,17 @@ def test_restart_kills_a_stopped_counter_and_rolls_back_exactly(
 def test_with_the_policy_off_a_stopped_counter_is_only_waited_for(
     stopped_run: Callable[..., StoppedRun], lab: Lab
 ) -> None:
-    run = stopped_run("off", lag_s=1.0)
+    run = stopped_run("off", lag_s=0.5)
     run.stop_one_counter()
-    # over sr3.straggler.lag.s and a check: a policy would have acted by then
-    time.sleep(2.0)
+    # over sr3.straggler.lag.s and two checks: a policy would have acted by
+    # then; under the ZooKeeper session timeout (2 s), so the task lives on
+    time.sleep(1.5)
     assert run.victim in counting_tasks(run.proc.pid)
     run.cont()
     report = run.report()
-    assert report["stragglers"] == []
-    assert report["recoveries"] == []
+    # no duplicate, no restart (the stopped task may still die on waking: its
+    # ZooKeeper session can expire while it is stopped, and a rollback follows)
+    assert report["stragglers"] == [], run.stderr[-3000:]
     assert_exact(lab, report)
 
 
@@ -258,7 +255,7 @@ def test_an_unknown_policy_is_refused_naming_the_accepted_ones(lab: Lab) -> None
             "--until-idle",
             "-o",
             "sr3.straggler.policy=speculate",
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         env=env,

@@ -57,10 +57,12 @@ def test_a_short_queue_is_never_a_straggler_by_rate() -> None:
     assert verdict(sample(queue=99, rate=0.0), peers, SETTINGS) is None
 
 
-def test_a_task_alone_with_a_long_queue_is() -> None:
-    reason = verdict(sample(queue=100), [], SETTINGS)
+def test_a_task_alone_with_a_long_queue_is_only_when_it_processed_none() -> None:
+    reason = verdict(sample(queue=100, rate=0.0), [], SETTINGS)
     assert reason is not None
     assert "no peers" in reason
+    # catching up after a burst
+    assert verdict(sample(queue=5000, rate=800.0), [], SETTINGS) is None
 
 
 def test_an_unknown_policy_is_refused_naming_the_accepted_ones() -> None:
