@@ -22,7 +22,8 @@ fi
 # The lab's VMs skip vagrant (vagrant/provision/common.sh sets SR3_NO_VAGRANT=1).
 # Debian's prometheus for `sr3 lab up --metrics`, which runs its own server (own
 # config, data under the lab dir, a free loopback port), never the packaged service.
-dev_tools=(shellcheck prometheus)
+# Debian's chromium renders `sr3 compare`'s report.html headless in the suite.
+dev_tools=(shellcheck prometheus chromium)
 [ "${SR3_NO_VAGRANT:-0}" = 1 ] || dev_tools+=(vagrant vagrant-libvirt)
 missing=()
 for pkg in "${dev_tools[@]}"; do
