@@ -97,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sr3_cli import (  # noqa: PLC0415 - keeps --help fast
         chaos_cmd,
         commands,
+        compare,
         lab_kafka,
         savepoint_cmd,
         topology_cmd,
@@ -315,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     topology_cmd.add_parsers(sub)
     savepoint_cmd.add_parsers(sub)
     chaos_cmd.add_parsers(sub)
+    compare.add_parsers(sub)
 
     demo = sub.add_parser("demo", help="the main job on embedded defaults")
     demo.add_argument(
