@@ -1,0 +1,56 @@
+"""``sr3 compare`` refuses what it cannot run, with exit 2, before running anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sr3_cli.main import main
+
+WORDCOUNT = str(Path(__file__).resolve().parents[3] / "topologies" / "wordcount.py")
+
+
+def test_an_unknown_engine_is_named_with_the_known_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["compare", WORDCOUNT, "--engines", "storm,flink"]) == 2
+
+    err = capsys.readouterr().err
+    assert "unknown engine 'flink'" in err
+    assert "storm, spark, apache-storm" in err
+
+
+def test_one_engine_is_no_comparison(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", WORDCOUNT, "--engines", "spark"]) == 2
+
+    assert "two or more different engines" in capsys.readouterr().err
+
+
+def test_a_missing_topology_file_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nope.py"
+
+    assert main(["compare", str(missing), "--out", str(tmp_path / "out")]) == 2
+
+    assert "nope.py" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_netem_needs_the_netns_lab(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", WORDCOUNT, "--netem", "delay=20ms"]) == 2
+
+    err = capsys.readouterr().err
+    assert "--netem needs the network-namespace lab" in err
+    assert "sr3 lab up --netns" in err
+
+
+def test_apache_storm_needs_a_lab_with_storm(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SR3_LAB", raising=False)
+
+    assert main(["compare", WORDCOUNT, "--engines", "storm,apache-storm"]) == 2
+
+    assert "sr3 lab up --storm" in capsys.readouterr().err
