@@ -147,6 +147,9 @@ class Race:
         entries: The task's input since the last committed epoch, then live.
         index: Position of each tuple id in ``entries``.
         forwarded: Emits sent downstream per position.
+        heard_at: When the original last said anything.
+        awake_since: Since when the original has answered without a gap of
+            half ``sr3.straggler.lag.s`` (None: not since the detection).
         original: The task's own subprocess.
         duplicate: The copy.
     """
@@ -159,6 +162,8 @@ class Race:
     duplicate: _Copy
     index: dict[str, int] = field(default_factory=dict)
     forwarded: dict[int, int] = field(default_factory=dict)
+    heard_at: float = 0.0
+    awake_since: float | None = None
 
     def add(self, tuple_id: str, message: dict[str, Any]) -> None:
         """A live input: the original got it; the duplicate gets it too."""
@@ -427,6 +432,7 @@ class Stragglers:
             original=_Copy("original", first, rt.emits_since_ack),
             duplicate=_Copy("duplicate", 0),
             index={t: i for i, (t, _) in enumerate(entries)},
+            heard_at=rt.last_heard,
         )
         if rt.emits_since_ack:
             race.forwarded[first] = rt.emits_since_ack
@@ -511,9 +517,20 @@ class Stragglers:
         Raises:
             MultilangProtocolError: forwarding an emit failed.
         """
+        now = self._clock()
+        if now - race.heard_at > self.settings.lag_s / 2:
+            race.awake_since = now  # it woke up (again)
+        race.heard_at = now
         if msg.command != "sync":
             self.message(race, race.original, msg)
-        if race.rt.task_id in self._races and race.at_live_position(race.original):
+        # a task slowed, not stalled, catches up whenever backpressure holds
+        # the input back: it wins only once it has kept answering for
+        # sr3.straggler.lag.s (a short stall), never between two stops
+        awake = race.awake_since is not None and (
+            now - race.awake_since >= self.settings.lag_s
+        )
+        live = race.at_live_position(race.original)
+        if race.rt.task_id in self._races and live and awake:
             self._decide(race, race.original)
 
     def message(self, race: Race, copy: _Copy, msg: ShellMsg) -> None:

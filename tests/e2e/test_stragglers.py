@@ -36,7 +36,7 @@ from topologies.wordcount import corpus
 pytestmark = [pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
 
 TOPOLOGY = Path(__file__).parents[2] / "topologies" / "wordcount.py"
-LINES = 3000
+LINES = 2500
 COUNT_TASKS = 3
 TRUE_COUNTS = Counter(w for line in corpus(LINES, 8, 7) for w in line.split())
 #: Upper bound of any wait of the test (a run that hangs fails, not stalls).
