@@ -36,13 +36,18 @@ __all__ = [
 ]
 
 
-FaultKind = Literal["kill-task", "kill-node", "freeze-node", "restart-zk"]
+FaultKind = Literal[
+    "kill-task", "freeze-task", "kill-node", "freeze-node", "restart-zk"
+]
 KINDS: Final[tuple[FaultKind, ...]] = (
     "kill-task",
     "kill-node",
     "freeze-node",
     "restart-zk",
+    "freeze-task",
 )
+#: Faults of a task (``component:index``), injected by the run itself.
+TASK_KINDS: Final = ("kill-task", "freeze-task")
 MODES: Final = ("local", "native")
 #: The Spark engine's schedules: a mode of their own, without task kills (a
 #: Spark task is not a process the campaign can kill in local mode).
@@ -64,9 +69,10 @@ class Fault:
     Attributes:
         kind: What happens.
         at_s: Seconds into the run.
-        target: ``component:index`` (kill-task), a node id (kill-node,
-            freeze-node) or ``zookeeper``.
-        down_s: How long a node stays dead or frozen, or ZooKeeper down.
+        target: ``component:index`` (kill-task, freeze-task), a node id
+            (kill-node, freeze-node) or ``zookeeper``.
+        down_s: How long a task stays frozen (SIGSTOP until SIGCONT), a node
+            dead or frozen, or ZooKeeper down.
     """
 
     kind: FaultKind
@@ -139,6 +145,9 @@ def generate(
             at_s = round(rng.uniform(0.3, WINDOW_S), 1)
             if kind == "kill-task":
                 faults.append(Fault(kind, at_s, rng.choice(tasks)))
+            elif kind == "freeze-task":
+                down_s = round(rng.uniform(1.0, 4.0), 1)
+                faults.append(Fault(kind, at_s, rng.choice(tasks), down_s))
             elif kind == "restart-zk":
                 fault = Fault(kind, at_s, "zookeeper", round(rng.uniform(0.3, 2), 1))
                 if not any(_overlap(f, fault) for f in faults if f.kind == kind):
@@ -196,10 +205,10 @@ def recovery_times(outcomes: Sequence[Outcome]) -> dict[str, list[float]]:
     A recovery is one rollback of a run: from the failure (the kill, when the
     run made it) to the first epoch committed after it, the report's
     ``detect_s + restore_s + replay_s``. Its kind is the fault of its first
-    cause: ``kill-task`` for a killed task, ``kill-node`` or ``freeze-node`` for
-    a ring node that left the ring; rollbacks with any other cause (a task that
-    died of a ZooKeeper restart, say) count under ``other``. Rollbacks that
-    never resumed are left out.
+    cause: ``kill-task`` or ``freeze-task`` for a task, ``kill-node`` or
+    ``freeze-node`` for a ring node that left the ring; rollbacks with any other
+    cause (a task that died of a ZooKeeper restart, say) count under ``other``.
+    Rollbacks that never resumed are left out.
     """
     times: dict[str, list[float]] = {}
     for outcome in outcomes:
@@ -219,8 +228,8 @@ def recovery_times(outcomes: Sequence[Outcome]) -> dict[str, list[float]]:
 def _cause_kind(schedule: Schedule, entry: Mapping[str, Any]) -> str:
     first = str(entry.get("cause", "")).split(",")[0].strip()
     for fault in schedule.faults:
-        if fault.kind == "kill-task" and first == fault.target:
-            return "kill-task"
+        if fault.kind in TASK_KINDS and first == fault.target:
+            return fault.kind
         if fault.kind in NODE_KINDS and first == f"ring node {fault.target}":
             return fault.kind
     return "other"

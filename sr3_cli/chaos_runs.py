@@ -19,9 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from sr3.config import Sr3Config
 from sr3.errors import SR3Error
-from sr3_cli.chaos import SPARK, SPARK_ROWS, Fault, Outcome, Schedule
+from sr3_cli.chaos import SPARK, SPARK_ROWS, TASK_KINDS, Fault, Outcome, Schedule
 from sr3_cli.lab import Lab
-from storm_bridge.runner import NodeKill, RunOptions, RunReport, TaskKill, run_topology
+from storm_bridge.runner import (
+    NodeKill,
+    RunOptions,
+    RunReport,
+    TaskFreeze,
+    TaskKill,
+    run_topology,
+)
 from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import RingAccess
 
@@ -61,7 +68,7 @@ class _Injector:
         self, lab: Lab, faults: Sequence[Fault], *, kills_nodes: bool = False
     ) -> None:
         self._root = lab.root
-        self._faults = [f for f in faults if f.kind != "kill-task"]
+        self._faults = [f for f in faults if f.kind not in TASK_KINDS]
         #: Kill the nodes too (the Spark runner has no node-kill hook).
         self._kills_nodes = kills_nodes
         self._stop = threading.Event()
@@ -177,17 +184,23 @@ def run_schedule(
         )
     topology = load_topology(path)
     kills = [
-        TaskKill(f.target.split(":")[0], int(f.target.split(":")[1]), f.at_s)
+        TaskKill(*_task(f.target), f.at_s)
         for f in schedule.faults
         if f.kind == "kill-task"
     ]
     node_kills = [
         NodeKill(f.target, f.at_s) for f in schedule.faults if f.kind == "kill-node"
     ]
+    freezes = [
+        TaskFreeze(*_task(f.target), f.at_s, f.down_s)
+        for f in schedule.faults
+        if f.kind == "freeze-task"
+    ]
     options = RunOptions(
         until_idle=True,
         kills=kills,
         node_kills=node_kills,
+        freezes=freezes,
         conf={**conf, "sr3.checkpoint.mode": schedule.mode},
         timeout_s=timeout_s,
     )
@@ -292,3 +305,8 @@ def _run_spark_schedule(  # noqa: PLR0913 (run_schedule's options)
     if not reason:
         reason = _state_difference(state, expected)
     return Outcome(schedule, not reason, seconds, reason)
+
+
+def _task(target: str) -> tuple[str, int]:
+    component, index = target.rsplit(":", 1)
+    return component, int(index)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -41,7 +43,14 @@ from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import CommitRecord, RingAccess
 from zk.epochs import Phase, ZkEpochStore
 
-__all__ = ["NodeKill", "RunOptions", "RunReport", "TaskKill", "run_topology"]
+__all__ = [
+    "NodeKill",
+    "RunOptions",
+    "RunReport",
+    "TaskFreeze",
+    "TaskKill",
+    "run_topology",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +67,20 @@ class TaskKill:
     component: str
     index: int
     at_s: float
+
+
+@dataclass(frozen=True)
+class TaskFreeze:
+    """SIGSTOP task ``index`` of ``component`` ``at_s`` seconds into the run.
+
+    The task is continued (SIGCONT) ``down_s`` seconds later: a stall, not a
+    crash (a straggler, a long GC pause, a swapped-out process).
+    """
+
+    component: str
+    index: int
+    at_s: float
+    down_s: float
 
 
 @dataclass(frozen=True)
@@ -78,6 +101,7 @@ class RunOptions:
         duration_s: Stop after this long (with ``until_idle``: at the latest).
         kills: Task kills to inject.
         node_kills: Ring node kills to inject.
+        freezes: Task stalls to inject (SIGSTOP, then SIGCONT).
         conf: Storm conf overriding the topology's ``config``.
         serializer: ``json`` or ``msgpack``.
         timeout_s: Upper bound of an ``until_idle`` run.
@@ -102,6 +126,7 @@ class RunOptions:
     duration_s: float | None = None
     kills: Sequence[TaskKill] = ()
     node_kills: Sequence[NodeKill] = ()
+    freezes: Sequence[TaskFreeze] = ()
     conf: Mapping[str, Any] = field(default_factory=dict)
     serializer: str = "json"
     timeout_s: float = 600.0
@@ -155,7 +180,17 @@ def _check_kill_times(options: RunOptions) -> None:
             raise StormBridgeError(msg)
 
 
-def _check_kills(topology: LoadedTopology, kills: Sequence[TaskKill]) -> None:
+def _signal(pid: int, sig: int) -> None:
+    """Signal a task's process; one that died meanwhile is left alone."""
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        logger.info("task process %s ended before signal %s", pid, sig)
+
+
+def _check_kills(
+    topology: LoadedTopology, kills: Sequence[TaskKill | TaskFreeze]
+) -> None:
     for kill in kills:
         comp = topology.components.get(kill.component)
         if comp is None:
@@ -218,17 +253,39 @@ class _Run:
         """Wait until every killed ring node left the ring and was rolled back."""
         return self.ring_watch.wait_handled(deadline)
 
+    def _freeze(self, freeze: TaskFreeze) -> None:
+        """SIGSTOP a task's process now and SIGCONT that same process later."""
+        task_id = self.cluster.task_ids(freeze.component)[freeze.index]
+        pid = self.cluster.task_pid(task_id)
+        if pid is None:
+            logger.warning(
+                "no process of %s:%s to freeze", freeze.component, freeze.index
+            )
+            return
+        self.kill_times[f"{freeze.component}:{freeze.index}"] = self.clock()
+        _signal(pid, signal.SIGSTOP)
+        thaw = threading.Timer(freeze.down_s, _signal, (pid, signal.SIGCONT))
+        thaw.daemon = True
+        thaw.start()
+
     def inject(
-        self, kills: Sequence[TaskKill], node_kills: Sequence[NodeKill], started: float
+        self,
+        kills: Sequence[TaskKill],
+        node_kills: Sequence[NodeKill],
+        started: float,
+        freezes: Sequence[TaskFreeze] = (),
     ) -> None:
         self.started = started
         events: list[tuple[float, Any]] = [(k.at_s, k) for k in kills]
         events += [(k.at_s, k) for k in node_kills]
+        events += [(f.at_s, f) for f in freezes]
         for at_s, kill in sorted(events, key=lambda e: e[0]):
             delay = started + at_s - self.clock()
             if delay > 0:
                 self._wakeup.wait(delay)
-            if isinstance(kill, TaskKill):
+            if isinstance(kill, TaskFreeze):
+                self._freeze(kill)
+            elif isinstance(kill, TaskKill):
                 task_id = self.cluster.task_ids(kill.component)[kill.index]
                 self.kill_times[f"{kill.component}:{kill.index}"] = self.clock()
                 self.killed_tasks.append((task_id, self.clock()))
@@ -404,7 +461,7 @@ def run_topology(
         CoordinationError: ZooKeeper failed.
     """
     topology = load_topology(path, environment=options.environment)
-    _check_kills(topology, options.kills)
+    _check_kills(topology, [*options.kills, *options.freezes])
     _check_kill_times(options)
     if options.node_kills and kill_node is None:
         msg = (
@@ -466,7 +523,7 @@ def run_topology(
     busy: str | None = None
     try:
         run.watch_ring()
-        run.inject(options.kills, options.node_kills, started)
+        run.inject(options.kills, options.node_kills, started, options.freezes)
         if options.until_idle:
             # a task that cannot come up keeps the topology from ever being
             # idle: end the run (reported as failed) instead of restarting it

@@ -36,7 +36,10 @@ def test_a_one_schedule_campaign_reports_and_replays_it(zk_server: object) -> No
     assert (report["schedules"], report["passed"], report["seed"]) == (1, 1, 2)
     (run,) = report["runs"]
     assert run["index"] == 2
-    assert run["faults"] == ["restart-zk zookeeper@2.8s for 1.8s"]
+    assert run["faults"] == [
+        "kill-task split:0@1.3s",
+        "restart-zk zookeeper@1.7s for 1.8s",
+    ]
     assert "--seed 2 --schedules 3 --only 2" in run["replay"]
     assert "-o wordcount.lines=600" in run["replay"]
     assert report["schedules_per_hour"] > 0
