@@ -5,7 +5,8 @@ for ``sr3.straggler.lag.s`` while most of its peers do not, or when it has
 ``sr3.straggler.queue.min`` inputs queued and either processes below
 ``sr3.straggler.rate.ratio`` times its peers' median rate or holds a queue over
 ``1 / ratio`` times theirs. A task alone in its component has no peers: its
-silence decides, or a queue it processed none of since the last check. The
+silence (while most other tasks answer) decides, or a queue it processed none
+of since the last check. The
 policy (``sr3.straggler.policy``) says what follows: ``off``, ``duplicate``
 (StreamScope's: a copy started from the last committed checkpoint races it) or
 ``restart`` (it is killed, as a crash). The local cluster applies it
@@ -95,7 +96,10 @@ class TaskSample:
 
 
 def verdict(
-    sample: TaskSample, peers: Sequence[TaskSample], settings: StragglerSettings
+    sample: TaskSample,
+    peers: Sequence[TaskSample],
+    settings: StragglerSettings,
+    others: Sequence[TaskSample] = (),
 ) -> str | None:
     """Return why ``sample``'s task is a straggler, or None when it is not.
 
@@ -103,10 +107,15 @@ def verdict(
         sample: The task checked.
         peers: The other tasks of its component (none for a task alone).
         settings: The thresholds.
+        others: Every other task of the topology: a task alone is compared
+            with them for silence.
     """
     if sample.silent_s > settings.lag_s:
-        # when its peers are as silent, the machine is overloaded, not the task
-        if not peers or statistics.median(p.silent_s for p in peers) < settings.lag_s:
+        # when its peers (or, alone, the other tasks) are as silent, the
+        # machine is overloaded, not the task
+        reference = peers or others
+        silent = [p.silent_s for p in reference]
+        if not silent or statistics.median(silent) < settings.lag_s:
             return (
                 f"silent for {sample.silent_s:.1f} s, over sr3.straggler.lag.s="
                 f"{settings.lag_s:g}"

@@ -360,7 +360,8 @@ class Stragglers:
                 for t in self._component_tasks(rt.component.name)
                 if t != task_id and t in samples
             ]
-            reason = verdict(samples[task_id], peers, self.settings)
+            others = [s for t, s in samples.items() if t != task_id]
+            reason = verdict(samples[task_id], peers, self.settings, others)
             if reason is not None:
                 self._act(rt, reason)
                 return

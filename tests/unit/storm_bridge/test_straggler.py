@@ -29,9 +29,16 @@ def sample(silent_s: float = 0.1, queue: int = 0, rate: float = 0.0) -> TaskSamp
 
 
 def test_a_silent_task_is_a_straggler_even_alone() -> None:
-    reason = verdict(sample(silent_s=6.0), [], SETTINGS)
+    reason = verdict(sample(silent_s=6.0), [], SETTINGS, [sample(), sample()])
     assert reason is not None
     assert "sr3.straggler.lag.s=5" in reason
+
+
+def test_silence_shared_with_the_peers_is_an_overloaded_machine() -> None:
+    quiet = [sample(silent_s=5.5), sample(silent_s=7.0)]
+    assert verdict(sample(silent_s=6.0), quiet, SETTINGS) is None
+    # a task alone is compared with the rest of the topology
+    assert verdict(sample(silent_s=6.0), [], SETTINGS, quiet) is None
 
 
 def test_a_busy_task_keeping_pace_with_its_peers_is_not() -> None:
