@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from typing import Any
+from unittest.mock import MagicMock
 
 import pytest
 
 from sr3.errors import ConfigError
 from storm_bridge.cluster.acker import PendingInput
-from storm_bridge.cluster.duplicates import InputLog
+from storm_bridge.cluster.duplicates import InputLog, Race, Stragglers, _Copy
+from storm_bridge.cluster.events import Journal
 from storm_bridge.cluster.settings import TaskSettings
-from storm_bridge.cluster.tasks import TaskRuntime
+from storm_bridge.cluster.supervisor import Supervisor
+from storm_bridge.cluster.tasks import TaskRuntime, TimerQueue
+from storm_bridge.messages import ShellMsg, parse_shell_msg
 from storm_bridge.straggler import (
     StragglerPolicy,
     StragglerSettings,
@@ -134,3 +138,70 @@ def test_a_stateless_task_duplicate_gets_only_what_it_owes() -> None:
     assert [t for t, _ in log.since_commit(rt)] == ["b", "c"]
     log.committed(3)
     assert log.size() == 2
+
+
+class _Forwarded:
+    """Records what a race sends downstream and which inputs it settles."""
+
+    def __init__(self) -> None:
+        self.emits: list[list[Any]] = []
+        self.settled: list[str] = []
+
+    def emit(self, rt: TaskRuntime, msg: ShellMsg, reply_to: object) -> None:
+        self.emits.append(list(msg.values))
+
+    def settle(self, rt: TaskRuntime, msg: ShellMsg) -> None:
+        self.settled.append(str(msg.msg_id))
+        rt.inputs.pop(str(msg.msg_id), None)
+
+
+def _msg(command: str, **fields: Any) -> ShellMsg:
+    return parse_shell_msg({"command": command, **fields}, component="count", task_id=1)
+
+
+def test_a_race_sends_each_output_and_ack_downstream_once() -> None:
+    rt = task(1, stateful=True)
+    forwarded = _Forwarded()
+    stragglers = Stragglers(
+        settings=SETTINGS,
+        tasks={1: rt},
+        component_tasks=lambda _name: [1],
+        timers=TimerQueue(),
+        clock=lambda: 0.0,
+        journal=Journal(["count"], lambda: 0.0, 100),
+        supervisor=MagicMock(spec_set=Supervisor),
+        coordinator=None,
+        emit=forwarded.emit,
+        settle=forwarded.settle,
+    )
+    entries: list[tuple[str, dict[str, Any]]] = [(t, {"id": t}) for t in "abc"]
+    for tuple_id in "bc":  # the original processed a and emitted once for b
+        rt.inputs[tuple_id] = PendingInput({}, "split", "default", [tuple_id])
+    race = Race(
+        rt,
+        MagicMock(),
+        -1,
+        entries,
+        original=_Copy("original", 1, 1),
+        duplicate=_Copy("duplicate", 0),
+        index={t: i for i, (t, _) in enumerate(entries)},
+        forwarded={1: 1},
+    )
+    dup, original = race.duplicate, race.original
+    for copy, command, fields in [
+        (dup, "emit", {"tuple": ["a-out"]}),  # a: acked by the original
+        (dup, "ack", {"id": "a"}),
+        (dup, "emit", {"tuple": ["b-out1"]}),  # the original sent it already
+        (dup, "emit", {"tuple": ["b-out2"]}),  # new
+        (original, "emit", {"tuple": ["b-out2"]}),  # the duplicate's went out
+        (original, "ack", {"id": "b"}),
+        (dup, "ack", {"id": "b"}),  # b is acked already
+        (dup, "emit", {"tuple": ["c-out1"]}),
+        (dup, "ack", {"id": "c"}),
+    ]:
+        stragglers.message(race, copy, _msg(command, **fields))
+    assert forwarded.emits == [["b-out2"], ["c-out1"]]
+    assert forwarded.settled == ["b", "c"]
+    assert race.at_live_position(original) is False  # it is still at c
+    dup.up = True
+    assert race.at_live_position(dup)
