@@ -5,9 +5,10 @@ and judged by :func:`storm_bridge.straggler.verdict`. Under ``restart`` a
 straggler is SIGKILLed and recovers as after a crash (a rollback to the last
 committed epoch). Under ``duplicate`` (StreamScope's answer) a second
 subprocess of the task starts, restores the last committed epoch, and is fed
-the task's inputs since that epoch from the :class:`InputLog` (the cluster
+the task's inputs since that epoch from the input log (the cluster
 routes every tuple, so it keeps them: the upstream buffer), then the live
-input the original also gets, under the same tuple ids. The copy that first
+input the original also gets, under the same tuple ids (see
+:mod:`storm_bridge.cluster.races`). The copy that first
 processed everything delivered takes over and the other is killed. Outputs are
 deduplicated by position in the task's input: the k-th emit made while
 processing the n-th input goes downstream once, whichever copy makes it first;
@@ -22,12 +23,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from storm_bridge.cluster.checkpoints import Coordinator
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.process import ProcessEvent, TaskProcess
+from storm_bridge.cluster.races import InputLog, Race, RaceCopy
 from storm_bridge.cluster.rollbacks import is_stateful_bolt
 from storm_bridge.cluster.supervisor import Supervisor
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
@@ -42,7 +43,7 @@ from storm_bridge.straggler import (
     verdict,
 )
 
-__all__ = ["InputLog", "Race", "Stragglers"]
+__all__ = ["Stragglers"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,142 +51,6 @@ logger = logging.getLogger(__name__)
 Emit = Callable[[TaskRuntime, ShellMsg, TaskProcess | None], None]
 #: (task, ack or fail message) -> settle the input as the engine does.
 Settle = Callable[[TaskRuntime, ShellMsg], None]
-Entry = tuple[str, dict[str, Any]]
-
-
-class InputLog:
-    """Each bolt task's inputs since the last committed epoch, in delivery order.
-
-    A stateful task's log is cut at the barrier of each committed epoch (what
-    its snapshot of that epoch covers); a stateless task's at its first input
-    still pending (it has no state: only what it owes matters).
-    """
-
-    def __init__(self, tasks: Mapping[int, TaskRuntime]) -> None:
-        self._tasks = tasks
-        self._entries: dict[int, list[Entry]] = {}
-        self._marks: dict[int, dict[int, int]] = {}
-
-    def delivered(
-        self, rt: TaskRuntime, tuple_id: str, message: dict[str, Any]
-    ) -> None:
-        """A tuple was sent to ``rt``."""
-        self._entries.setdefault(rt.task_id, []).append((tuple_id, message))
-
-    def barrier(self, rt: TaskRuntime, epoch: int) -> None:
-        """The barrier of ``epoch`` was sent to stateful task ``rt``."""
-        size = len(self._entries.get(rt.task_id, ()))
-        self._marks.setdefault(rt.task_id, {})[epoch] = size
-
-    def committed(self, epoch: int) -> None:
-        """Epoch ``epoch`` committed: forget what its snapshots cover."""
-        for task_id, entries in self._entries.items():
-            rt = self._tasks[task_id]
-            marks = self._marks.get(task_id, {})
-            if is_stateful_bolt(rt):
-                cut = marks.get(epoch)
-                if cut is None:
-                    continue
-            else:
-                cut = next(
-                    (i for i, (t, _) in enumerate(entries) if t in rt.inputs),
-                    len(entries),
-                )
-            del entries[:cut]
-            self._marks[task_id] = {e: i - cut for e, i in marks.items() if e > epoch}
-
-    def since_commit(self, rt: TaskRuntime) -> list[Entry]:
-        """The inputs of ``rt`` its duplicate must process (see the class doc)."""
-        entries = self._entries.get(rt.task_id, [])
-        if is_stateful_bolt(rt):
-            return list(entries)
-        return [(t, m) for t, m in entries if t in rt.inputs]
-
-    def forget(self, task_id: int | None = None) -> None:
-        """Drop one task's log (it restarted) or every log (a rollback)."""
-        if task_id is None:
-            self._entries.clear()
-            self._marks.clear()
-        else:
-            self._entries.pop(task_id, None)
-            self._marks.pop(task_id, None)
-
-    def size(self) -> int:
-        """Inputs held, over every task."""
-        return sum(len(e) for e in self._entries.values())
-
-
-@dataclass
-class _Copy:
-    """One of the two copies of a racing task.
-
-    Attributes:
-        name: ``original`` or ``duplicate``.
-        pos: Position (in the race's input) of the input it is processing.
-        emitted: Emits it made while processing that input.
-        process: The duplicate's subprocess (None: the task's own).
-        pid: The duplicate's pid, once it answered the handshake.
-        up: The duplicate restored its state and may win.
-    """
-
-    name: str
-    pos: int
-    emitted: int = 0
-    process: TaskProcess | None = None
-    pid: int | None = None
-    up: bool = False
-
-
-@dataclass
-class Race:
-    """A straggler and its duplicate processing the same input.
-
-    Attributes:
-        rt: The task.
-        event: Its report entry.
-        tag: Incarnation tag of the duplicate's events (negative).
-        entries: The task's input since the last committed epoch, then live.
-        index: Position of each tuple id in ``entries``.
-        forwarded: Emits sent downstream per position.
-        heard_at: When the original last said anything.
-        awake_since: Since when the original has answered without a gap of
-            half ``sr3.straggler.lag.s`` (None: not since the detection).
-        original: The task's own subprocess.
-        duplicate: The copy.
-    """
-
-    rt: TaskRuntime
-    event: StragglerEvent
-    tag: int
-    entries: list[Entry]
-    original: _Copy
-    duplicate: _Copy
-    index: dict[str, int] = field(default_factory=dict)
-    forwarded: dict[int, int] = field(default_factory=dict)
-    heard_at: float = 0.0
-    awake_since: float | None = None
-
-    def add(self, tuple_id: str, message: dict[str, Any]) -> None:
-        """A live input: the original got it; the duplicate gets it too."""
-        self.index[tuple_id] = len(self.entries)
-        self.entries.append((tuple_id, message))
-        if self.duplicate.process is not None:
-            self.duplicate.process.send(message)
-
-    def owed(self, position: int) -> bool:
-        """Whether the input at ``position`` is still to be acked or failed.
-
-        Once one copy acked it, that copy emitted all of its outputs: the
-        other's are duplicates, whatever their count.
-        """
-        if position >= len(self.entries):
-            return True  # an emit before any input (an initialize that emits)
-        return self.entries[position][0] in self.rt.inputs
-
-    def at_live_position(self, copy: _Copy) -> bool:
-        """Whether ``copy`` processed everything delivered to the task."""
-        ready = copy is self.original or copy.up
-        return ready and copy.pos >= len(self.entries)
 
 
 class Stragglers:
@@ -430,8 +295,8 @@ class Stragglers:
             event,
             tag,
             entries,
-            original=_Copy("original", first, rt.emits_since_ack),
-            duplicate=_Copy("duplicate", 0),
+            original=RaceCopy("original", first, rt.emits_since_ack),
+            duplicate=RaceCopy("duplicate", 0),
             index={t: i for i, (t, _) in enumerate(entries)},
             heard_at=rt.last_heard,
         )
@@ -500,7 +365,7 @@ class Stragglers:
             self._decide(race, copy)
         return None
 
-    def _copy_message(self, race: Race, copy: _Copy, msg: ShellMsg) -> None:
+    def _copy_message(self, race: Race, copy: RaceCopy, msg: ShellMsg) -> None:
         name = race.rt.component.name
         if msg.command == "log":
             logger.info("duplicate of %s task %s: %s", name, race.rt.task_id, msg.msg)
@@ -534,7 +399,7 @@ class Stragglers:
         if race.rt.task_id in self._races and live and awake:
             self._decide(race, race.original)
 
-    def message(self, race: Race, copy: _Copy, msg: ShellMsg) -> None:
+    def message(self, race: Race, copy: RaceCopy, msg: ShellMsg) -> None:
         """Apply a copy's emit, ack or fail once for the task.
 
         Raises:
@@ -561,7 +426,7 @@ class Stragglers:
             if tuple_id in rt.inputs:
                 self._settle(rt, msg)
 
-    def _decide(self, race: Race, winner: _Copy) -> None:
+    def _decide(self, race: Race, winner: RaceCopy) -> None:
         rt = race.rt
         if winner is race.original:
             self._end(race, "original")

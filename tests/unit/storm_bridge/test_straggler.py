@@ -9,8 +9,9 @@ import pytest
 
 from sr3.errors import ConfigError
 from storm_bridge.cluster.acker import PendingInput
-from storm_bridge.cluster.duplicates import InputLog, Race, Stragglers, _Copy
+from storm_bridge.cluster.duplicates import Stragglers
 from storm_bridge.cluster.events import Journal
+from storm_bridge.cluster.races import InputLog, Race, RaceCopy
 from storm_bridge.cluster.settings import TaskSettings
 from storm_bridge.cluster.supervisor import Supervisor
 from storm_bridge.cluster.tasks import TaskRuntime, TimerQueue
@@ -182,8 +183,8 @@ def test_a_race_sends_each_output_and_ack_downstream_once() -> None:
         MagicMock(),
         -1,
         entries,
-        original=_Copy("original", 1, 1),
-        duplicate=_Copy("duplicate", 0),
+        original=RaceCopy("original", 1, 1),
+        duplicate=RaceCopy("duplicate", 0),
         index={t: i for i, (t, _) in enumerate(entries)},
         forwarded={1: 1},
     )
