@@ -7,8 +7,9 @@ retries its own tasks), ring node kills (``--kill-node``) on every engine, the
 killed nodes started again before the next engine runs. After each run the
 final committed state of every stateful bolt is read from the ring
 (:meth:`backend.access.RingAccess.committed_dump`). Tuples per component are
-sampled every :data:`SAMPLE_S` from the run's own Prometheus endpoint, which
-gives throughput over time. :func:`verdict` compares each engine's state and
+sampled every :data:`~sr3_cli.compare_sampler.SAMPLE_S` from the run's own
+Prometheus endpoint (:mod:`sr3_cli.compare_sampler`), which gives throughput over time.
+:func:`~sr3_cli.compare_verdict.verdict` compares each engine's state and
 sink outputs with the first engine's, key by key; :mod:`sr3_cli.compare_report`
 writes ``results.json``, ``report.md`` and ``report.html``.
 """
@@ -18,10 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -29,12 +31,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
 from sr3_cli.argtypes import at_least, positive_seconds
 from sr3_cli.commands import wait_for_members
+from sr3_cli.compare_sampler import SAMPLE_S, Progress, TupleSampler, per_second
+from sr3_cli.compare_verdict import verdict
 from sr3_cli.daemons.prometheus import targets_dir
 from sr3_cli.lab import Lab
 from sr3_cli.run_checks import (
@@ -57,10 +59,6 @@ __all__ = [
 ]
 
 ENGINES: Final = ("storm", "spark", "apache-storm")
-#: Seconds between two samples of a run's tuple counters.
-SAMPLE_S: Final = 0.5
-#: Differing keys named per component in the verdict.
-FIRST_KEYS: Final = 5
 #: Exit code when the engines disagree.
 EXIT_DISAGREE: Final = 1
 E_ENGINE = (
@@ -75,8 +73,6 @@ E_APACHE = (
     "--engines apache-storm needs a lab with a real Storm cluster: run `sr3 lab up "
     "--storm` and pass --lab DIR"
 )
-
-Progress = Callable[[str], None]
 
 
 def _stderr(line: str) -> None:
@@ -111,88 +107,6 @@ def parse_engines(text: str) -> tuple[str, ...]:
         )
         raise ConfigError(msg)
     return names
-
-
-class TupleSampler:
-    """Samples ``sr3_tuples_total`` per component from a run's metrics endpoint.
-
-    The run lists its endpoint in ``targets`` as ``run-<topology>-<pid>.json``
-    (:func:`sr3.metrics.write_target`); the sampler finds it there.
-    """
-
-    def __init__(
-        self, targets: Path, topology: str, engine: str, progress: Progress
-    ) -> None:
-        self._target = targets / f"run-{topology}-{os.getpid()}.json"
-        self._engine = engine
-        self._progress = progress
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self.samples: list[dict[str, Any]] = []
-        self._started = 0.0
-
-    def __enter__(self) -> TupleSampler:
-        self._started = time.monotonic()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
-
-    def _url(self) -> str | None:
-        try:
-            targets = json.loads(self._target.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return f"http://{targets[0]['targets'][0]}/metrics"
-
-    def _run(self) -> None:
-        url = None
-        shown = 0.0
-        while not self._stop.wait(SAMPLE_S):
-            url = url or self._url()
-            if url is None:
-                continue
-            try:
-                with urllib.request.urlopen(url, timeout=2) as answer:  # noqa: S310
-                    text = answer.read().decode("utf-8")
-            except OSError:  # the run just ended (endpoint closed)
-                continue
-            counts: dict[str, int] = {}
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    if sample.name == "sr3_tuples_total":
-                        name = sample.labels.get("component", "?")
-                        counts[name] = counts.get(name, 0) + int(sample.value)
-            t_s = round(time.monotonic() - self._started, 2)
-            self.samples.append({"t_s": t_s, "tuples": counts})
-            if t_s - shown >= 2.0:  # noqa: PLR2004 (a progress line every 2 s)
-                shown = t_s
-                self._progress(
-                    f"{self._engine}: {t_s:.0f} s, {sum(counts.values())} tuples"
-                )
-
-
-def _per_second(samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Return tuples/s between samples, per component, and their peak."""
-    times: list[float] = []
-    rates: dict[str, list[float]] = {}
-    for prev, cur in zip(samples, samples[1:], strict=False):
-        dt = cur["t_s"] - prev["t_s"]
-        if dt <= 0:
-            continue
-        times.append(cur["t_s"])
-        for name in cur["tuples"]:
-            delta = cur["tuples"][name] - prev["tuples"].get(name, 0)
-            rates.setdefault(name, [0.0] * (len(times) - 1)).append(
-                round(max(delta, 0) / dt, 1)
-            )
-        for series in rates.values():
-            if len(series) < len(times):
-                series.append(0.0)
-    peak = {name: max(series) for name, series in rates.items() if series}
-    return {"t_s": times, "per_s": rates, "peak_per_s": peak}
 
 
 def _state(ring: RingAccess, topology: str, components: Sequence[str]) -> Any:
@@ -367,7 +281,7 @@ def compare_engines(
             "report": report,
             "state": state,
             "samples": sampler.samples,
-            "throughput": _per_second(sampler.samples),
+            "throughput": per_second(sampler.samples),
         }
         keys = ", ".join(f"{n} {s['keys']} keys" for n, s in state.items())
         progress(f"[{i}/{len(request.engines)}] {engine}: done in {wall_s} s ({keys})")
@@ -377,6 +291,7 @@ def compare_engines(
         "engines": list(request.engines),
         "conf": dict(request.conf),
         "duration_s": request.duration_s,
+        "sample_s": SAMPLE_S,
         "created": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "schedule": {
             "kills": [
@@ -397,82 +312,11 @@ def compare_engines(
 
 @contextmanager
 def _scratch() -> Iterator[Path]:
-    import shutil  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-
     root = Path(tempfile.mkdtemp(prefix="sr3-compare-"))
     try:
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
-
-
-def _differing(ref: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
-    return [k for k in sorted(set(ref) | set(other)) if ref.get(k) != other.get(k)]
-
-
-def verdict(results: Mapping[str, Any]) -> dict[str, Any]:
-    """Return ``agree`` and ``differences``: every engine against the first.
-
-    Final states are compared key by key for every stateful bolt; sink outputs
-    (last output per key) where both engines report the sink.
-    """
-    engines = list(results["engines"])
-    runs = results["runs"]
-    ref_name = engines[0]
-    ref = runs[ref_name]
-    differences: list[dict[str, Any]] = []
-    compared: list[dict[str, Any]] = []
-    for engine in engines[1:]:
-        run = runs[engine]
-        for what, ours, theirs in (
-            ("state", _rows(ref["state"]), _rows(run["state"])),
-            (
-                "outputs",
-                ref["report"].get("outputs", {}),
-                run["report"].get("outputs", {}),
-            ),
-        ):
-            for component in sorted(
-                set(ours) & set(theirs)
-                if what == "outputs"
-                else set(ours) | set(theirs)
-            ):
-                a, b = ours.get(component, {}), theirs.get(component, {})
-                keys = _differing(a, b)
-                compared.append(
-                    {
-                        "engine": engine,
-                        "what": what,
-                        "component": component,
-                        "keys": len(set(a) | set(b)),
-                        "differing": len(keys),
-                    }
-                )
-                if keys:
-                    differences.append(
-                        {
-                            "engine": engine,
-                            "reference": ref_name,
-                            "what": what,
-                            "component": component,
-                            "differing": len(keys),
-                            "first_keys": [
-                                {"key": k, ref_name: a.get(k), engine: b.get(k)}
-                                for k in keys[:FIRST_KEYS]
-                            ],
-                        }
-                    )
-    return {
-        "agree": not differences,
-        "reference": ref_name,
-        "compared": compared,
-        "differences": differences,
-    }
-
-
-def _rows(state: Mapping[str, Any]) -> dict[str, Any]:
-    return {name: s["rows"] for name, s in state.items()}
 
 
 def _request(args: argparse.Namespace) -> CompareRequest:

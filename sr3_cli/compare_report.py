@@ -189,7 +189,8 @@ def markdown(results: Mapping[str, Any]) -> str:
         )
     else:
         lines += ["No recovery in any run.", ""]
-    lines += ["## Throughput peaks (tuples/s, sampled every 0.5 s)", ""]
+    every = results["sample_s"]
+    lines += [f"## Throughput peaks (tuples/s, sampled every {every} s)", ""]
     peaks = [
         [engine, name, value]
         for engine in results["engines"]
