@@ -29,6 +29,7 @@ import pytest
 from sr3.config import Sr3Config
 from sr3_cli.lab import Lab
 from storm_bridge.wiring import RingAccess
+from tests.conftest import _wait_until
 from tests.e2e.conftest import require_zk
 from tests.integration.conftest import running_lab
 from topologies.wordcount import corpus
@@ -78,11 +79,7 @@ def counting_tasks(run_pid: int) -> list[int]:
 
 
 def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting: {what}")
-        time.sleep(0.05)
+    _wait_until(predicate, timeout_s=WAIT_S, what=what)
 
 
 class StoppedRun:
