@@ -556,8 +556,9 @@ def run_topology(
             )
         )
         if store is not None:
+            view = native_checkpoints(ring, store, topology.name, interval_s)
             coordinator_view = (
-                native_checkpoints(ring, store, topology.name, interval_s),
+                {**view, "stragglers": cluster.straggler_events()},
                 [],
             )
         errors = [str(e) for e in cluster.errors()]

@@ -464,6 +464,11 @@ class LocalCluster:
         """Sorted task ids of a component."""
         return self._engine.router.component_tasks(component)
 
+    def straggler_events(self) -> list[dict[str, Any]]:
+        """The straggler policy's events of this run (the report's ``stragglers``)."""
+        with self._lock:
+            return self._engine.stragglers.report()
+
     def task_pid(self, task_id: int) -> int | None:
         """Pid of a task's current subprocess (None while it restarts)."""
         with self._lock:
