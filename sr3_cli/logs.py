@@ -24,7 +24,7 @@ LIVE_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: Distinct messages kept; more are counted, not kept (a long run of retries).
 _MAX_HELD = 50
 #: Commands whose records always go live: they serve, or run for long.
-_LIVE_COMMANDS = frozenset({"node", "run"})
+_LIVE_COMMANDS = frozenset({"compare", "node", "run"})
 #: Commands whose records are dropped unless -v: they cause failures on purpose.
 _SILENT_COMMANDS = frozenset({"chaos"})
 
