@@ -19,7 +19,7 @@ demo: setup  ## Run the main job on embedded defaults (not in CI)
 	$(BIN)/sr3 demo
 
 test: setup lint typecheck imports  ## Everything CI runs: lint, types, layers, all tests (CI: yes)
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q --durations=30 tests
 
 ci: test  ## Exactly what .ci/run runs (CI: yes)
 
