@@ -524,7 +524,7 @@ class RingAccess:
     def _pinned(
         self, owner: str, pins: dict[str, _Pins]
     ) -> tuple[set[int], DropGuard | None]:
-        """Return ``owner``'s epochs its topology's savepoints pin, and their guard.
+        """Return ``owner``'s epochs its topology's savepoints and retained commits pin.
 
         ``pins`` caches each topology's pins for one collection. A drop under
         the guard stops should a savepoint be taken meanwhile.
@@ -537,6 +537,12 @@ class RingAccess:
         except ValueError:
             return set(), None  # not a task's state (sr3 snapshot put): no savepoints
         if topology not in pins:
-            pins[topology] = self.savepoints.pins(topology)
+            pinned, guard = self.savepoints.pins(topology)
+            # commits kept restorable (sr3.checkpoint.retain) are kept alike;
+            # the committer writes them before it collects, so no guard is needed
+            for record in self.checkpoints.retained(topology):
+                for held in record.owners:
+                    pinned.setdefault(held, set()).add(record.epoch)
+            pins[topology] = (pinned, guard)
         pinned, guard = pins[topology]
         return pinned.get(owner, set()), guard

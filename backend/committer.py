@@ -64,8 +64,8 @@ E_OTHER_TOPOLOGY = (
 E_COLLECTED = (
     "epoch {epoch} of topology {topology!r} cannot be restored: its manifests "
     "were collected (or it never committed); restorable epochs: {known}. Pass "
-    "one of them to --from-epoch, or take savepoints (sr3 savepoint create) to "
-    "keep an epoch"
+    "one of them to --from-epoch, take savepoints (sr3 savepoint create) to "
+    "keep an epoch, or set sr3.checkpoint.retain=N to keep the last N commits"
 )
 E_MISSING = (
     "{what} of topology {topology!r} cannot be restored: the manifests of epoch "
@@ -175,6 +175,11 @@ def _restorable(access: RingAccess, topology: str) -> str:
         f"{p.record.epoch} (savepoint {p.name!r})"
         for p in access.savepoints.savepoints(topology)
     ]
+    known += [
+        f"{r.epoch} (retained)"
+        for r in access.checkpoints.retained(topology)
+        if record is None or r.epoch != record.epoch
+    ]
     return ", ".join(known) or "none"
 
 
@@ -199,6 +204,9 @@ def _epoch_record(access: RingAccess, topology: str, epoch: int) -> CommitRecord
     for point in access.savepoints.savepoints(topology):
         if point.record.epoch == epoch:
             return point.record
+    for kept in access.checkpoints.retained(topology):
+        if kept.epoch == epoch:
+            return kept
     known = _restorable(access, topology)
     raise ConfigError(E_COLLECTED.format(epoch=epoch, topology=topology, known=known))
 
@@ -255,13 +263,22 @@ class EpochCommitter:
         access: Open handles on ZooKeeper and the ring.
         topology: The topology name.
         background: Collect on a thread of its own (False: in :meth:`commit`).
+        retain: Committed epochs kept restorable, the last one included
+            (``sr3.checkpoint.retain``): each commit is also kept among the
+            ``retain`` newest, and collections keep their epochs.
     """
 
     def __init__(
-        self, access: RingAccess, topology: str, *, background: bool = True
+        self,
+        access: RingAccess,
+        topology: str,
+        *,
+        background: bool = True,
+        retain: int = 1,
     ) -> None:
         self._access = access
         self.topology = topology
+        self._retain = retain
         self._collector = (
             ThreadPoolExecutor(1, thread_name_prefix="sr3-collect")
             if background
@@ -360,6 +377,8 @@ class EpochCommitter:
             CoordinationError: ZooKeeper failed; nothing was committed.
         """
         self._access.checkpoints.commit(self.topology, record)
+        if self._retain > 1:
+            self._access.checkpoints.retain(self.topology, record, self._retain)
         if self._collector is None:
             self.collect(record.epoch, record.owners)
         else:

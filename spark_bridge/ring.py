@@ -183,6 +183,7 @@ class BatchCommitter:
             (:mod:`backend.chain`).
         boxing: How Storm's fields grouping hashes int keys, to place each key
             with the Storm task that owns it.
+        retain: Committed epochs kept restorable (``sr3.checkpoint.retain``).
     """
 
     def __init__(
@@ -194,6 +195,7 @@ class BatchCommitter:
         query_id: str,
         policy: ChainPolicy | None = None,
         boxing: IntegerBoxing = IntegerBoxing.LONG,
+        retain: int = 1,
     ) -> None:
         self._access = access
         self._policy = policy or ChainPolicy()
@@ -217,7 +219,7 @@ class BatchCommitter:
         self._last_batch: int | None = None
         #: rescaled components: (committed epoch, owners it was committed with)
         self._reshard: dict[str, tuple[int, list[str]]] = {}
-        self._committer = EpochCommitter(access, topology.name)
+        self._committer = EpochCommitter(access, topology.name, retain=retain)
         self.commits: list[BatchCommit] = []
 
     def open(self) -> CommitRecord | None:

@@ -185,6 +185,7 @@ def _start(  # noqa: PLR0913 (the start's inputs)
         query_id=query,
         policy=ChainPolicy(settings.recovery.max_chain_length),
         boxing=IntegerBoxing.of({**topology.config, **conf}),
+        retain=settings.checkpoint.retain,
     )
     record = committer.open()
     start = _Start(committer=committer, record=record, query=query)

@@ -51,6 +51,8 @@ class CheckpointConfig(_Section):
         mode: ``sr3.checkpoint.mode``, ``local`` (default: ``sr3 run``'s
             coordinator drives the epochs) or ``native`` (the tasks run the
             protocol over ZooKeeper, as on a real Storm cluster).
+        retain: ``sr3.checkpoint.retain``, committed epochs kept restorable
+            with ``--from-epoch``, the last one included (default 1).
         rollback_quiet_s: ``sr3.checkpoint.rollback.quiet.s``, native mode: time
             a rollback waits without stragglers before resuming (default 1 s).
         straggler_policy: ``sr3.straggler.policy``, local cluster: ``off``
@@ -74,6 +76,7 @@ class CheckpointConfig(_Section):
     interval_s: float = 1.0
     timeout_s: float = 60.0
     mode: str = "local"
+    retain: int = 1
     rollback_quiet_s: float = 1.0
     straggler_policy: str = "off"
     straggler_lag_s: float = 5.0

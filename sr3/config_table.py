@@ -171,6 +171,10 @@ _ROWS: Final = (
         "Checkpoint protocol: local (sr3 run's coordinator) or native (the "
         "tasks run it over ZooKeeper, as on a real Storm cluster).",
         choices=("local", "native")),
+    Key("sr3.checkpoint.retain", "checkpoint", "retain", INT, 1, _TOPOLOGY,
+        "Committed epochs kept restorable (sr3 run --from-epoch), the last one "
+        "included; older ones are collected unless a savepoint pins them.",
+        low=1),
     _seconds("sr3.checkpoint.rollback.quiet.s", "checkpoint", "rollback_quiet_s",
         1.0, _TOPOLOGY, "Native mode: time a rollback waits "
         "without stragglers before resuming."),

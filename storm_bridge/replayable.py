@@ -158,7 +158,7 @@ class ReplayableSpout(Spout):
             checkpoints = CheckpointConfig.from_mapping(storm_conf)
             coordinator = NativeCoordinator(
                 store=store,
-                log=EpochCommitter(ring, topology),
+                log=EpochCommitter(ring, topology, retain=checkpoints.retain),
                 topology=topology,
                 interval_s=checkpoints.interval_s,
                 timeout_s=checkpoints.timeout_s,

@@ -485,7 +485,7 @@ def run_topology(
     checkpoint = None
     hooks = None
     store: ZkEpochStore | None = None
-    committer = EpochCommitter(ring, topology.name)
+    committer = EpochCommitter(ring, topology.name, retain=settings.retain)
     if options.checkpoints and native:
         # no coordinator in the cluster: the tasks run the native protocol
         committer.start(

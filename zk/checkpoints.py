@@ -152,6 +152,56 @@ class ZkCheckpointStore:
         msg = f"{what}: lost the compare-and-set race {_CAS_ATTEMPTS} times"
         raise CoordinationError(msg)
 
+    def retain(self, topology: str, record: CommitRecord, keep: int) -> list[int]:
+        """Keep ``record`` restorable among the topology's ``keep`` newest commits.
+
+        Records beyond the ``keep`` newest are deleted (their epochs go with the
+        next collection unless a savepoint pins them). Returns the epochs kept.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        parent = self._paths.retained(topology)
+        client = self._session.client
+        body = pack_meta({**record.to_dict(), "committed_at": time.time()})
+        what = f"retain epoch {record.epoch} of topology {topology!r}"
+        with self._session.translate(what, parent):
+            path = self._paths.retained_epoch(topology, record.epoch)
+            try:
+                self._session.call(
+                    partial(client.create_async, path, body, makepath=True)
+                )
+            except NodeExistsError:
+                self._session.call(partial(client.set_async, path, body))
+            epochs = sorted(int(n) for n in self._session.children(parent))
+            for epoch in epochs[:-keep]:
+                try:
+                    self._session.call(
+                        partial(
+                            client.delete_async,
+                            self._paths.retained_epoch(topology, epoch),
+                        )
+                    )
+                except NoNodeError:
+                    pass
+        return epochs[-keep:]
+
+    def retained(self, topology: str) -> list[CommitRecord]:
+        """Return the topology's retained commit records, oldest first.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+            CodecError: a record is malformed.
+        """
+        parent = self._paths.retained(topology)
+        with self._session.translate(f"list retained epochs of {topology!r}", parent):
+            names = self._session.children(parent)
+            found = self._session.get_many(
+                self._paths.retained_epoch(topology, int(n)) for n in names
+            )
+        records = [CommitRecord.from_dict(unpack_meta(d)) for d, _ in found.values()]
+        return sorted(records, key=lambda r: r.epoch)
+
     def reset(self, topology: str, record: CommitRecord) -> None:
         """Overwrite the record unconditionally (a fresh run's empty epoch).
 

@@ -11,6 +11,7 @@ chrooted kazoo client of :mod:`zk.client` sees the tree::
     /topologies/<name>                       topology metadata
     /topologies/<name>/committed             last globally committed epoch
     /topologies/<name>/savepoints/<savepoint>    a named, pinned commit record
+    /topologies/<name>/retained/<epoch:010d>     a commit record kept restorable
     /topologies/<name>/native/control        native mode: phase, epoch, generation
     /topologies/<name>/native/generation     native checkpoints: rollback counter
     /topologies/<name>/native/coordinator    ephemeral, the coordinating spout task
@@ -137,6 +138,14 @@ class ZkPaths:
     def committed(self, name: str) -> str:
         """Return the znode holding topology ``name``'s last committed epoch."""
         return f"{self.topology(name)}/committed"
+
+    def retained(self, name: str) -> str:
+        """Return the parent of topology ``name``'s retained commit records."""
+        return f"{self.topology(name)}/retained"
+
+    def retained_epoch(self, name: str, epoch: int) -> str:
+        """Return the retained commit record of ``epoch`` (10 digits, padded)."""
+        return f"{self.retained(name)}/{epoch:010d}"
 
     def savepoints(self, name: str) -> str:
         """Return the parent of topology ``name``'s savepoints."""

@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "sr3.checkpoint.interval.s": 1.0,
     "sr3.checkpoint.timeout.s": 60.0,
     "sr3.checkpoint.mode": "local",
+    "sr3.checkpoint.retain": 1,
     "sr3.checkpoint.rollback.quiet.s": 1.0,
     "sr3.straggler.policy": "off",
     "sr3.straggler.lag.s": 5.0,
