@@ -2,9 +2,10 @@
 
 ``topologies/kafka_wordcount.py``, unchanged, on Spark: its ``KafkaSpout``
 reads through ``spark-sql-kafka-0-10`` from the offsets in our epochs, and its
-``KafkaSink`` writes each committed micro-batch in one Kafka transaction.
-Exactly once for this running-count stream: read ``read_committed``, the
-output topic holds each ``(word, n)`` for ``n = 1 .. final count`` once.
+``KafkaSink`` writes each committed micro-batch in one Kafka transaction, with
+a ring node killed mid-run. Exactly once for this running-count stream: read
+``read_committed``, the output topic holds each ``(word, n)`` for ``n = 1 ..
+final count`` once.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def conf_for(bootstrap: str, lines: str, counts: str) -> dict[str, Any]:
 
 def test_spark_word_count_from_kafka_has_exact_state_and_output_once(
     spark: SparkSession,
+    lab: Lab,
     ring: RingAccess,
     kafka_bootstrap: str,
     new_topic: NewTopicFactory,
@@ -75,6 +77,9 @@ def test_spark_word_count_from_kafka_has_exact_state_and_output_once(
         stop_after_batches=1,
     )
     assert first["idle"] is False
+    # a ring node dies between the legs: the resumed run writes its epochs to
+    # the two left (write quorum 2 of r=3) and the state reads back from them
+    lab.kill_nodes(["node-1"])
     report = run_spark(
         FILE,
         checkpoint_dir=tmp_path / "ck",
