@@ -132,7 +132,10 @@ def run_status(args: argparse.Namespace) -> int:
         _print_storm(status["storm"])
     kafka = status["kafka"]
     if kafka is not None:
-        state = f"pid {kafka['pid']}" if kafka["running"] else "NOT RUNNING"
+        pids = kafka["pid"] if isinstance(kafka["pid"], list) else [kafka["pid"]]
+        label = "pid" if len(pids) == 1 else "pids"
+        shown = ", ".join(str(p) for p in pids)
+        state = f"{label} {shown}" if kafka["running"] else "NOT RUNNING"
         print(f"\nApache Kafka {kafka['version']}: {kafka['bootstrap']} ({state})")
     _print_metrics(status)
     return 0
