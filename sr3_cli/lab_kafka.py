@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from sr3.errors import ConfigError
-from sr3_cli import storm_cmd
 from sr3_cli.daemons.kafka import KafkaBroker, KafkaBrokerError
 from sr3_cli.daemons.kafka_cluster import KafkaCluster
 from sr3_cli.lab import Lab, resolve_lab_dir
@@ -125,6 +124,10 @@ def kafka_status(lab: Lab) -> dict[str, Any] | None:
 
 def lab_up(args: argparse.Namespace) -> int:
     """``sr3 lab up [--storm] [--kafka [--kafka-brokers N]]``: lab, Storm, Kafka."""
+    # storm_cmd reaches sr3_cli.commands, which imports the status that imports
+    # this module: imported here, `import sr3_cli.status` works on its own
+    from sr3_cli import storm_cmd  # noqa: PLC0415
+
     brokers = int(getattr(args, "kafka_brokers", 1) or 1)
     code = storm_cmd.lab_up(args)
     if code != 0 or not (args.kafka or brokers > 1):
