@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sr3.config import MetricsConfig
-from sr3.metrics import Endpoint, RunMetrics, serve, write_target
+from sr3.metrics import FINAL_SCRAPE_S, Endpoint, RunMetrics, serve, write_target
 
 __all__ = ["FEED_INTERVAL_S", "SparkMetricsFeed"]
 
@@ -88,8 +88,11 @@ class SparkMetricsFeed:
         self._stop.set()
         self._thread.join(timeout=5)
         if self._target is not None:
+            # a lab's Prometheus reads the final values before the target goes
+            self.endpoint.close(final_scrape_s=FINAL_SCRAPE_S)
             self._target.unlink(missing_ok=True)
-        self.endpoint.close()
+        else:
+            self.endpoint.close()
 
     def _run(self) -> None:
         while not self._stop.wait(FEED_INTERVAL_S):

@@ -282,6 +282,33 @@ class RunMetrics:
         self._recovery_seconds.labels(self.topology, mechanism, scope).observe(seconds)
 
 
+#: How long a run's endpoint waits, when it ends, for the scrape that reads its
+#: final values (a lab's Prometheus scrapes every second).
+FINAL_SCRAPE_S: Final = 3.0
+
+
+class _Scrapes:
+    """A collector that yields nothing and counts the scrapes that read it."""
+
+    def __init__(self) -> None:
+        self._done = threading.Condition()
+        self.count = 0
+
+    def describe(self) -> list[object]:
+        return []
+
+    def collect(self) -> list[object]:
+        with self._done:
+            self.count += 1
+            self._done.notify_all()
+        return []
+
+    def wait_after(self, seen: int, timeout_s: float) -> bool:
+        """Wait for a scrape after the ``seen``-th; whether one came in time."""
+        with self._done:
+            return self._done.wait_for(lambda: self.count > seen, timeout_s)
+
+
 @dataclass
 class Endpoint:
     """A running metrics endpoint; :meth:`close` stops it.
@@ -293,14 +320,23 @@ class Endpoint:
     url: str
     _server: WSGIServer
     _thread: threading.Thread
+    _scrapes: _Scrapes
 
     @property
     def port(self) -> int:
         """The port it listens on."""
         return int(self._server.server_port)
 
-    def close(self) -> None:
-        """Stop serving and release the port."""
+    def close(self, *, final_scrape_s: float = 0.0) -> None:
+        """Stop serving and release the port.
+
+        Args:
+            final_scrape_s: First wait up to this long for one more scrape, so
+                a Prometheus that scrapes the endpoint reads the values set
+                just before (a run's last checkpoint and counts).
+        """
+        if final_scrape_s > 0:
+            self._scrapes.wait_after(self._scrapes.count, final_scrape_s)
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
@@ -312,13 +348,16 @@ def serve(registry: CollectorRegistry, *, port: int = 0) -> Endpoint:
     Raises:
         ConfigError: the port cannot be bound (taken: give another, or 0).
     """
+    scrapes = _Scrapes()
+    registry.register(scrapes)  # type: ignore[arg-type]
     try:
         server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
     except OSError as exc:
+        registry.unregister(scrapes)  # type: ignore[arg-type]
         msg = E_PORT.format(port=port, exc=exc)
         raise ConfigError(msg) from exc
     url = f"http://127.0.0.1:{server.server_port}/metrics"
-    return Endpoint(url, server, thread)
+    return Endpoint(url, server, thread, scrapes)
 
 
 def write_target(targets_dir: Path, name: str, endpoint: Endpoint) -> Path:

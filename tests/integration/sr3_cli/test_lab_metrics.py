@@ -79,6 +79,21 @@ class MetricsLab:
         return list(body["data"]["result"])
 
 
+class Missing:
+    """The metrics not scraped yet; its text is what a timed-out wait names."""
+
+    def __init__(self, wanted: set[str]) -> None:
+        self.names = set(wanted)
+
+    def update(self, scraped: set[str]) -> bool:
+        """Forget the scraped names; whether none is missing any more."""
+        self.names -= scraped
+        return not self.names
+
+    def __str__(self) -> str:
+        return f"Prometheus to scrape {sorted(self.names)} (still missing)"
+
+
 @pytest.fixture(scope="module")
 def metrics_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MetricsLab]:
     """A lab up with --metrics, after a word count run in it (a task killed)."""
@@ -122,10 +137,11 @@ def test_prometheus_scrapes_every_metric_in_docs_metrics_md(
     listed = {s.name for s in METRICS if f"`{s.name}`" in DOC.read_text()}
     assert listed == {s.name for s in METRICS}
     wanted = {name for spec in METRICS for name in spec.scraped_names}
+    missing = Missing(wanted)
     wait_until(
-        lambda: wanted <= metrics_lab.scraped_names(),
+        lambda: missing.update(metrics_lab.scraped_names()),
         timeout_s=20,
-        what=f"Prometheus to have scraped {sorted(wanted)}",
+        what=missing,
     )
     # the run's tuples were counted per component while it ran
     counted = metrics_lab.query(
