@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 from wsgiref.simple_server import WSGIServer
@@ -320,7 +320,7 @@ class Endpoint:
     url: str
     _server: WSGIServer
     _thread: threading.Thread
-    _scrapes: _Scrapes
+    _scrapes: _Scrapes = field(default_factory=_Scrapes)
 
     @property
     def port(self) -> int:
