@@ -24,7 +24,7 @@ from backend.committer import EpochCommitter, StartPoint
 from sr3.config import CheckpointConfig
 from sr3.errors import SR3Error
 from storm_bridge.cluster import EventKind, LocalCluster
-from storm_bridge.cluster.checkpoints import CheckpointSettings
+from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
 from storm_bridge.cluster.engine import checked_confs
 from storm_bridge.errors import CheckpointError, StormBridgeError
 from storm_bridge.metrics import RunMetricsFeed
@@ -418,6 +418,23 @@ def _busy_reason(run: _Run, *, waits_for_nodes: bool) -> str:
     return nodes or cluster.busy_reason() or "the final epoch did not commit in time"
 
 
+def _close_epochs(
+    cluster: LocalCluster, clock: Callable[[], float], deadline: float
+) -> None:
+    """Open no epoch after the final one; let the one in flight commit.
+
+    An epoch opened after the final commit would publish its snapshots and be
+    stopped before it commits: manifests no commit references.
+    """
+
+    def close(coordinator: Coordinator) -> int | None:
+        coordinator.closed = True
+        return coordinator.in_flight
+
+    while cluster.with_coordinator(close) is not None and clock() < deadline:
+        threading.Event().wait(0.02)
+
+
 def _deaths_seen(killed: tuple[tuple[int, float], ...], cluster: LocalCluster) -> bool:
     # not from the event log: a chatty task's logs may have pushed the death out
     ends = [cluster.ended_at(task_id) for task_id, _ in killed]
@@ -539,6 +556,8 @@ def run_topology(
             if not idle:
                 busy = _busy_reason(run, waits_for_nodes=store is None)
                 logger.warning("not idle by the end of the run: %s", busy)
+            else:
+                _close_epochs(cluster, clock, clock() + _SETTLE_S)
         elif options.duration_s is not None:
             remaining = started + options.duration_s - clock()
             if remaining > 0:

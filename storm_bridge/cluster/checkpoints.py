@@ -168,6 +168,8 @@ class Coordinator:
         self.on_rollback: Callable[[], None] | None = None
         #: While it returns True no epoch opens (a straggler's race is on).
         self.holds_epochs: Callable[[], bool] | None = None
+        #: Set once the run ended: no epoch opens after the final one.
+        self.closed = False
         #: The run report's straggler entries (set by the engine).
         self.straggler_report: Callable[[], list[dict[str, Any]]] = list
         self._next_epoch = settings.first_epoch
@@ -230,7 +232,7 @@ class Coordinator:
         Returns:
             Whether an epoch was opened.
         """
-        if self._current is not None:
+        if self._current is not None or self.closed:
             return False
         if any(rt.state is not TaskState.RUNNING for rt in self._tasks.values()):
             return False
