@@ -11,19 +11,16 @@ committed (its duration and snapshot bytes). In a lab it lists its endpoint in
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from sr3.config import MetricsConfig
-from sr3.metrics import FINAL_SCRAPE_S, Endpoint, RunMetrics, serve, write_target
+from sr3.metrics import FEED_INTERVAL_S, RunMetrics, RunPublisher
 
 __all__ = ["FEED_INTERVAL_S", "SparkMetricsFeed"]
 
 logger = logging.getLogger(__name__)
-
-FEED_INTERVAL_S: Final = 0.5
 
 
 class SparkMetricsFeed:
@@ -45,14 +42,9 @@ class SparkMetricsFeed:
     ) -> None:
         self.metrics = RunMetrics(topology)
         self._component = "+".join(sorted(spouts)) or "spouts"
-        self._config = config
-        self._targets_dir = targets_dir
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="sr3-spark-metrics", daemon=True
+        self._publisher = RunPublisher(
+            self.metrics, config, targets_dir, self.feed, "sr3-spark-metrics"
         )
-        self.endpoint: Endpoint | None = None
-        self._target: Path | None = None
         self._progress: Callable[[], list[dict[str, Any]]] = list
         self._commits: Callable[[], Sequence[Any]] = list
         self._batches: set[int] = set()
@@ -70,34 +62,14 @@ class SparkMetricsFeed:
             progress: Returns the query's recent progress (``recentProgress``).
             commits: Returns the ring commits so far (``BatchCommit``s).
         """
-        if not self._config.enabled:
-            return
         self._progress, self._commits = progress, commits
-        self.endpoint = serve(self.metrics.registry, port=self._config.port)
-        logger.info("Spark run metrics at %s", self.endpoint.url)
-        if self._targets_dir is not None:
-            self._target = write_target(
-                self._targets_dir, self.metrics.topology, self.endpoint
-            )
-        self._thread.start()
+        endpoint = self._publisher.start()
+        if endpoint is not None:
+            logger.info("Spark run metrics at %s", endpoint.url)
 
     def close(self) -> None:
         """Feed once more, stop serving, remove the target."""
-        if self.endpoint is None:
-            return
-        self._stop.set()
-        self._thread.join(timeout=5)
-        if self._target is not None:
-            # a lab's Prometheus reads the final values before the target goes
-            self.endpoint.close(final_scrape_s=FINAL_SCRAPE_S)
-            self._target.unlink(missing_ok=True)
-        else:
-            self.endpoint.close()
-
-    def _run(self) -> None:
-        while not self._stop.wait(FEED_INTERVAL_S):
-            self.feed()
-        self.feed()
+        self._publisher.close()
 
     def feed(self) -> None:
         """Copy new progress and commits into the metrics (never raises)."""

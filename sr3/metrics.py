@@ -28,6 +28,7 @@ from prometheus_client import (
     start_http_server,
 )
 
+from sr3.config_engine import MetricsConfig
 from sr3.errors import ConfigError
 
 __all__ = [
@@ -37,9 +38,12 @@ __all__ = [
     "RUN",
     "SCOPES",
     "Endpoint",
+    "FEED_INTERVAL_S",
+    "FINAL_SCRAPE_S",
     "MetricSpec",
     "NodeMetrics",
     "RunMetrics",
+    "RunPublisher",
     "metrics_markdown",
     "serve",
     "write_target",
@@ -282,6 +286,8 @@ class RunMetrics:
         self._recovery_seconds.labels(self.topology, mechanism, scope).observe(seconds)
 
 
+#: How often a run's feed copies the engine's counts into its metrics.
+FEED_INTERVAL_S: Final = 0.5
 #: How long a run's endpoint waits, when it ends, for the scrape that reads its
 #: final values (a lab's Prometheus scrapes every second).
 FINAL_SCRAPE_S: Final = 3.0
@@ -349,6 +355,8 @@ def serve(registry: CollectorRegistry, *, port: int = 0) -> Endpoint:
         ConfigError: the port cannot be bound (taken: give another, or 0).
     """
     scrapes = _Scrapes()
+    # prometheus_client types a collector as its own Collector ABC; _Scrapes
+    # has the two methods a registry calls, without the ABC's metric types
     registry.register(scrapes)  # type: ignore[arg-type]
     try:
         server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
@@ -358,6 +366,75 @@ def serve(registry: CollectorRegistry, *, port: int = 0) -> Endpoint:
         raise ConfigError(msg) from exc
     url = f"http://127.0.0.1:{server.server_port}/metrics"
     return Endpoint(url, server, thread, scrapes)
+
+
+class RunPublisher:
+    """Serves a run's metrics while it runs, fed every :data:`FEED_INTERVAL_S`.
+
+    The engines' feeds (the local cluster's, Spark's driver's) give their
+    ``feed`` (quick, never raising); this serves the registry when
+    ``sr3.metrics.enabled``, lists the endpoint in a lab's Prometheus targets,
+    feeds on a thread, and on :meth:`close` feeds once more and waits for the
+    scrape that reads those final values before the endpoint and target go.
+
+    Args:
+        metrics: The run's metrics.
+        config: ``sr3.metrics.*``: whether and where to serve.
+        targets_dir: The lab's targets dir (None: no lab, nothing listed).
+        feed: Copies the engine's counts into ``metrics``.
+        name: The feeding thread's name.
+    """
+
+    def __init__(
+        self,
+        metrics: RunMetrics,
+        config: MetricsConfig,
+        targets_dir: Path | None,
+        feed: Callable[[], None],
+        name: str,
+    ) -> None:
+        self._metrics = metrics
+        self._config = config
+        self._targets_dir = targets_dir
+        self._feed = feed
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self.endpoint: Endpoint | None = None
+        self._target: Path | None = None
+
+    def start(self) -> Endpoint | None:
+        """Serve and start feeding; return the endpoint (None: disabled).
+
+        Raises:
+            ConfigError: ``sr3.metrics.port`` cannot be bound.
+        """
+        if not self._config.enabled:
+            return None
+        self.endpoint = serve(self._metrics.registry, port=self._config.port)
+        if self._targets_dir is not None:
+            self._target = write_target(
+                self._targets_dir, self._metrics.topology, self.endpoint
+            )
+        self._thread.start()
+        return self.endpoint
+
+    def close(self) -> None:
+        """Feed once more, stop serving, remove the target."""
+        if self.endpoint is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=5)
+        if self._target is not None:
+            # a lab's Prometheus reads the final values before the target goes
+            self.endpoint.close(final_scrape_s=FINAL_SCRAPE_S)
+            self._target.unlink(missing_ok=True)
+        else:
+            self.endpoint.close()
+
+    def _run(self) -> None:
+        while not self._stop.wait(FEED_INTERVAL_S):
+            self._feed()
+        self._feed()
 
 
 def write_target(targets_dir: Path, name: str, endpoint: Endpoint) -> Path:

@@ -11,20 +11,17 @@ recovery with its mechanism. In a lab it writes its file_sd target to
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 from sr3.config import Sr3Config
-from sr3.metrics import FINAL_SCRAPE_S, Endpoint, RunMetrics, serve, write_target
+from sr3.metrics import FEED_INTERVAL_S, RunMetrics, RunPublisher
 from storm_bridge.cluster import LocalCluster
 from storm_bridge.cluster.checkpoints import Coordinator
 
 __all__ = ["FEED_INTERVAL_S", "RunMetricsFeed"]
 
 logger = logging.getLogger(__name__)
-
-FEED_INTERVAL_S: Final = 0.5
 
 
 class RunMetricsFeed:
@@ -46,47 +43,22 @@ class RunMetricsFeed:
     ) -> None:
         self._cluster = cluster
         self.metrics = RunMetrics(topology)
-        self._config = config
-        self._targets_dir = targets_dir
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name="sr3-run-metrics", daemon=True
+        self._publisher = RunPublisher(
+            self.metrics, config.metrics, targets_dir, self.feed, "sr3-run-metrics"
         )
-        self.endpoint: Endpoint | None = None
-        self._target: Path | None = None
         self._epochs = 0
         self._abandoned = 0
         self._recoveries = 0
 
     def start(self) -> None:
         """Serve (when ``sr3.metrics.enabled``) and start feeding."""
-        if not self._config.metrics.enabled:
-            return
-        self.endpoint = serve(self.metrics.registry, port=self._config.metrics.port)
-        logger.info("run metrics at %s", self.endpoint.url)
-        if self._targets_dir is not None:
-            self._target = write_target(
-                self._targets_dir, self.metrics.topology, self.endpoint
-            )
-        self._thread.start()
+        endpoint = self._publisher.start()
+        if endpoint is not None:
+            logger.info("run metrics at %s", endpoint.url)
 
     def close(self) -> None:
         """Feed once more, stop serving, remove the target."""
-        if self.endpoint is None:
-            return
-        self._stop.set()
-        self._thread.join(timeout=5)
-        if self._target is not None:
-            # a lab's Prometheus reads the final values before the target goes
-            self.endpoint.close(final_scrape_s=FINAL_SCRAPE_S)
-            self._target.unlink(missing_ok=True)
-        else:
-            self.endpoint.close()
-
-    def _run(self) -> None:
-        while not self._stop.wait(FEED_INTERVAL_S):
-            self.feed()
-        self.feed()
+        self._publisher.close()
 
     def feed(self) -> None:
         """Copy the cluster's counts into the metrics (quick; never raises)."""
