@@ -23,14 +23,18 @@ in either direction on one topic:
 
 Checked on the driver before the query starts: the topics exist (waiting
 ``sr3.kafka.topic.wait.s``), and no recorded offset is below its partition's
-log start (retention). ``sr3.kafka.bad.records=dead-letter`` is not supported
-on Spark (a bad record fails the query, naming it); ``maxRowsPerBatch`` bounds
-a micro-batch's records (``maxOffsetsPerTrigger``).
+log start (retention). A broker that does not answer is waited for, with a
+warning every 10 s, as the Storm engine's spout waits for it.
+Bad records follow the spout's own ``sr3.kafka.bad.records`` on the executor
+(:meth:`KafkaSpout.record_values`): the query fails naming the record, or the
+record goes to the dead-letter topic and its offset is still consumed.
+``maxRowsPerBatch`` bounds a micro-batch's records (``maxOffsetsPerTrigger``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -41,7 +45,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_bridge.context import storm_conf
-from spark_bridge.errors import SparkBridgeError, UnsupportedTopologyError
+from spark_bridge.errors import SparkBridgeError
 from spark_bridge.hosting import DEFAULT_STREAM, Host, topology_of
 from spark_bridge.kafka_jars import E_NO_JARS
 from spark_bridge.rows import (
@@ -59,7 +63,6 @@ from storm_bridge.kafka.errors import (
     E_OFFSET_GONE,
     E_TOPIC_MISSING,
     KafkaOffsetGoneError,
-    KafkaRecordError,
     KafkaTopicMissingError,
 )
 from storm_bridge.kafka.settings import SpoutSettings
@@ -73,7 +76,11 @@ __all__ = [
     "plan_kafka_start",
 ]
 
+logger = logging.getLogger(__name__)
+
 _METADATA_TIMEOUT_S: Final = 10.0
+#: Seconds between two "broker unreachable" warnings while the driver waits.
+_WARN_EVERY_S: Final = 10.0
 _TOPIC_POLL_S: Final = 0.25
 #: Spark's ``startingOffsets`` codes for a partition's first and next offsets.
 _EARLIEST: Final = -2
@@ -198,9 +205,8 @@ def plan_kafka_start(
     Raises:
         KafkaTopicMissingError: a topic does not exist.
         KafkaOffsetGoneError: a recorded offset is below its partition's log start.
-        SparkBridgeError: the brokers did not answer.
     """
-    from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: PLC0415
+    from confluent_kafka import Consumer, KafkaException  # noqa: PLC0415
 
     recorded: dict[str, int] = {}
     for index in range(tasks):
@@ -219,42 +225,61 @@ def plan_kafka_start(
             "enable.auto.commit": False,
         }
     )
+    warned_at: float | None = None
     try:
-        try:
-            topics = _resolve_topics(consumer, settings)
-        except KafkaException as exc:
-            msg = (
-                f"spout {component}: Kafka at {settings.bootstrap} did not answer "
-                f"within {_METADATA_TIMEOUT_S} s ({exc}); start the broker (a lab's: "
-                "`sr3 lab up --kafka`) or fix sr3.kafka.bootstrap"
-            )
-            raise SparkBridgeError(msg) from exc
-        partitions = sorted(
-            (t, p) for t, meta in topics.items() for p in meta.partitions
-        )
-        dealt = {_partition_key(t, p): i % tasks for i, (t, p) in enumerate(partitions)}
-        starting: dict[str, int] = {}
-        for topic, partition in partitions:
-            key = _partition_key(topic, partition)
-            wanted = recorded.get(key)
-            if wanted is None:
-                continue
-            low, _high = consumer.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=_METADATA_TIMEOUT_S
-            )
-            if wanted < low:
-                raise KafkaOffsetGoneError(
-                    E_OFFSET_GONE.format(
-                        spout=f"{component}/{dealt[key]}",
-                        offset=wanted,
-                        topic=topic,
-                        partition=partition,
-                        start=low,
+        while True:
+            try:
+                return _plan(consumer, settings, component, tasks, recorded)
+            except KafkaException as exc:
+                now = time.monotonic()
+                if warned_at is None or now - warned_at >= _WARN_EVERY_S:
+                    warned_at = now
+                    logger.warning(
+                        "spout %s: Kafka at %s unreachable (%s); waiting for it "
+                        "(start the broker, e.g. `sr3 lab up --kafka`, or fix "
+                        "sr3.kafka.bootstrap)",
+                        component,
+                        settings.bootstrap,
+                        exc,
                     )
-                )
-            starting[key] = wanted
+                time.sleep(_TOPIC_POLL_S)
     finally:
         consumer.close()
+
+
+def _plan(
+    consumer: Any,
+    settings: SpoutSettings,
+    component: str,
+    tasks: int,
+    recorded: Mapping[str, int],
+) -> KafkaStart:
+    """Deal and check once; a broker that does not answer raises KafkaException."""
+    from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+    topics = _resolve_topics(consumer, settings)
+    partitions = sorted((t, p) for t, meta in topics.items() for p in meta.partitions)
+    dealt = {_partition_key(t, p): i % tasks for i, (t, p) in enumerate(partitions)}
+    starting: dict[str, int] = {}
+    for topic, partition in partitions:
+        key = _partition_key(topic, partition)
+        wanted = recorded.get(key)
+        if wanted is None:
+            continue
+        low, _high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=_METADATA_TIMEOUT_S
+        )
+        if wanted < low:
+            raise KafkaOffsetGoneError(
+                E_OFFSET_GONE.format(
+                    spout=f"{component}/{dealt[key]}",
+                    offset=wanted,
+                    topic=topic,
+                    partition=partition,
+                    start=low,
+                )
+            )
+        starting[key] = wanted
     return KafkaStart(component, settings.bootstrap, dealt, starting, settings.start)
 
 
@@ -268,8 +293,7 @@ def kafka_starts(
 
     Raises:
         ConfigError: a spout's ``sr3.kafka.*`` settings are invalid.
-        UnsupportedTopologyError: a spout asks for ``dead-letter`` bad records.
-        KafkaTopicMissingError, KafkaOffsetGoneError, SparkBridgeError: see
+        KafkaTopicMissingError, KafkaOffsetGoneError: see
             :func:`plan_kafka_start`.
     """
     starts: dict[str, KafkaStart] = {}
@@ -278,14 +302,6 @@ def kafka_starts(
         if not is_kafka_spout(component.component_cls):
             continue
         settings = SpoutSettings.from_conf(storm_conf(topology, name, overrides))
-        if settings.bad_records != "fail":
-            msg = (
-                f"topology {topology.name!r}: spout {name!r} sets "
-                "sr3.kafka.bad.records=dead-letter, which the Spark engine does not "
-                "support (a bad record fails the query, naming it); run it on the "
-                "Storm engine, or set sr3.kafka.bad.records=fail"
-            )
-            raise UnsupportedTopologyError(msg)
         starts[name] = plan_kafka_start(
             settings, component=name, tasks=component.tasks, offsets=offsets
         )
@@ -342,14 +358,17 @@ class KafkaRows:
         for batch in batches:
             rows: list[Row] = []
             columns = [batch.column(n).to_pylist() for n in batch.schema.names]
-            for topic, partition, offset, value in zip(*columns, strict=True):
+            for record in zip(*columns, strict=True):
+                topic, partition, offset = record[0], record[1], record[2]
                 key = _partition_key(topic, partition)
                 index, rank, width = seq_base[key]
                 host = _hosted(ref, conf_json, index)
-                values = self._decode(host, value, topic, partition, offset)
+                ends[key] = offset + 1
+                values = self._decode(host, record)
+                if values is None:  # dead-lettered: read, never emitted
+                    continue
                 k = counts.get(key, 0)
                 counts[key] = k + 1
-                ends[key] = offset + 1
                 rows.append(
                     (
                         ref.component,
@@ -379,19 +398,15 @@ class KafkaRows:
             yield record_batch(offsets, ROW_ARROW_SCHEMA)
 
     def _decode(
-        self, host: Host, value: bytes | None, topic: str, partition: int, offset: int
-    ) -> list[Any]:
-        try:
-            return list(host.instance.decode(value))
-        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
-            fmt = host.instance._settings.record_format  # noqa: SLF001 (its own)
-            msg = (
-                f"spout {self.ref.component}/{host.index}: record at offset {offset} "
-                f"of Kafka topic {topic} partition {partition} is not valid "
-                f"sr3.kafka.format={fmt}: {exc}. Fix the producer (on the Storm "
-                "engine, sr3.kafka.bad.records=dead-letter can divert such records)"
-            )
-            raise KafkaRecordError(msg) from exc
+        self,
+        host: Host,
+        record: tuple[str, int, int, bytes | None, bytes | None],
+    ) -> list[Any] | None:
+        topic, partition, offset, value, key = record
+        values: list[Any] | None = host.instance.record_values(
+            value, key=key, topic=topic, partition=partition, offset=offset
+        )
+        return values
 
 
 def kafka_frame(
@@ -421,6 +436,6 @@ def kafka_frame(
         detail = f" (spout {ref.component!r}: {str(exc).splitlines()[0]})"
         raise SparkBridgeError(E_NO_JARS.format(detail=detail)) from exc
     rows = KafkaRows(ref, dict(start.tasks))
-    return frame.select("topic", "partition", "offset", "value").mapInArrow(
+    return frame.select("topic", "partition", "offset", "value", "key").mapInArrow(
         rows, ROW_SCHEMA
     )

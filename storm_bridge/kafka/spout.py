@@ -167,12 +167,38 @@ class KafkaSpout(ReplayableSpout):
     # -- internals ---------------------------------------------------------------------
 
     def _values(self, message: Message) -> list[Any] | None:
+        return self.record_values(
+            message.value(),
+            key=message.key(),
+            topic=str(message.topic()),
+            partition=int(message.partition() or 0),
+            offset=int(message.offset() or 0),
+        )
+
+    def record_values(
+        self,
+        value: bytes | None,
+        *,
+        key: bytes | None,
+        topic: str,
+        partition: int,
+        offset: int,
+    ) -> list[Any] | None:
+        """Return a record's tuple values, or None when it was dead-lettered.
+
+        The one bad-record policy (``sr3.kafka.bad.records``) of both engines: the
+        Spark engine's Kafka source calls it on its executors too.
+
+        Raises:
+            KafkaRecordError: the record is invalid and the policy is ``fail``, or
+                the dead-letter topic could not be written.
+        """
         try:
-            return self.decode(message.value())
+            return self.decode(value)
         except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError too
             where = (
-                f"record at offset {message.offset()} of Kafka topic "
-                f"{message.topic()} partition {message.partition()}"
+                f"record at offset {offset} of Kafka topic {topic} "
+                f"partition {partition}"
             )
             if self._settings.bad_records == "fail":
                 msg = (
@@ -182,10 +208,22 @@ class KafkaSpout(ReplayableSpout):
                     "sr3.kafka.dead.letter.topic to divert such records"
                 )
                 raise KafkaRecordError(msg) from exc
-            self._divert(message, f"{where}: {exc}")
+            headers: list[tuple[str, str | bytes | None]] = [
+                ("sr3.source.topic", topic.encode()),
+                ("sr3.source.partition", str(partition).encode()),
+                ("sr3.source.offset", str(offset).encode()),
+                ("sr3.error", f"{where}: {exc}".encode("utf-8", "replace")),
+            ]
+            self._divert(value, key, headers, f"{where}: {exc}")
             return None
 
-    def _divert(self, message: Message, reason: str) -> None:
+    def _divert(
+        self,
+        value: bytes | None,
+        key: bytes | None,
+        headers: list[tuple[str, str | bytes | None]],
+        reason: str,
+    ) -> None:
         """Write a bad record to the dead-letter topic, synchronously (rare)."""
         topic = self._settings.dead_letter_topic
         if topic is None:
@@ -198,15 +236,7 @@ class KafkaSpout(ReplayableSpout):
                     "logger": logger,
                 }
             )
-        headers: list[tuple[str, str | bytes | None]] = [
-            ("sr3.source.topic", str(message.topic()).encode()),
-            ("sr3.source.partition", str(message.partition()).encode()),
-            ("sr3.source.offset", str(message.offset()).encode()),
-            ("sr3.error", reason.encode("utf-8", "replace")),
-        ]
-        self._dead_letter.produce(
-            topic, value=message.value(), key=message.key(), headers=headers
-        )
+        self._dead_letter.produce(topic, value=value, key=key, headers=headers)
         remaining = self._dead_letter.flush(30.0)
         if remaining:
             msg = (

@@ -10,6 +10,8 @@ final count`` once.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +21,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from backend.access import RingAccess
+from spark_bridge.errors import QueryFailedError
 from spark_bridge.runner import run_topology as run_spark
 from sr3.config import Sr3Config
+from sr3.errors import SR3Error
+from sr3_cli.daemons.kafka import KafkaBroker
 from sr3_cli.lab import Lab
 from storm_bridge.kafka import KafkaTopicMissingError
 from tests.integration.kafka.conftest import (
@@ -120,3 +125,130 @@ def test_spark_names_a_missing_topic_and_how_to_create_it(
     message = str(info.value)
     assert "Kafka topic no-such-lines does not exist" in message
     assert "sr3 lab topic no-such-lines" in message
+
+
+def test_spark_waits_for_a_broker_down_at_start_and_during_a_run(
+    spark: SparkSession,
+    lab: Lab,
+    ring: RingAccess,
+    kafka_broker: KafkaBroker,
+    kafka_bootstrap: str,
+    new_topic: NewTopicFactory,
+    wait_until: Any,
+    tmp_path: Path,
+) -> None:
+    lines, counts = new_topic("lines", 2), new_topic("counts", 2)
+    first, second = corpus(400, seed=5), corpus(400, seed=6)
+    produce(kafka_bootstrap, lines, [t.encode() for t in first], partitions=2)
+    conf = conf_for(kafka_bootstrap, lines, counts)
+    outcome: list[Any] = []
+
+    def leg() -> None:
+        try:
+            # 100 records a batch: 4 batches each half, 8 in all
+            outcome.append(
+                run_spark(
+                    FILE,
+                    checkpoint_dir=tmp_path / "ck",
+                    spark=spark,
+                    ring=ring,
+                    conf=conf,
+                    max_rows_per_batch=100,
+                    until_idle=False,
+                    stop_after_batches=8,
+                    duration_s=180,
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 (asserted below)
+            outcome.append(exc)
+
+    def counted() -> dict[str, int]:
+        try:
+            _e, state = ring.committed_state("kafka_wordcount", "count")
+        except SR3Error:
+            return {}
+        return {k[0]: v["n"] for k, v in state.items()}
+
+    kafka_broker.kill()
+    thread = threading.Thread(target=leg, daemon=True)
+    try:
+        thread.start()
+        # the driver waits for the broker before the query starts
+        time.sleep(4)
+        assert thread.is_alive(), outcome
+        kafka_broker.start()
+        want = Counter(w for line in first for w in line.split())
+        wait_until(lambda: counted() == dict(want), timeout_s=90, what="first half")
+        kafka_broker.kill()  # down during the run
+        time.sleep(6)
+        assert thread.is_alive(), outcome
+        kafka_broker.start()
+        produce(kafka_bootstrap, lines, [t.encode() for t in second], partitions=2)
+        thread.join(180)
+    finally:
+        if not kafka_broker.running():
+            kafka_broker.start()
+    assert outcome, "the Spark run did not end within 180 s"
+    report = outcome[0]
+    assert isinstance(report, dict), report
+    expected = Counter(w for line in first + second for w in line.split())
+    assert counted() == dict(expected)
+    pairs = Counter((r["word"], r["count"]) for r in read_all(kafka_bootstrap, counts))
+    assert {p: n for p, n in pairs.items() if n > 1} == {}
+    assert set(pairs) == {(w, n) for w, t in expected.items() for n in range(1, t + 1)}
+
+
+def test_spark_sends_invalid_records_to_the_dead_letter_topic(
+    spark: SparkSession,
+    lab: Lab,
+    ring: RingAccess,
+    kafka_bootstrap: str,
+    new_topic: NewTopicFactory,
+    tmp_path: Path,
+) -> None:
+    lines, counts, dead = new_topic("lines", 2), new_topic("counts", 2), new_topic("dl")
+    text = corpus(60, seed=8)
+    bad = [b"\xff\xfe", b"\xc3("]  # not UTF-8: invalid for sr3.kafka.format=text
+    values = [t.encode() for t in text]
+    # one bad record on each partition (produce deals round-robin)
+    produce(kafka_bootstrap, lines, [*values[:10], *bad, *values[10:]], partitions=2)
+    conf = {
+        **conf_for(kafka_bootstrap, lines, counts),
+        "sr3.kafka.bad.records": "dead-letter",
+        "sr3.kafka.dead.letter.topic": dead,
+    }
+
+    report = run_spark(
+        FILE, checkpoint_dir=tmp_path / "ck", spark=spark, ring=ring, conf=conf
+    )
+
+    assert report["idle"] is True
+    expected = Counter(w for line in text for w in line.split())
+    _epoch, state = ring.committed_state("kafka_wordcount", "count")
+    assert {k[0]: v["n"] for k, v in state.items()} == dict(expected)
+    assert sorted(read_all(kafka_bootstrap, dead, decode=False)) == sorted(bad)
+    # the offsets carried on past the diverted records: 31 records a partition
+    record = ring.committed("kafka_wordcount")
+    assert record is not None
+    assert record.offsets == {
+        "lines/0": {f"{lines}:0": 31},
+        "lines/1": {f"{lines}:1": 31},
+    }
+
+
+def test_spark_fails_on_an_invalid_record_naming_it(
+    spark: SparkSession,
+    kafka_bootstrap: str,
+    new_topic: NewTopicFactory,
+    tmp_path: Path,
+) -> None:
+    lines, counts = new_topic("lines", 1), new_topic("counts", 1)
+    produce(kafka_bootstrap, lines, [b"a b", b"\xff\xfe", b"c"], partitions=1)
+    conf = conf_for(kafka_bootstrap, lines, counts)
+
+    with pytest.raises(QueryFailedError) as info:
+        run_spark(FILE, checkpoint_dir=tmp_path / "ck", spark=spark, conf=conf)
+
+    message = str(info.value)
+    assert f"record at offset 1 of Kafka topic {lines} partition 0" in message
+    assert "sr3.kafka.bad.records=dead-letter" in message
