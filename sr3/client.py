@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import Any, overload
 
 from sr3 import wire
+from sr3.checksum import crc32
 from sr3.config import NodeConfig
 from sr3.errors import (
     AuthenticationError,
@@ -38,7 +39,7 @@ from sr3.errors import (
     SR3Error,
 )
 from sr3.ports import NodeInfo
-from sr3.storage import ReplicaInfo, crc32
+from sr3.replica_file import ReplicaInfo
 
 __all__ = ["ClientPool", "Into", "NodeClient", "authenticate"]
 

@@ -18,7 +18,7 @@ from sr3.errors import (
     ProtocolError,
     StorageError,
 )
-from sr3.storage import ReplicaReader, validate_shard_id
+from sr3.replica_file import ReplicaReader, validate_shard_id
 
 __all__ = ["Connection", "Handler", "require", "require_shard", "require_crc"]
 

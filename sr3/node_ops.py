@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sr3 import wire
+from sr3.checksum import crc32
 from sr3.client import ClientPool
 from sr3.config import NodeConfig
 from sr3.connection import Connection, Handler, require, require_crc, require_shard
@@ -18,7 +19,8 @@ from sr3.errors import (
     SR3Error,
     StorageError,
 )
-from sr3.storage import ReplicaReader, ReplicaStore, crc32
+from sr3.replica_file import ReplicaReader
+from sr3.storage import ReplicaStore
 
 __all__ = ["BuiltinOps", "PullSources"]
 

@@ -25,13 +25,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from sr3.checksum import crc32
 from sr3.codec import encode_shard
 from sr3.errors import ConfigError, StorageError
 from sr3.manifest import Manifest, ShardMeta, shard_id_for
 from sr3.ports import DropGuard, ManifestStore, NodeInfo
 from sr3.replication import ReplicatedStore
 from sr3.snapshot_reader import FetchedShard, SnapshotReader
-from sr3.storage import crc32
 
 __all__ = [
     "FetchedShard",

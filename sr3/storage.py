@@ -1,11 +1,9 @@
 """A ring node's durable replica store: one immutable, checksummed file per replica.
 
 Layout under ``data_dir``: ``replicas/<name>`` holds live replicas, where
-``<name>`` is :func:`replica_name` of the shard id; ``quarantine/`` receives
-files whose header is unreadable at start-up. A replica file is::
-
-    b"SR3R" | version u8 | id length u16 | payload size u64 | payload crc32 u32
-    | shard id (UTF-8) | header crc32 u32 | payload
+``<name>`` is :func:`~sr3.replica_file.replica_name` of the shard id;
+``quarantine/`` receives files whose header is unreadable at start-up. The file
+format is :mod:`sr3.replica_file`'s.
 
 Writes go to a dot-prefixed temp file in ``replicas/``, are fsynced, renamed over
 the final name and the directory is fsynced, so a crash at any point leaves
@@ -15,161 +13,32 @@ either the old replica or the new one under the final name, never a half file.
 from __future__ import annotations
 
 import builtins
-import ctypes
-import hashlib
 import logging
 import os
 import secrets
-import string
-import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
-from typing import BinaryIO
-from urllib.parse import unquote
 
 from sr3.errors import ChecksumError, ShardNotFoundError, StorageError
+from sr3.replica_file import (
+    ReplicaInfo,
+    ReplicaReader,
+    encode_header,
+    file_size,
+    read_header,
+    replica_name,
+    validate_shard_id,
+)
 
-__all__ = [
-    "FORMAT_VERSION",
-    "MAGIC",
-    "MAX_SHARD_ID_BYTES",
-    "ReplicaInfo",
-    "ReplicaReader",
-    "ReplicaStore",
-    "crc32",
-    "replica_name",
-    "shard_id_from_name",
-    "validate_shard_id",
-]
+__all__ = ["ReplicaStore"]
 
 logger = logging.getLogger(__name__)
 
-MAGIC = b"SR3R"
-FORMAT_VERSION = 1
-MAX_SHARD_ID_BYTES = 4096
-_FIXED = struct.Struct(">4sBHQI")  # magic, version, id length, payload size, crc32
-_HEADER_CRC = struct.Struct(">I")
 _TEMP_PREFIX = ".tmp-"
-_SAFE = frozenset(string.ascii_letters + string.digits + "-_.@#+=,")
-_MAX_NAME = 200  # well under NAME_MAX (255) so the quarantine suffix fits
 _VERIFY_CHUNK = 1024 * 1024
-
-
-_LIBDEFLATE = "libdeflate.so.0"
-_FAST_CRC_MIN_BYTES = 64 * 1024  # below this the ctypes call costs more than it saves
-_CrcFn = Callable[[int, bytes | int, int], int]
-
-
-def _load_fast_crc32() -> _CrcFn | None:
-    """Return libdeflate's crc32 (folding with carry-less multiplies), or None.
-
-    It computes exactly ``zlib.crc32`` several times faster and releases the GIL
-    as ``zlib.crc32`` does. Checked against ``zlib.crc32`` before use.
-    """
-    try:
-        fn = ctypes.CDLL(_LIBDEFLATE).libdeflate_crc32
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]
-    fn.restype = ctypes.c_uint32
-    probe = bytes(range(256)) * 1031
-    if fn(0, probe, len(probe)) != zlib.crc32(probe) or fn(
-        0x1234ABCD, probe, 77
-    ) != zlib.crc32(probe[:77], 0x1234ABCD):
-        logger.warning("%s computes another crc32 than zlib; not used", _LIBDEFLATE)
-        return None
-    checked: _CrcFn = fn
-    return checked
-
-
-_fast_crc32 = _load_fast_crc32()
-
-
-def crc32(data: bytes | bytearray | memoryview, value: int = 0) -> int:
-    """Return ``zlib.crc32(data, value)``, the checksum replicas and manifests record.
-
-    Large ``bytes`` and writable contiguous buffers go through libdeflate when
-    the system has it (the read path checks every payload it receives; zlib's
-    crc32 was its largest cost).
-    """
-    size = data.nbytes if isinstance(data, memoryview) else len(data)
-    if _fast_crc32 is None or size < _FAST_CRC_MIN_BYTES:
-        return zlib.crc32(data, value)
-    if type(data) is bytes:
-        return _fast_crc32(value, data, size)
-    try:
-        # the buffer's first byte, for its address: read-only or strided buffers
-        # refuse (zlib takes them). Not ``(c_char * size).from_buffer``: ctypes
-        # creates and caches an array type per size, 30 us each, for ever, and
-        # a socket reader sees thousands of sizes.
-        first = ctypes.c_char.from_buffer(data)
-    except (TypeError, ValueError):
-        return zlib.crc32(data, value)
-    # ``first`` holds the buffer exported until the call returns
-    return _fast_crc32(value, ctypes.addressof(first), size)
-
-
-@dataclass(frozen=True)
-class ReplicaInfo:
-    """A stored replica as the index knows it.
-
-    Attributes:
-        shard_id: Ring-wide shard id.
-        size: Payload bytes.
-        crc32: ``zlib.crc32`` of the payload, as recorded in the file header.
-    """
-
-    shard_id: str
-    size: int
-    crc32: int
-
-
-def validate_shard_id(shard_id: object) -> bytes:
-    """Return the UTF-8 bytes of a usable shard id.
-
-    Raises:
-        StorageError: not a non-empty string of at most 4096 UTF-8 bytes.
-    """
-    if not isinstance(shard_id, str) or not shard_id:
-        msg = f"shard id must be a non-empty string, got {type(shard_id).__name__}"
-        raise StorageError(msg)
-    try:
-        raw = shard_id.encode()
-    except UnicodeEncodeError as exc:
-        msg = f"shard id {shard_id!r} is not encodable as UTF-8"
-        raise StorageError(msg) from exc
-    if len(raw) > MAX_SHARD_ID_BYTES:
-        msg = f"shard id of {len(raw)} bytes exceeds {MAX_SHARD_ID_BYTES} bytes"
-        raise StorageError(msg)
-    return raw
-
-
-def replica_name(shard_id: str) -> str:
-    """Return the file name of a shard's replica (reversible unless very long).
-
-    Characters outside ``[A-Za-z0-9-_.@#+=,]`` and a leading dot become ``%XX``
-    per UTF-8 byte; names longer than 200 characters become ``%H<sha256>``
-    (the id is still in the file header).
-    """
-    raw = validate_shard_id(shard_id)
-    name = "".join(chr(b) if chr(b) in _SAFE else f"%{b:02X}" for b in raw)
-    if name.startswith("."):
-        name = "%2E" + name[1:]
-    if len(name) > _MAX_NAME:
-        name = "%H" + hashlib.sha256(raw).hexdigest()
-    return name
-
-
-def shard_id_from_name(name: str) -> str | None:
-    """Invert :func:`replica_name`; None for hashed (long-id) names."""
-    if name.startswith("%H"):
-        return None
-    return unquote(name, errors="strict")
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -184,126 +53,6 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _read_header(f: BinaryIO, path: Path) -> ReplicaInfo:
-    """Read and check a replica header; raise ChecksumError if it is bad."""
-    fixed = f.read(_FIXED.size)
-    if len(fixed) < _FIXED.size:
-        msg = f"replica file {path} is truncated inside its header"
-        raise ChecksumError(msg)
-    magic, version, id_len, size, crc = _FIXED.unpack(fixed)
-    if magic != MAGIC or version != FORMAT_VERSION:
-        msg = (
-            f"replica file {path} has magic {magic!r} version {version}; "
-            f"this build reads {MAGIC!r} version {FORMAT_VERSION}"
-        )
-        raise ChecksumError(msg)
-    rest = f.read(id_len + _HEADER_CRC.size)
-    if len(rest) < id_len + _HEADER_CRC.size:
-        msg = f"replica file {path} is truncated inside its header"
-        raise ChecksumError(msg)
-    (header_crc,) = _HEADER_CRC.unpack(rest[id_len:])
-    if zlib.crc32(rest[:id_len], zlib.crc32(fixed)) != header_crc:
-        msg = f"replica file {path} has a corrupt header (header checksum differs)"
-        raise ChecksumError(msg)
-    try:
-        shard_id = rest[:id_len].decode()
-    except UnicodeDecodeError as exc:
-        msg = f"replica file {path} has a shard id that is not UTF-8"
-        raise ChecksumError(msg) from exc
-    return ReplicaInfo(shard_id, size, crc)
-
-
-def _encode_header(raw_id: bytes, size: int, crc32: int) -> bytes:
-    fixed = _FIXED.pack(MAGIC, FORMAT_VERSION, len(raw_id), size, crc32)
-    return fixed + raw_id + _HEADER_CRC.pack(zlib.crc32(raw_id, zlib.crc32(fixed)))
-
-
-class ReplicaReader:
-    """Reads one replica's payload in chunks, checking its crc32 at the end.
-
-    Obtain it from :meth:`ReplicaStore.open_reader` and use it as a context
-    manager. :meth:`read` raises :class:`ChecksumError` when the final chunk
-    leaves the payload with a crc32 other than the header's, so a caller that
-    forwards chunks can withhold the last one.
-    """
-
-    def __init__(
-        self, f: BinaryIO, path: Path, info: ReplicaInfo, *, verify: bool = True
-    ) -> None:
-        self._f = f
-        self.path = path
-        self.info = info
-        self.verify = verify
-        self.remaining = info.size
-        self.done = False
-        self._crc = 0
-
-    def read(self, max_bytes: int) -> bytes:
-        """Return the next chunk of at most ``max_bytes``; b"" once done.
-
-        The call that reaches the end of the payload checks the file length and
-        crc32 and sets :attr:`done` (for an empty payload that is the first call).
-
-        Raises:
-            ChecksumError: the file is truncated, too long or fails its crc32.
-        """
-        if self.done:
-            return b""
-        chunk = b""
-        if self.remaining:
-            chunk = self._f.read(min(max_bytes, self.remaining))
-            if not chunk:
-                self._corrupt(f"ends {self.remaining} bytes early")
-            self.remaining -= len(chunk)
-            if self.verify:
-                self._crc = crc32(chunk, self._crc)
-        if self.remaining == 0:
-            if self._f.read(1):
-                self._corrupt("has bytes after its payload")
-            if self.verify and self._crc != self.info.crc32:
-                self._corrupt(f"has crc32 {self._crc:#010x}")
-            self.done = True
-        return chunk
-
-    def fileno(self) -> int:
-        """Return the file's descriptor, for a zero-copy sender (``os.sendfile``).
-
-        Bytes sent that way from :attr:`offset` skip :meth:`read`, hence the
-        crc32 check: only a caller whose receiver checks the payload end to end
-        against the header's crc32 may send them (the length was checked when
-        the reader was opened).
-        """
-        return self._f.fileno()
-
-    @property
-    def offset(self) -> int:
-        """File offset of the next unread payload byte."""
-        return self._f.tell()
-
-    def _corrupt(self, what: str) -> None:
-        msg = (
-            f"replica of shard {self.info.shard_id!r} in {self.path} {what}; "
-            f"expected {self.info.size} bytes with crc32 {self.info.crc32:#010x}. "
-            "The file is kept until repair overwrites it from another replica"
-        )
-        raise ChecksumError(msg)
-
-    def close(self) -> None:
-        """Close the file."""
-        self._f.close()
-
-    def __enter__(self) -> ReplicaReader:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class ReplicaStore:
@@ -343,7 +92,7 @@ class ReplicaStore:
                 continue
             try:
                 with path.open("rb") as f:
-                    info = _read_header(f, path)
+                    info = read_header(f, path)
                 problem = self._misplaced(path, info)
             except ChecksumError as exc:
                 problem = str(exc)
@@ -361,9 +110,9 @@ class ReplicaStore:
 
     @staticmethod
     def _misplaced(path: Path, info: ReplicaInfo) -> str:
-        expected = _FIXED.size + len(info.shard_id.encode()) + _HEADER_CRC.size
-        if path.stat().st_size != expected + info.size:
-            return f"replica file {path} is not {expected + info.size} bytes long"
+        expected = file_size(info)
+        if path.stat().st_size != expected:
+            return f"replica file {path} is not {expected} bytes long"
         if path.name != replica_name(info.shard_id):
             return f"replica file {path} holds shard {info.shard_id!r}"
         return ""
@@ -425,7 +174,7 @@ class ReplicaStore:
                 temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644
             )
             try:
-                _write_all(fd, memoryview(_encode_header(raw_id, view.nbytes, crc32)))
+                _write_all(fd, memoryview(encode_header(raw_id, view.nbytes, crc32)))
                 _write_all(fd, view)
                 os.fsync(fd)
             finally:
@@ -473,7 +222,7 @@ class ReplicaStore:
             msg = f"cannot read replica of shard {shard_id!r} at {path}: {exc}"
             raise StorageError(msg) from exc
         try:
-            info = _read_header(f, path)
+            info = read_header(f, path)
             if info.shard_id != shard_id:
                 msg = f"replica file {path} holds shard {info.shard_id!r}"
                 raise ChecksumError(msg)

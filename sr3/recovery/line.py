@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sr3.buffers import fresh_buffer
+from sr3.checksum import crc32
 from sr3.config import NodeConfig
 from sr3.errors import ChecksumError, CodecError, ProtocolError, StorageError
 from sr3.manifest import ShardMeta
@@ -44,7 +45,7 @@ from sr3.recovery.frames import (
 from sr3.recovery.transport import RelayStream
 from sr3.recovery.upstream import Upstream
 from sr3.server import Connection, require
-from sr3.storage import ReplicaStore, crc32
+from sr3.storage import ReplicaStore
 
 __all__ = ["RELAY_CHUNK_BYTES", "LineRecovery", "relay_chunk_bytes", "serve_line"]
 

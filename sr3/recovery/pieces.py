@@ -20,10 +20,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sr3.checksum import crc32
 from sr3.codec import decode_shard, merge_key_group_blobs
 from sr3.errors import ChecksumError, CodecError, RecoveryError
 from sr3.manifest import Manifest, ShardMeta
-from sr3.storage import crc32
 
 __all__ = [
     "Assembly",

@@ -32,6 +32,7 @@ from typing import Any
 
 from sr3 import wire
 from sr3.buffers import fresh_buffer
+from sr3.checksum import crc32
 from sr3.client import authenticate
 from sr3.config import NodeConfig
 from sr3.errors import (
@@ -40,7 +41,6 @@ from sr3.errors import (
     ProtocolError,
     StorageError,
 )
-from sr3.storage import crc32
 
 __all__ = [
     "RelayStream",

@@ -32,12 +32,12 @@ import logging
 from typing import Any
 
 from sr3.buffers import fresh_buffer
+from sr3.checksum import crc32
 from sr3.errors import ProtocolError
 from sr3.recovery.base import RecoveryStrategy, TransferJob
 from sr3.recovery.chains import read_relay, relay_nodes
 from sr3.recovery.pieces import Piece
 from sr3.recovery.transport import RelayStream
-from sr3.storage import crc32
 
 __all__ = ["OP", "TreeRecovery", "check_piece", "children_of", "piece_of"]
 

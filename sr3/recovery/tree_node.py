@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sr3.checksum import crc32
 from sr3.errors import (
     ChecksumError,
     CodecError,
@@ -28,7 +29,7 @@ from sr3.recovery.pieces import ChainIndex, Piece, merge_pieces, pieces_of_shard
 from sr3.recovery.tree import OP, check_piece, children_of, piece_of
 from sr3.recovery.upstream import RawFrame, Upstream
 from sr3.server import Connection, require
-from sr3.storage import ReplicaStore, crc32
+from sr3.storage import ReplicaStore
 
 __all__ = ["serve_tree"]
 
@@ -58,7 +59,7 @@ def _read_replica(store: ReplicaStore, sid: str) -> memoryview:
     """Read a replica's payload into a writable buffer and check its crc32.
 
     Like ``store.read``, but the pieces cut from a writable buffer get their own
-    crc32 computed by the fast path of :func:`sr3.storage.crc32` (read-only
+    crc32 computed by the fast path of :func:`sr3.checksum.crc32` (read-only
     ``bytes`` slices fall back to zlib, the largest cost of a node's own pieces).
 
     Raises:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sr3.replica_file import replica_name
 from sr3.snapshot import SnapshotReader
-from sr3.storage import replica_name
 from sr3_cli.cluster import Cluster, open_cluster
 from sr3_cli.lab import Lab
 from tests.conftest import WaitUntil

@@ -28,8 +28,9 @@ from sr3.errors import (
     ShardNotFoundError,
     StorageError,
 )
+from sr3.replica_file import ReplicaInfo, replica_name
 from sr3.server import Connection, NodeServer, require
-from sr3.storage import ReplicaInfo, ReplicaStore, replica_name
+from sr3.storage import ReplicaStore
 
 SECRET = "integration-secret"  # noqa: S105 - a test secret
 CONFIG = NodeConfig(secret=SECRET, io_timeout_s=20, max_frame_bytes=8 * 1024 * 1024)

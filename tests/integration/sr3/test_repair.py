@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from sr3.checksum import crc32
 from sr3.errors import StorageError
 from sr3.snapshot import SnapshotReader, SnapshotWriter
-from sr3.storage import crc32
 from sr3.synthetic import SyntheticSpec, iter_key_groups
 from sr3_cli.cluster import open_cluster
 from sr3_cli.lab import Lab

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sr3.buffers import MAPPED_MIN_BYTES, fresh_buffer
-from sr3.storage import crc32
+from sr3.checksum import crc32
 
 
 @pytest.mark.parametrize(

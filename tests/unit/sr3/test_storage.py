@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from sr3.errors import ChecksumError, ShardNotFoundError, StorageError
-from sr3.storage import ReplicaInfo, ReplicaStore, replica_name, shard_id_from_name
+from sr3.replica_file import ReplicaInfo, replica_name, shard_id_from_name
+from sr3.storage import ReplicaStore
 
 SHARD = "topo/counter/3@7#0"
 DATA = b"replica payload " * 1000
@@ -220,32 +221,6 @@ def test_concurrent_puts_and_reads(store: ReplicaStore) -> None:
     assert errors == []
     assert store.total_bytes() == 40 * 2000
     assert {i.shard_id for i in store.list()} == set(payloads)
-
-
-@pytest.mark.parametrize("fast", [True, False])
-@pytest.mark.parametrize("size", [0, 1, 1000, 64 * 1024, 3 * 1024 * 1024 + 5])
-def test_crc32_equals_zlib_for_every_buffer_kind(
-    monkeypatch: pytest.MonkeyPatch, fast: bool, size: int
-) -> None:
-    from sr3 import storage
-
-    if not fast:
-        monkeypatch.setattr(storage, "_fast_crc32", None)
-    data = os.urandom(size)
-    writable = bytearray(data)
-    kinds: list[bytes | bytearray | memoryview] = [
-        data,
-        writable,
-        memoryview(writable),
-        memoryview(writable)[1:],  # a writable slice
-        memoryview(data),  # read-only: zlib takes it
-        memoryview(writable)[::2],  # strided: zlib refuses, as before
-    ]
-    for kind in kinds[:-1]:
-        assert storage.crc32(kind, 0x5EED) == zlib.crc32(kind, 0x5EED)
-    if size > 1:
-        with pytest.raises(BufferError):
-            storage.crc32(kinds[-1])
 
 
 def test_reader_exposes_the_payload_for_a_zero_copy_sender(
