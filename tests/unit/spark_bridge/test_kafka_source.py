@@ -27,8 +27,9 @@ def kafka_batch(
             pa.array(partitions, pa.int32()),
             pa.array(offsets, pa.int64()),
             pa.array(values, pa.binary()),
+            pa.array([None] * len(values), pa.binary()),
         ],
-        names=["topic", "partition", "offset", "value"],
+        names=["topic", "partition", "offset", "value", "key"],
     )
 
 
