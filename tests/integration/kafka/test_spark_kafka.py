@@ -141,11 +141,12 @@ def test_spark_waits_for_a_broker_down_at_start_and_during_a_run(
     first, second = corpus(400, seed=5), corpus(400, seed=6)
     produce(kafka_bootstrap, lines, [t.encode() for t in first], partitions=2)
     conf = conf_for(kafka_bootstrap, lines, counts)
+    b = kafka_bootstrap
     outcome: list[Any] = []
 
     def leg() -> None:
         try:
-            # 100 records a batch: 4 batches each half, 8 in all
+            # runs until the test stops its query, once every count is in
             outcome.append(
                 run_spark(
                     FILE,
@@ -153,10 +154,9 @@ def test_spark_waits_for_a_broker_down_at_start_and_during_a_run(
                     spark=spark,
                     ring=ring,
                     conf=conf,
-                    max_rows_per_batch=100,
+                    max_rows_per_batch=200,
                     until_idle=False,
-                    stop_after_batches=8,
-                    duration_s=180,
+                    duration_s=300,
                 )
             )
         except Exception as exc:  # noqa: BLE001 (asserted below)
@@ -178,21 +178,30 @@ def test_spark_waits_for_a_broker_down_at_start_and_during_a_run(
         assert thread.is_alive(), outcome
         kafka_broker.start()
         want = Counter(w for line in first for w in line.split())
-        wait_until(lambda: counted() == dict(want), timeout_s=90, what="first half")
+        wait_until(lambda: counted() == dict(want), timeout_s=180, what="first half")
         kafka_broker.kill()  # down during the run
         time.sleep(6)
         assert thread.is_alive(), outcome
         kafka_broker.start()
         produce(kafka_bootstrap, lines, [t.encode() for t in second], partitions=2)
-        thread.join(180)
+        want = Counter(w for line in first + second for w in line.split())
+        wait_until(lambda: counted() == dict(want), timeout_s=180, what="all counts")
+        # the last micro-batch writes its outputs to Kafka after its epoch commits
+        every = {(w, n) for w, t in want.items() for n in range(1, t + 1)}
+        wait_until(
+            lambda: every <= {(r["word"], r["count"]) for r in read_all(b, counts)},
+            timeout_s=60,
+            what="every output",
+        )
+        for query in spark.streams.active:
+            query.stop()
+        thread.join(60)
     finally:
         if not kafka_broker.running():
             kafka_broker.start()
-    assert outcome, "the Spark run did not end within 180 s"
-    report = outcome[0]
-    assert isinstance(report, dict), report
+    assert outcome, "the Spark run did not end once its query stopped"
+    assert isinstance(outcome[0], dict), outcome[0]
     expected = Counter(w for line in first + second for w in line.split())
-    assert counted() == dict(expected)
     pairs = Counter((r["word"], r["count"]) for r in read_all(kafka_bootstrap, counts))
     assert {p: n for p, n in pairs.items() if n > 1} == {}
     assert set(pairs) == {(w, n) for w, t in expected.items() for n in range(1, t + 1)}
