@@ -24,7 +24,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from spark_bridge.errors import SparkBridgeError
+from sr3.net import free_port
 
 __all__ = [
     "ClusterInfo",
@@ -97,13 +97,6 @@ def _check_java() -> None:
         return
     if shutil.which("java") is None:
         raise SparkMissingError(E_NO_JAVA)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -328,13 +321,13 @@ class StandaloneCluster:
         _check_java()
         spark_class = str(spark_home() / "bin" / "spark-class")
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        master_port = _free_port()
+        master_port = free_port()
         info = ClusterInfo(
             master=f"spark://127.0.0.1:{master_port}",
             master_port=master_port,
-            master_webui_port=_free_port(),
-            worker_port=_free_port(),
-            worker_webui_port=_free_port(),
+            master_webui_port=free_port(),
+            worker_port=free_port(),
+            worker_webui_port=free_port(),
             work_dir=str(self.work_dir),
         )
         self._info = info

@@ -22,6 +22,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sr3.errors import CoordinationError, ZooKeeperMissingError
+from sr3.net import free_port
 
 __all__ = ["DEFAULT_JAR", "EmbeddedZooKeeper", "port_taken"]
 
@@ -49,13 +50,6 @@ _LOG_TAIL_LINES = 30
 _PROBE_TIMEOUT_S = 0.5
 _POLL_S = 0.05
 _STOP_TIMEOUT_S = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def port_taken(port: int) -> bool:
@@ -223,7 +217,7 @@ class EmbeddedZooKeeper:
             raise CoordinationError(msg)
         command = self._command()
         if self._port is None:
-            self._port = _free_port()
+            self._port = free_port()
         elif port_taken(self._port):
             # The readiness probe would happily talk to whoever listens there.
             msg = (

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sr3.errors import SR3Error
+from sr3.net import free_port
 from sr3_cli.processes import alive, command_line
 
 __all__ = [
@@ -46,7 +47,6 @@ __all__ = [
     "KafkaBrokerError",
     "KafkaHome",
     "KafkaMissingError",
-    "free_port",
     "new_cluster_id",
 ]
 
@@ -161,14 +161,6 @@ def java_binary(version: str) -> str:
         where = "JAVA_HOME is unset and `java` is not on PATH"
         raise KafkaMissingError(E_NO_JAVA.format(where=where, version=version))
     return found
-
-
-def free_port() -> int:
-    """Return a free loopback TCP port (bound to port 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def new_cluster_id() -> str:

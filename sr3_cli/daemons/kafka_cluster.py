@@ -25,12 +25,12 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+from sr3.net import free_port
 from sr3_cli.daemons.kafka import (
     BrokerInfo,
     KafkaBroker,
     KafkaBrokerError,
     KafkaHome,
-    free_port,
     new_cluster_id,
     pinned_version,
 )

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sr3.errors import SR3Error
-from sr3_cli.daemons.kafka import free_port
+from sr3.net import free_port
 from sr3_cli.processes import runs, terminate
 
 __all__ = [

@@ -11,17 +11,11 @@ import subprocess
 import time
 from pathlib import Path
 
+from sr3.net import free_port
+
 __all__ = ["cmdline", "cwd", "free_port", "pids", "port_free", "terminate_all"]
 
 logger = logging.getLogger(__name__)
-
-
-def free_port() -> int:
-    """Return a port free on 127.0.0.1 now (bind port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def port_free(port: int) -> bool:
