@@ -185,6 +185,9 @@ class Rebalancer:
         check_request(name, components, targets)
         change = {c: (components[c].tasks, n) for c, n in targets.items()}
         rebalance = Rebalance(rebalance_id, change, self._clock())
+        # a task that got the open epoch's barrier before now processed tuples
+        # past it unheld: only a later epoch may hand over
+        rebalance.first_epoch = self._coordinator.next_epoch
         self.history.append(rebalance)
         if all(a == b for a, b in change.values()):
             rebalance.ended_at = rebalance.requested_at
@@ -203,7 +206,7 @@ class Rebalancer:
         rebalance = self.history[-1] if self.history else None
         if rebalance is None or rt.component.name not in rebalance.targets:
             return
-        if rebalance.phase is Phase.ARMED:
+        if rebalance.phase is Phase.ARMED and epoch >= rebalance.first_epoch:
             rebalance.move(Phase.HOLDING)
             rebalance.epoch = epoch
             rebalance.attempts += 1
@@ -244,6 +247,7 @@ class Rebalancer:
             )
             self._note_pauses(rebalance)
             rebalance.epoch = None
+            rebalance.first_epoch = self._coordinator.next_epoch
             rebalance.move(Phase.ARMED)
             self._changed()
 
@@ -262,6 +266,7 @@ class Rebalancer:
         self._note_pauses(rebalance)
         held, self._held = self._held, []
         rebalance.epoch = None
+        rebalance.first_epoch = self._coordinator.next_epoch
         rebalance.move(Phase.ARMED)
         for _name, args in held:
             self._engine.flow.deliver_now(*args)

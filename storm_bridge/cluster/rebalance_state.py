@@ -48,6 +48,8 @@ class Rebalance:
         requested_at: When the run accepted it.
         phase: Where it is.
         epoch: The epoch whose commit switches the tasks.
+        first_epoch: The lowest epoch that may hand over: every task of the
+            component gets its barrier after the rebalance was (re-)armed.
         attempts: Hand-overs started (a rollback before the switch retries).
         switched_at: When the task lists changed.
         ended_at: When the held tuples went to the new tasks.
@@ -64,6 +66,7 @@ class Rebalance:
     requested_at: float
     phase: Phase = Phase.ARMED
     epoch: int | None = None
+    first_epoch: int = 0
     attempts: int = 0
     switched_at: float | None = None
     ended_at: float | None = None
