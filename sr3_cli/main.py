@@ -99,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         compare,
         lab_kafka,
+        rebalance_cmd,
         savepoint_cmd,
         topology_cmd,
     )
@@ -315,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     topology_cmd.add_parsers(sub)
     savepoint_cmd.add_parsers(sub)
+    rebalance_cmd.add_parsers(sub)
     chaos_cmd.add_parsers(sub)
     compare.add_parsers(sub)
 

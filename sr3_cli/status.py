@@ -14,6 +14,8 @@ from sr3_cli.lab_kafka import kafka_status
 from sr3_cli.lab_metrics import endpoints, prometheus_status, refresh_node_targets
 from sr3_cli.lab_storm import storm_status
 from sr3_cli.output import emit_json, format_bytes, table
+from sr3_cli.rebalance_cmd import running_topologies
+from zk.rebalances import ZkRebalanceStore
 
 __all__ = ["collect_status", "run_status"]
 
@@ -78,6 +80,8 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
     metrics_urls = cluster.membership.metrics_urls()
     if lab is not None and lab.prometheus is not None:
         refresh_node_targets(lab, metrics_urls)  # nodes restarted on new ports
+    rebalances = ZkRebalanceStore(cluster.session)
+    runs = {name: rebalances.live(name) for name in running_topologies(cluster)}
     return {
         "nodes": sorted(nodes.values(), key=lambda n: n["id"]),
         "under_replicated": under,
@@ -95,6 +99,8 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         "metrics": endpoints(metrics_urls, lab.root if lab is not None else None),
         # the lab's Prometheus server (`sr3 lab up --metrics`), else null
         "prometheus": prometheus_status(lab) if lab is not None else None,
+        # running `sr3 run`s: task ownership per stateful component, rebalance
+        "runs": {name: run for name, run in runs.items() if run is not None},
     }
 
 
@@ -137,8 +143,35 @@ def run_status(args: argparse.Namespace) -> int:
         shown = ", ".join(str(p) for p in pids)
         state = f"{label} {shown}" if kafka["running"] else "NOT RUNNING"
         print(f"\nApache Kafka {kafka['version']}: {kafka['bootstrap']} ({state})")
+    _print_runs(status["runs"])
     _print_metrics(status)
     return 0
+
+
+def _print_runs(runs: dict[str, Any]) -> None:
+    """Print each running topology's stateful tasks and its rebalance, if any."""
+    for name, run in sorted(runs.items()):
+        print(f"\nrunning topology {name} (sr3 run pid {run.get('pid')}):")
+        for component, tasks in sorted(dict(run.get("ownership") or {}).items()):
+            info = dict(run["components"]).get(component, {})
+            print(f"  {component}: {len(tasks)} of max {info.get('max')} tasks")
+            for task in tasks:
+                held = ", tuples held" if task["held"] else ""
+                print(
+                    f"    task {task['task']} index {task['index']}/{task['of']} "
+                    f"owner {task['owner']} ({task['state']}, {task['processed']} "
+                    f"processed{held}): keys whose fields hash mod "
+                    f"{task['of']} == {task['index']}"
+                )
+        current = run.get("rebalance")
+        if current:
+            moves = ", ".join(
+                f"{c} {t['from']}->{t['to']}" for c, t in current["targets"].items()
+            )
+            print(
+                f"  rebalance {current['id']} in progress: {moves} "
+                f"({current['phase']}, epoch {current['epoch']})"
+            )
 
 
 def _print_metrics(status: dict[str, Any]) -> None:

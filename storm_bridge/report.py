@@ -60,6 +60,8 @@ class RunReport:
     task_failures: list[dict[str, Any]] = field(default_factory=list)
     #: Why an ``--until-idle`` run ended without going idle (None otherwise).
     busy: str | None = None
+    #: Live rebalances of the run (``sr3 rebalance``), oldest first.
+    rebalances: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed_tasks(self) -> list[str]:
@@ -95,6 +97,7 @@ class RunReport:
                 k: v for k, v in self.checkpoints.items() if k != "stragglers"
             },
             "recoveries": self.recoveries,
+            "rebalances": self.rebalances,
             "stragglers": self.checkpoints.get("stragglers", []),
             "state": self.state,
             "outputs": self.outputs,

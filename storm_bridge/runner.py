@@ -30,6 +30,7 @@ from storm_bridge.errors import CheckpointError, StormBridgeError
 from storm_bridge.metrics import RunMetricsFeed
 from storm_bridge.multilang import get_serializer
 from storm_bridge.native import NATIVE, checkpoint_mode
+from storm_bridge.rebalancing import LiveRebalancing
 from storm_bridge.report import (
     RunReport,
     checkpoint_dict,
@@ -320,6 +321,7 @@ class _Run:
             if not cluster.run_until_idle(max(0.0, deadline - self.clock())):
                 return False
             emits = cluster.spout_emits()
+            rebalances = cluster.with_rebalancer(lambda r: len(r.history))
             target = cluster.request_epoch()
             if target is not None and not cluster.wait_for(
                 functools.partial(_reached, target), max(0.0, deadline - self.clock())
@@ -337,7 +339,9 @@ class _Run:
             idle = resumed and cluster.run_until_idle(
                 min(1.0, max(0.0, deadline - self.clock()))
             )
-            if idle and cluster.spout_emits() == emits:
+            # a rebalance taken meanwhile may have held tuples past that epoch
+            same = cluster.with_rebalancer(lambda r: len(r.history)) == rebalances
+            if idle and same and cluster.spout_emits() == emits:
                 return True
         return False
 
@@ -533,12 +537,18 @@ def run_topology(
     )
     run = _Run(cluster, ring, kill_node, clock)
     cluster.start()
+    live = None
+    if checkpoint is not None:
+        live = LiveRebalancing(cluster, ring, topology.name, clock)
     metrics = RunMetricsFeed(cluster, topology.name, config, options.metrics_targets)
     metrics.start()
     started = clock()
     idle = False
     busy: str | None = None
+    rebalances: list[dict[str, Any]] = []
     try:
+        if live is not None:
+            live.start(started)
         run.watch_ring()
         run.inject(options.kills, options.node_kills, started, options.freezes)
         if options.until_idle:
@@ -584,6 +594,9 @@ def run_topology(
         errors += [e.message for e in cluster.events(EventKind.COMPONENT_ERROR)]
         outputs = cluster.outputs()
     finally:
+        if live is not None:
+            rebalances = live.report()
+            live.close()
         metrics.close()
         cluster.stop()
         committer.close()
@@ -603,4 +616,5 @@ def run_topology(
         outputs=outputs,
         task_failures=failures,
         busy=busy,
+        rebalances=rebalances,
     )

@@ -12,6 +12,8 @@ chrooted kazoo client of :mod:`zk.client` sees the tree::
     /topologies/<name>/committed             last globally committed epoch
     /topologies/<name>/savepoints/<savepoint>    a named, pinned commit record
     /topologies/<name>/retained/<epoch:010d>     a commit record kept restorable
+    /topologies/<name>/live                  ephemeral: a running run's components
+    /topologies/<name>/rebalance             the last `sr3 rebalance` request
     /topologies/<name>/native/control        native mode: phase, epoch, generation
     /topologies/<name>/native/generation     native checkpoints: rollback counter
     /topologies/<name>/native/coordinator    ephemeral, the coordinating spout task
@@ -154,6 +156,14 @@ class ZkPaths:
     def savepoint(self, name: str, savepoint: str) -> str:
         """Return the znode of savepoint ``savepoint`` of topology ``name``."""
         return f"{self.savepoints(name)}/{quote_name(savepoint)}"
+
+    def live(self, name: str) -> str:
+        """Return the ephemeral znode of topology ``name``'s running run."""
+        return f"{self.topology(name)}/live"
+
+    def rebalance(self, name: str) -> str:
+        """Return the znode of topology ``name``'s last rebalance request."""
+        return f"{self.topology(name)}/rebalance"
 
     def native(self, name: str) -> str:
         """Return the root of topology ``name``'s native-mode checkpoint znodes."""

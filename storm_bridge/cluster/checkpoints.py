@@ -50,7 +50,7 @@ from storm_bridge.cluster.rollbacks import (
 )
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.components import BARRIER_COMMAND
-from storm_bridge.errors import StormBridgeError
+from storm_bridge.errors import CheckpointError, StormBridgeError
 from storm_bridge.topology import LoadedTopology
 
 __all__ = [
@@ -172,12 +172,51 @@ class Coordinator:
         self.closed = False
         #: The run report's straggler entries (set by the engine).
         self.straggler_report: Callable[[], list[dict[str, Any]]] = list
+        #: Called with (task, params) as a stateful task reports a restore.
+        self.on_restored: Callable[[TaskRuntime, Any], None] | None = None
+        #: Called with the epoch as an open epoch is dropped without a commit.
+        self.on_dropped: Callable[[int], None] | None = None
+        #: Whether something besides barriers holds tuples (a rebalance).
+        self.also_busy: Callable[[], bool] | None = None
+        #: Whether a live rebalance is under way: a failure then must roll the
+        #: whole topology back (a task-scope recovery must not run).
+        self.rebalance_in_progress: Callable[[], bool] = lambda: False
+        self._component_tasks = component_tasks
+        self._deliver = deliver
         self._next_epoch = settings.first_epoch
         self._current: OpenEpoch | None = None
         self.committed: list[EpochStats] = []
         #: Epochs abandoned after ``timeout_s``.
         self.abandoned = 0
         self._started = False
+
+    def retask(self) -> None:
+        """Re-read the task lists after tasks were added or removed (a rebalance).
+
+        Only between epochs: barrier alignments are rebuilt from the new lists.
+
+        Raises:
+            CheckpointError: an epoch is open.
+        """
+        if self._current is not None:
+            msg = f"cannot change tasks while epoch {self._current.epoch} is open"
+            raise CheckpointError(msg)
+        component_tasks = self._component_tasks
+        hook = self._barriers.on_barrier_sent
+        self._barriers = BarrierRouter(
+            topology=self._topology,
+            tasks=self._tasks,
+            component_tasks=component_tasks,
+            deliver=self._deliver,
+        )
+        self._barriers.on_barrier_sent = hook
+        self._owners = {
+            task_id: self._owner(task_id, component_tasks) for task_id in self._tasks
+        }
+        self._index = {
+            task_id: component_tasks(rt.component.name).index(task_id)
+            for task_id, rt in self._tasks.items()
+        }
 
     def _owner(self, task_id: int, component_tasks: Callable[[str], list[int]]) -> str:
         comp = self._tasks[task_id].component.name
@@ -293,14 +332,20 @@ class Coordinator:
             self._drop_epoch()
             self._schedule(self._settings.interval_s)
 
+    def barrier_hook(self) -> Callable[[TaskRuntime, int], None] | None:
+        """The hook :meth:`barrier_sent_hook` installed, if any."""
+        return self._barriers.on_barrier_sent
+
     def barrier_sent_hook(self, hook: Callable[[TaskRuntime, int], None]) -> None:
         """Call ``hook(task, epoch)`` as a barrier is sent to a stateful task."""
         self._barriers.on_barrier_sent = hook
 
     def _drop_epoch(self) -> None:
         """Forget the open epoch and every alignment; deliver the held tuples."""
-        self._current = None
+        dropped, self._current = self._current, None
         self._barriers.release_all()
+        if dropped is not None and self.on_dropped is not None:
+            self.on_dropped(dropped.epoch)
 
     def spout_synced(self, rt: TaskRuntime) -> None:
         """A spout answered a command: inject a pending barrier of a plain spout."""
@@ -388,7 +433,8 @@ class Coordinator:
 
     def busy(self) -> bool:
         """Whether tuples are held back or a barrier is still waiting to move."""
-        return self._barriers.busy()
+        also = self.also_busy
+        return self._barriers.busy() or (also is not None and also())
 
     # -- failures ----------------------------------------------------------------------
 
@@ -431,5 +477,7 @@ class Coordinator:
 
     def restored(self, rt: TaskRuntime, params: Any) -> None:
         """A stateful task reported its restore; note when all have."""
+        if self.on_restored is not None:
+            self.on_restored(rt, params)
         if self._rollbacks.restored(self._owners[rt.task_id], params):
             self._schedule(0.0)

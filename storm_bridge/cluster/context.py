@@ -99,6 +99,38 @@ class Router:
         """Return the sorted task ids of a component."""
         return list(self._component_tasks.get(component, ()))
 
+    def retask(self) -> None:
+        """Re-read the task ids of every component (tasks came or went).
+
+        Every grouper is rebuilt on its next use, over the new task lists.
+        """
+        self._component_tasks = {}
+        for task, name in sorted(self._task_to_component.items()):
+            self._component_tasks.setdefault(name, []).append(task)
+        self._groupers.clear()
+
+    def reroute(
+        self, source_task: int, stream: str, values: Sequence[Any], component: str
+    ) -> list[int]:
+        """Return the tasks of ``component`` a regular emit goes to now.
+
+        For tuples held while ``component``'s tasks changed: they go where the
+        grouping sends them over the new task list.
+
+        Raises:
+            RoutingError: the grouping fails, or is direct.
+        """
+        grouper = self._groupers_for(source_task, stream).get(component)
+        if grouper is None:
+            return []
+        if isinstance(grouper, DirectGrouper):
+            msg = f"a direct stream {stream!r} to {component!r} cannot be rerouted"
+            raise RoutingError(msg)
+        try:
+            return list(grouper.choose_tasks(values))
+        except (ValueError, TypeError) as exc:
+            raise RoutingError(str(exc)) from exc
+
     def reset_task(self, task_id: int) -> None:
         """Forget the groupers of a sender task (it restarted)."""
         for key in [k for k in self._groupers if k[0] == task_id]:

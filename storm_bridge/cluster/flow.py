@@ -83,6 +83,9 @@ class TupleFlow:
         self.gate: Callable[[int, int, tuple[Any, ...]], bool] | None = None
         #: Called after a bolt acked or failed an input.
         self.on_input_done: Callable[[TaskRuntime], None] | None = None
+        #: Takes a delivery over (returns True) before it reaches its task:
+        #: a rebalance holds the tuples of the key groups it moves.
+        self.intercept: Callable[[tuple[Any, ...]], bool] | None = None
         #: Called with (task, tuple id, message) after a tuple was sent to a
         #: bolt task (a straggler's input log).
         self.on_delivered: Callable[[TaskRuntime, str, dict[str, Any]], None] | None = (
@@ -125,6 +128,10 @@ class TupleFlow:
         anchors: Anchors,
     ) -> None:
         """Hand a tuple to a bolt task without barrier alignment."""
+        if self.intercept is not None and self.intercept(
+            (target, source, source_task, stream, values, anchors)
+        ):
+            return
         rt = self._tasks[target]
         if rt.state not in _LIVE or rt.process is None:
             self._lose(anchors.keys())

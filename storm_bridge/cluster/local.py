@@ -31,6 +31,7 @@ from storm_bridge.cluster.engine import Engine
 from storm_bridge.cluster.events import ClusterEvent, ComponentCounters, EventKind
 from storm_bridge.cluster.health import TaskFailure, never_up, settled, task_failures
 from storm_bridge.cluster.process import ProcessEvent
+from storm_bridge.cluster.rebalance import Rebalancer
 from storm_bridge.cluster.settings import ClusterOptions
 from storm_bridge.errors import ClusterStateError, StormBridgeError
 from storm_bridge.multilang import get_serializer
@@ -134,6 +135,9 @@ class LocalCluster:
         except BaseException:
             shutil.rmtree(self._work_dir, ignore_errors=True)
             raise
+        self._rebalancer = (
+            None if checkpoint is None else Rebalancer(self._engine, clock)
+        )
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -296,6 +300,16 @@ class LocalCluster:
         with self._lock:
             coordinator = self._engine.coordinator
             return None if coordinator is None else read(coordinator)
+
+    def with_rebalancer(self, act: Callable[[Rebalancer], Any]) -> Any:
+        """Return ``act(rebalancer)`` under the lock (None: no checkpoints)."""
+        with self._lock:
+            rebalancer = self._rebalancer
+            return None if rebalancer is None else act(rebalancer)
+
+    def rebalance_in_progress(self) -> bool:
+        """Whether a live rebalance is under way (failures must roll back globally)."""
+        return bool(self.with_rebalancer(lambda r: r.in_progress()))
 
     def request_epoch(self) -> int | None:
         """Open an epoch as soon as possible; return the number it will get."""

@@ -1,0 +1,185 @@
+"""``sr3 rebalance TOPOLOGY -e COMPONENT=N``: change a running topology's parallelism.
+
+Mirrors ``storm rebalance``: ``-e`` names a component and its new task count,
+``-w`` is how long to wait (here: for the hand-over to finish, as the local
+cluster never deactivates the topology). The request goes through ZooKeeper
+to the ``sr3 run`` of the topology (in another shell); that run moves the
+component's keys between tasks at an epoch boundary while the rest of the
+topology keeps running (``docs/rebalance.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+from typing import Any, Final
+
+from sr3.errors import ConfigError
+from sr3_cli.argtypes import nonempty
+from sr3_cli.cluster import Cluster, add_cluster_args, cluster_config, open_cluster
+from sr3_cli.output import JSON_HELP, emit_json
+from storm_bridge.rebalance_plan import (
+    ComponentInfo,
+    RebalanceRequestError,
+    check_request,
+    parse_targets,
+)
+from zk.paths import unquote_name
+from zk.rebalances import DONE, REFUSED, RebalanceRequest, ZkRebalanceStore
+
+__all__ = ["add_parsers", "rebalance", "running_topologies"]
+
+_DEFAULT_WAIT_S: Final = 120.0
+
+E_NO_RUN = (
+    "topology {topology!r} has no running run on this cluster (running: {running}); "
+    "start it with `sr3 run FILE` in another shell (local checkpoints on: not "
+    "--no-checkpoints, not sr3.checkpoint.mode=native), then rebalance it"
+)
+
+
+def running_topologies(cluster: Cluster) -> list[str]:
+    """Return the topologies with a running ``sr3 run`` that takes rebalances."""
+    store = ZkRebalanceStore(cluster.session)
+    parent = cluster.session.paths.topologies
+    with cluster.session.translate("list topologies", parent):
+        names = [unquote_name(n) for n in cluster.session.children(parent)]
+    return sorted(n for n in names if store.live(n) is not None)
+
+
+def _components(live: dict[str, Any]) -> dict[str, ComponentInfo]:
+    raw = dict(live.get("components") or {})
+    return {str(n): ComponentInfo.from_dict(c) for n, c in raw.items()}
+
+
+def _wait(
+    store: ZkRebalanceStore, topology: str, request_id: str, wait_s: float
+) -> RebalanceRequest | None:
+    """Wait up to ``wait_s`` for the run to finish with the request."""
+    changed = threading.Event()
+    latest: list[RebalanceRequest | None] = [None]
+
+    def seen(request: RebalanceRequest | None) -> None:
+        if request is not None and request.request_id == request_id:
+            latest[0] = request
+            if request.state in (DONE, REFUSED):
+                changed.set()
+
+    store.watch(topology, seen)
+    changed.wait(wait_s)
+    return latest[0]
+
+
+def _summary(topology: str, result: dict[str, Any]) -> str:
+    moves = ", ".join(
+        f"{c} {t['from']}->{t['to']}" for c, t in dict(result["targets"]).items()
+    )
+    start, end = result.get("start_s"), result.get("end_s")
+    took = "" if start is None or end is None else f" in {end - start:.2f} s"
+    return (
+        f"rebalanced {topology}: {moves}{took} (epoch {result.get('epoch')}, "
+        f"{result.get('bytes_moved', 0)} bytes read by the new tasks, longest key "
+        f"pause {result.get('longest_key_pause_s', 0):.3f} s, "
+        f"{result.get('attempts', 0)} hand-over attempts)"
+    )
+
+
+def rebalance(args: argparse.Namespace) -> int:
+    """``sr3 rebalance``: ask the running run to change task counts; wait for it.
+
+    Raises:
+        RebalanceRequestError: a bad request (unknown topology or component,
+            stateless component, count out of range), refused before anything
+            is written, or refused by the run.
+        RebalanceBusyError: another rebalance of the topology is under way.
+        ConfigError: ``-n`` given, or the wait ran out.
+    """
+    if args.workers is not None:
+        msg = (
+            "-n (workers) does not apply to the local cluster: its tasks are "
+            "processes of the `sr3 run`; give task counts with -e COMPONENT=N"
+        )
+        raise ConfigError(msg)
+    if args.wait < 0:
+        msg = f"-w {args.wait}: the wait must be >= 0 seconds"
+        raise ConfigError(msg)
+    targets = parse_targets(args.executors)
+    with open_cluster(cluster_config(args), create=False) as cluster:
+        store = ZkRebalanceStore(cluster.session)
+        live = store.live(args.topology)
+        if live is None:
+            running = ", ".join(running_topologies(cluster)) or "none"
+            msg = E_NO_RUN.format(topology=args.topology, running=running)
+            raise RebalanceRequestError(msg)
+        check_request(args.topology, _components(live), targets)
+        started = time.monotonic()
+        request = store.request(args.topology, targets)
+        final = None
+        if args.wait > 0:
+            final = _wait(store, args.topology, request.request_id, args.wait)
+    waited = time.monotonic() - started
+    if final is not None and final.state == REFUSED:
+        raise RebalanceRequestError(final.detail)
+    if final is not None and final.state == DONE:
+        if args.json:
+            emit_json({"request": final.to_dict(), "waited_s": round(waited, 3)})
+        else:
+            print(_summary(args.topology, dict(final.result)))
+        return 0
+    if args.wait > 0:
+        msg = (
+            f"rebalance {request.request_id} of {args.topology!r} not done within "
+            f"-w {args.wait:g} s; it goes on: `sr3 status` shows it"
+        )
+        raise ConfigError(msg)
+    if args.json:
+        emit_json({"request": request.to_dict(), "waited_s": 0.0})
+    else:
+        print(
+            f"rebalance {request.request_id} of {args.topology!r} requested; "
+            "`sr3 status` shows its progress"
+        )
+    return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
+    """Add ``sr3 rebalance`` to the ``sr3`` parser."""
+    parser = sub.add_parser(
+        "rebalance",
+        help="change a running topology's stateful task counts live",
+        description="Change the task count of stateful components of a topology "
+        "running under `sr3 run` (in another shell), while it runs, exactly once. "
+        "A component may have 1 up to its key-group count (sr3.state.key.groups) "
+        "tasks. Only the component's keys pause, for one epoch's hand-over.",
+    )
+    parser.add_argument("topology", type=nonempty, help="topology (the file's stem)")
+    parser.add_argument(
+        "-e",
+        "--executor",
+        dest="executors",
+        action="append",
+        default=[],
+        metavar="COMPONENT=N",
+        help="new task count of a stateful component (repeatable)",
+    )
+    parser.add_argument(
+        "-w",
+        "--wait",
+        type=float,
+        default=_DEFAULT_WAIT_S,
+        metavar="SECS",
+        help=f"wait up to SECS for the rebalance to finish (default "
+        f"{_DEFAULT_WAIT_S:g}; 0: return once requested)",
+    )
+    parser.add_argument(
+        "-n",
+        "--num-workers",
+        dest="workers",
+        type=int,
+        default=None,
+        help="Storm's worker count: does not apply to the local cluster",
+    )
+    add_cluster_args(parser)
+    parser.add_argument("--json", action="store_true", help=JSON_HELP)
+    parser.set_defaults(handler=rebalance)

@@ -1,0 +1,371 @@
+"""Live rebalance of stateful components on the local cluster (``sr3 rebalance``).
+
+A rebalance changes a stateful component's task count while the topology
+runs, exactly once. Its hand-over is one epoch long (see ``docs/rebalance.md``)::
+
+    ARMED --barrier of epoch e sent to a task of the component--> HOLDING
+    HOLDING --epoch e commits--> SWITCHING --every new task restored--> DONE
+    ARMED/HOLDING --rollback--> ARMED (held tuples dropped, tried again)
+    HOLDING --epoch e abandoned--> ARMED (held tuples go to the old tasks)
+
+* HOLDING: once a task of the component got the barrier of epoch ``e``, the
+  tuples sent to it are held (per task), so its state stays the state it
+  snapshots for ``e``. Every other task keeps processing.
+* SWITCHING: when ``e`` commits, no epoch opens; the component's task list
+  changes (:func:`~storm_bridge.rebalance_plan.plan_moves`): retired tasks
+  stop, kept tasks restart, new tasks start, and each restores from ``e``
+  the keys its fields grouping routes to it over the new count
+  (:meth:`backend.access.RingAccess.restore_task`). The commit record's owners
+  are the ownership version of each epoch: a rollback restores the ownership
+  that matches the state it restores.
+* DONE: the held tuples go, rerouted over the new tasks, and epochs resume.
+
+Any failure during a rebalance rolls the whole topology back
+(:meth:`Rebalancer.in_progress` is the predicate a local recovery must veto
+on). Phases move only through :meth:`Rebalance.move`
+(:mod:`storm_bridge.cluster.rebalance_state`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sr3.config import Sr3Config
+from storm_bridge.cluster.context import RoutingError
+from storm_bridge.cluster.engine import Engine
+from storm_bridge.cluster.rebalance_state import Phase, Rebalance
+from storm_bridge.cluster.rollbacks import is_stateful_bolt
+from storm_bridge.cluster.settings import TaskSettings
+from storm_bridge.cluster.tasks import TaskRuntime, TaskState
+from storm_bridge.errors import ClusterStateError
+from storm_bridge.messages import SYSTEM_COMPONENT
+from storm_bridge.rebalance_plan import (
+    ComponentInfo,
+    RebalanceRequestError,
+    TaskMoves,
+    check_request,
+    plan_moves,
+)
+
+__all__ = ["Phase", "Rebalance", "Rebalancer"]
+
+logger = logging.getLogger(__name__)
+
+
+class Rebalancer:
+    """Carries out rebalances on one engine (the engine thread only).
+
+    Args:
+        engine: The engine; it must checkpoint (a coordinator).
+        clock: Monotonic clock in seconds (the engine's).
+
+    Raises:
+        ClusterStateError: the engine has no checkpoint coordinator.
+    """
+
+    def __init__(self, engine: Engine, clock: Callable[[], float]) -> None:
+        coordinator = engine.coordinator
+        if coordinator is None:
+            msg = (
+                "live rebalancing needs checkpoints (sr3 run without --no-checkpoints)"
+            )
+            raise ClusterStateError(msg)
+        self._engine = engine
+        self._coordinator = coordinator
+        self._clock = clock
+        #: Every rebalance of this run, oldest first.
+        self.history: list[Rebalance] = []
+        self._holding: dict[int, float] = {}
+        self._held: list[tuple[str, tuple[Any, ...]]] = []
+        self._restoring: set[int] = set()
+        self._moves: dict[str, TaskMoves] = {}
+        self._unmoved_base: dict[int, int] = {}
+        #: Called after each phase change (the run republishes its status).
+        self.on_change: Callable[[], None] | None = None
+        self._install()
+
+    def _install(self) -> None:
+        c, flow = self._coordinator, self._engine.flow
+        commit, rollback, holds = c.on_commit, c.on_rollback, c.holds_epochs
+        sent = c.barrier_hook()
+
+        def on_commit(epoch: int) -> None:
+            if commit is not None:
+                commit(epoch)
+            self._committed(epoch)
+
+        def on_rollback() -> None:
+            if rollback is not None:
+                rollback()
+            self._rolled_back()
+
+        def holds_epochs() -> bool:
+            return self._phase() is Phase.SWITCHING or (holds is not None and holds())
+
+        def barrier_sent(rt: TaskRuntime, epoch: int) -> None:
+            if sent is not None:
+                sent(rt, epoch)
+            self._barrier_sent(rt, epoch)
+
+        c.on_commit, c.on_rollback, c.holds_epochs = (
+            on_commit,
+            on_rollback,
+            holds_epochs,
+        )
+        c.barrier_sent_hook(barrier_sent)
+        c.on_restored = self._restored
+        c.on_dropped = self._dropped
+        c.also_busy = lambda: bool(self._held) or self.in_progress()
+        c.rebalance_in_progress = self.in_progress
+        flow.intercept = self._intercept
+
+    # -- queries -----------------------------------------------------------------------
+
+    def _phase(self) -> Phase | None:
+        return self.history[-1].phase if self.history else None
+
+    def in_progress(self) -> bool:
+        """Whether a rebalance is under way: failures now must roll back globally."""
+        return self._phase() not in (None, Phase.DONE)
+
+    def components(self) -> dict[str, ComponentInfo]:
+        """What the run tells ``sr3 rebalance`` about each component now."""
+        engine = self._engine
+        found: dict[str, ComponentInfo] = {}
+        for name in engine.topology.components:
+            ids = engine.router.component_tasks(name)
+            rt = engine.tasks[ids[0]]
+            groups = Sr3Config.from_mapping(rt.conf, strict=False).ring.key_group_count
+            found[name] = ComponentInfo(len(ids), is_stateful_bolt(rt), groups)
+        return found
+
+    def ownership(self) -> dict[str, list[dict[str, Any]]]:
+        """Task ids, indexes, owners and states of every stateful component."""
+        engine = self._engine
+        out: dict[str, list[dict[str, Any]]] = {}
+        for name, info in self.components().items():
+            if not info.stateful:
+                continue
+            out[name] = [
+                {
+                    "task": task_id,
+                    "index": index,
+                    "of": info.tasks,
+                    "owner": f"{engine.topology.name}/{name}/{index}",
+                    "state": engine.tasks[task_id].state.value,
+                    "processed": engine.tasks[task_id].processed,
+                    "pid": engine.tasks[task_id].pid,
+                    "held": task_id in self._holding,
+                }
+                for index, task_id in enumerate(engine.router.component_tasks(name))
+            ]
+        return out
+
+    # -- requests ----------------------------------------------------------------------
+
+    def request(self, rebalance_id: str, targets: Mapping[str, int]) -> Rebalance:
+        """Accept a rebalance; it starts at the next epoch's barrier.
+
+        Raises:
+            RebalanceRequestError: another rebalance is under way, or the
+                request names an unknown or stateless component or a count
+                outside ``1..max``; nothing changes.
+        """
+        name = self._engine.topology.name
+        if self.in_progress():
+            current = self.history[-1]
+            msg = (
+                f"topology {name!r} is already rebalancing ({current.rebalance_id}, "
+                f"{current.phase.value}); wait for it to finish, then ask again"
+            )
+            raise RebalanceRequestError(msg)
+        components = self.components()
+        check_request(name, components, targets)
+        change = {c: (components[c].tasks, n) for c, n in targets.items()}
+        rebalance = Rebalance(rebalance_id, change, self._clock())
+        # a task that got the open epoch's barrier before now processed tuples
+        # past it unheld: only a later epoch may hand over
+        rebalance.first_epoch = self._coordinator.next_epoch
+        self.history.append(rebalance)
+        if all(a == b for a, b in change.values()):
+            rebalance.ended_at = rebalance.requested_at
+            rebalance.move(Phase.DONE)
+        logger.info("rebalance %s of %s accepted: %s", rebalance_id, name, change)
+        self._changed()
+        return rebalance
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    # -- hand-over ---------------------------------------------------------------------
+
+    def _barrier_sent(self, rt: TaskRuntime, epoch: int) -> None:
+        rebalance = self.history[-1] if self.history else None
+        if rebalance is None or rt.component.name not in rebalance.targets:
+            return
+        if rebalance.phase is Phase.ARMED and epoch >= rebalance.first_epoch:
+            rebalance.move(Phase.HOLDING)
+            rebalance.epoch = epoch
+            rebalance.attempts += 1
+            self._unmoved_base = self._unmoved(rebalance)
+            self._changed()
+        if rebalance.phase is Phase.HOLDING and rebalance.epoch == epoch:
+            self._holding.setdefault(rt.task_id, self._clock())
+
+    def _unmoved(self, rebalance: Rebalance) -> dict[int, int]:
+        """Processed counts of the bolt tasks the rebalance does not move."""
+        return {
+            task_id: rt.processed
+            for task_id, rt in self._engine.tasks.items()
+            if not rt.is_spout and rt.component.name not in rebalance.targets
+        }
+
+    def _intercept(self, args: tuple[Any, ...]) -> bool:
+        target = args[0]
+        if target not in self._holding:
+            return False
+        if args[1] != SYSTEM_COMPONENT:  # ticks come again: never held
+            self._held.append((self._engine.task_to_component[target], args))
+            self.history[-1].held += 1
+        return True
+
+    def _rolled_back(self) -> None:
+        """A rollback drops what was held (the spouts replay it)."""
+        self._held.clear()
+        rebalance = self.history[-1] if self.history else None
+        if rebalance is not None and rebalance.phase is not Phase.DONE:
+            rebalance.rollbacks += 1
+        if rebalance is not None and rebalance.phase is Phase.HOLDING:
+            logger.warning(
+                "rebalance %s: rolled back before epoch %s committed; it starts "
+                "again at the next epoch",
+                rebalance.rebalance_id,
+                rebalance.epoch,
+            )
+            self._note_pauses(rebalance)
+            rebalance.epoch = None
+            rebalance.first_epoch = self._coordinator.next_epoch
+            rebalance.move(Phase.ARMED)
+            self._changed()
+
+    def _dropped(self, epoch: int) -> None:
+        """Epoch ``epoch`` was abandoned: the old tasks take what was held."""
+        rebalance = self.history[-1] if self.history else None
+        if rebalance is None or rebalance.phase is not Phase.HOLDING:
+            return
+        if rebalance.epoch != epoch:
+            return
+        logger.warning(
+            "rebalance %s: epoch %s abandoned; it starts again at the next epoch",
+            rebalance.rebalance_id,
+            epoch,
+        )
+        self._note_pauses(rebalance)
+        held, self._held = self._held, []
+        rebalance.epoch = None
+        rebalance.first_epoch = self._coordinator.next_epoch
+        rebalance.move(Phase.ARMED)
+        for _name, args in held:
+            self._engine.flow.deliver_now(*args)
+        self._changed()
+
+    def _note_pauses(self, rebalance: Rebalance) -> None:
+        now = self._clock()
+        for task_id, since in self._holding.items():
+            rebalance.pauses[task_id] = max(
+                rebalance.pauses.get(task_id, 0.0), now - since
+            )
+        self._holding.clear()
+
+    def _committed(self, epoch: int) -> None:
+        rebalance = self.history[-1] if self.history else None
+        if rebalance is None or rebalance.phase is not Phase.HOLDING:
+            return
+        if rebalance.epoch != epoch:
+            return
+        rebalance.move(Phase.SWITCHING)
+        rebalance.switched_at = self._clock()
+        self._switch(rebalance)
+        self._changed()
+
+    def _switch(self, rebalance: Rebalance) -> None:
+        """Change the task lists of the rebalanced components (no epoch is open)."""
+        engine = self._engine
+        supervisor = engine.supervisor
+        self._moves = {}
+        for name, (_before, after) in rebalance.targets.items():
+            current = engine.router.component_tasks(name)
+            next_id = max(engine.task_to_component) + 1
+            moves = plan_moves(current, after, next_id)
+            self._moves[name] = moves
+            template = engine.tasks[current[0]]
+            for task_id in moves.retire:
+                self._retire(engine.tasks[task_id])
+            for task_id in moves.add:
+                conf = dict(template.conf)
+                engine.task_to_component[task_id] = name
+                engine.tasks[task_id] = TaskRuntime(
+                    task_id, template.component, conf, TaskSettings.from_conf(conf)
+                )
+        engine.router.retask()
+        self._coordinator.retask()
+        for moves in self._moves.values():
+            for task_id in moves.keep:
+                supervisor.recycle(engine.tasks[task_id])
+            for task_id in moves.add:
+                supervisor.spawn(engine.tasks[task_id])
+            self._restoring.update(moves.after)
+        logger.info(
+            "rebalance %s: epoch %s committed, tasks now %s",
+            rebalance.rebalance_id,
+            rebalance.epoch,
+            {n: list(m.after) for n, m in self._moves.items()},
+        )
+
+    def _retire(self, rt: TaskRuntime) -> None:
+        engine = self._engine
+        if rt.process is not None:
+            rt.process.kill()
+        engine.flow.drop_task(rt)
+        engine.router.reset_task(rt.task_id)
+        if rt.state is not TaskState.STOPPED:
+            rt.move(TaskState.STOPPED)
+        rt.process = None
+        del engine.tasks[rt.task_id]
+        del engine.task_to_component[rt.task_id]
+
+    def _restored(self, rt: TaskRuntime, params: Any) -> None:
+        rebalance = self.history[-1] if self.history else None
+        if rebalance is None or rebalance.phase is not Phase.SWITCHING:
+            return
+        if rt.task_id in self._restoring:
+            self._restoring.discard(rt.task_id)
+            report = dict(params or {})
+            rebalance.bytes_moved += int(report.get("bytes") or 0)
+        if not self._restoring:
+            self._finish(rebalance)
+
+    def _finish(self, rebalance: Rebalance) -> None:
+        """Send the held tuples over the new task lists; epochs resume."""
+        engine = self._engine
+        self._note_pauses(rebalance)
+        held, self._held = self._held, []
+        for name, (_old, source, source_task, stream, values, anchors) in held:
+            try:
+                targets = engine.router.reroute(source_task, stream, values, name)
+            except RoutingError as exc:
+                logger.error("held tuple %r not rerouted: %s", values, exc)
+                continue
+            for new in targets:
+                engine.flow.deliver(new, source, source_task, stream, values, anchors)
+        now_processed = self._unmoved(rebalance)
+        rebalance.unmoved_processed = sum(
+            n - self._unmoved_base.get(t, n) for t, n in now_processed.items()
+        )
+        rebalance.ended_at = self._clock()
+        rebalance.move(Phase.DONE)
+        logger.info("rebalance %s done: %s", rebalance.rebalance_id, rebalance)
+        self._changed()

@@ -1,0 +1,171 @@
+"""What ``sr3 rebalance`` may ask of a running topology, and the task moves it means.
+
+Pure functions shared by the CLI (which refuses a bad request before it writes
+anything) and the running run (which checks again, authoritatively, before it
+moves anything). A request names stateful components and their new task
+counts; the count may go from 1 up to the component's key-group count
+(``sr3.state.key.groups``, its maximum parallelism, as in Flink).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from storm_bridge.errors import StormBridgeError
+
+__all__ = [
+    "ComponentInfo",
+    "RebalanceRequestError",
+    "TaskMoves",
+    "check_request",
+    "parse_targets",
+    "plan_moves",
+]
+
+
+class RebalanceRequestError(StormBridgeError, ValueError):
+    """A rebalance request the running topology refuses; nothing was changed."""
+
+
+@dataclass(frozen=True)
+class ComponentInfo:
+    """What a running run says about one of its components.
+
+    Attributes:
+        tasks: Its task count now.
+        stateful: Whether it is a stateful bolt (only those rebalance).
+        max_tasks: Its key-group count: the most tasks it may have.
+    """
+
+    tasks: int
+    stateful: bool
+    max_tasks: int
+
+    def to_dict(self) -> dict[str, object]:
+        """Return a msgpack- and JSON-friendly dict."""
+        return {"tasks": self.tasks, "stateful": self.stateful, "max": self.max_tasks}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, object]) -> ComponentInfo:
+        """Build from :meth:`to_dict` output (malformed values raise ValueError)."""
+        return cls(
+            tasks=int(str(raw["tasks"])),
+            stateful=bool(raw["stateful"]),
+            max_tasks=int(str(raw["max"])),
+        )
+
+
+def parse_targets(pairs: Sequence[str]) -> dict[str, int]:
+    """Return ``{component: tasks}`` from ``-e COMPONENT=N`` arguments.
+
+    Raises:
+        RebalanceRequestError: a pair is not ``NAME=N`` with an integer N, or a
+            component is named twice.
+    """
+    targets: dict[str, int] = {}
+    for pair in pairs:
+        name, sep, count = pair.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            msg = f"-e {pair!r}: write COMPONENT=N, e.g. -e count=4"
+            raise RebalanceRequestError(msg)
+        try:
+            tasks = int(count)
+        except ValueError as exc:
+            msg = f"-e {pair!r}: {count!r} is not a task count; write e.g. -e {name}=4"
+            raise RebalanceRequestError(msg) from exc
+        if name in targets:
+            msg = f"-e {pair!r}: component {name!r} is named twice; name it once"
+            raise RebalanceRequestError(msg)
+        targets[name] = tasks
+    if not targets:
+        msg = "nothing to rebalance: name at least one -e COMPONENT=N"
+        raise RebalanceRequestError(msg)
+    return targets
+
+
+def check_request(
+    topology: str,
+    components: Mapping[str, ComponentInfo],
+    targets: Mapping[str, int],
+) -> None:
+    """Refuse a request the running topology cannot carry out.
+
+    Raises:
+        RebalanceRequestError: an unknown or stateless component, or a task
+            count outside ``1..max`` (the message names the fix).
+    """
+    for name, tasks in targets.items():
+        info = components.get(name)
+        if info is None:
+            known = ", ".join(sorted(components)) or "none"
+            msg = (
+                f"topology {topology!r} has no component {name!r}; its components: "
+                f"{known}"
+            )
+            raise RebalanceRequestError(msg)
+        if not info.stateful:
+            stateful = ", ".join(sorted(n for n, c in components.items() if c.stateful))
+            msg = (
+                f"component {name!r} of {topology!r} is stateless: only stateful "
+                f"bolts rebalance live (key groups move); its stateful bolts: "
+                f"{stateful or 'none'}. Change a stateless component's parallelism "
+                "between runs"
+            )
+            raise RebalanceRequestError(msg)
+        if not 1 <= tasks <= info.max_tasks:
+            msg = (
+                f"component {name!r} of {topology!r} can have 1..{info.max_tasks} "
+                f"tasks (its sr3.state.key.groups), not {tasks}; a larger maximum "
+                "needs more key groups, set before the component's first deployment"
+            )
+            raise RebalanceRequestError(msg)
+
+
+@dataclass(frozen=True)
+class TaskMoves:
+    """The task ids of one component before and after a rebalance.
+
+    Task indexes keep their order: the tasks that stay are the lowest indexes,
+    new tasks take new ids above every id in use (so their indexes follow),
+    retired tasks are the highest indexes.
+
+    Attributes:
+        keep: Ids that stay (their keys change with the task count).
+        retire: Ids whose processes stop.
+        add: New ids whose processes start.
+    """
+
+    keep: tuple[int, ...]
+    retire: tuple[int, ...]
+    add: tuple[int, ...]
+
+    @property
+    def after(self) -> tuple[int, ...]:
+        """The component's task ids after the rebalance, by index."""
+        return (*self.keep, *self.add)
+
+
+def plan_moves(current: Sequence[int], tasks: int, next_id: int) -> TaskMoves:
+    """Return the task moves that take ``current`` (by index) to ``tasks`` tasks.
+
+    Args:
+        current: The component's task ids now, sorted (index order).
+        tasks: The new task count (>= 1).
+        next_id: The lowest id not in use by any task of the topology.
+
+    Raises:
+        ValueError: ``tasks < 1`` or ``next_id`` is in use.
+    """
+    if tasks < 1:
+        msg = f"a component needs at least 1 task, not {tasks}"
+        raise ValueError(msg)
+    if current and next_id <= max(current):
+        msg = f"task id {next_id} is in use"
+        raise ValueError(msg)
+    ids = sorted(current)
+    keep = tuple(ids[:tasks])
+    retire = tuple(ids[tasks:])
+    add = tuple(range(next_id, next_id + max(0, tasks - len(ids))))
+    return TaskMoves(keep, retire, add)
