@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 export PYTHONWARNINGS ?= ignore::DeprecationWarning
 export PYSPARK_PYTHON := $(abspath $(PY))
+# xdist workers for `make test`: the JVM services share one, the rest spread
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 .PHONY: help setup demo test ci lint format typecheck imports test-fast chaos test-unit test-integration bench-ring bench-recovery bench-storm bench-spark clean
@@ -19,7 +21,7 @@ demo: setup  ## Run the main job on embedded defaults (not in CI)
 	$(BIN)/sr3 demo
 
 test: setup lint typecheck imports  ## Everything CI runs: lint, types, layers, all tests (CI: yes)
-	$(BIN)/pytest -q --durations=30 tests
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=30 tests
 
 ci: test  ## Exactly what .ci/run runs (CI: yes)
 

@@ -3,6 +3,11 @@
 ``PYSPARK_PYTHON`` is this interpreter and the repository root is on
 ``PYTHONPATH`` before the JVM starts, so Python workers import ``spark_bridge``
 and the venv's pandas. Tests must not stop the session.
+
+``make test`` runs the suite on two xdist workers (``--dist loadgroup``): every
+test of a machine-wide shared service (the Spark session, the Apache Storm
+cluster and its ``_build/`` jar, the network-namespace lab) is put in one group,
+so those run on one worker, one at a time, and start once.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import pytest
+from hypothesis import settings
 from pyspark.sql import SparkSession
 
 from spark_bridge.kafka_jars import spark_kafka_jars
@@ -42,6 +48,28 @@ def _wait_until(
 def wait_until() -> WaitUntil:
     """Return ``wait_until(predicate, *, timeout_s=10, what=...)``: the one poller."""
     return _wait_until
+
+
+# Hypothesis's per-example deadline is a timing assertion: on a shared, loaded
+# machine it fails tests that are correct. Examples are bounded by count only.
+settings.register_profile("sr3", deadline=None)
+settings.load_profile("sr3")
+
+#: Tests that start a JVM service shared per session (the Spark session, the
+#: Apache Storm cluster and the ``sparse`` jar build in ``_build/``) run on one
+#: xdist worker, so each service starts once and builds never race.
+_JVM_GROUP: Final = "jvm"
+_JVM_MARKERS: Final = frozenset({"spark", "apache_storm"})
+_JVM_FIXTURES: Final = frozenset({"spark", "apache_storm", "storm_cluster_factory"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put every test of a shared JVM service in one ``--dist loadgroup`` group."""
+    for item in items:
+        marked = {m.name for m in item.iter_markers()} & _JVM_MARKERS
+        fixtures = set(getattr(item, "fixturenames", ())) & _JVM_FIXTURES
+        if marked or fixtures:
+            item.add_marker(pytest.mark.xdist_group(_JVM_GROUP))
 
 
 @pytest.fixture(scope="session")
