@@ -8,6 +8,7 @@ from typing import Any
 
 from sr3.errors import CodecError
 from sr3.repair import replication_health
+from sr3_cli import lab_netns
 from sr3_cli.cluster import Cluster, cluster_config, open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.lab_kafka import kafka_status
@@ -37,11 +38,13 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         }
     if lab is not None:
         for node_id, lab_node in lab.nodes.items():
+            where = lab_netns.node_placement(lab, node_id)
+            host = where.address if where else "127.0.0.1"
             nodes.setdefault(
                 node_id,
                 {
                     "id": node_id,
-                    "address": f"127.0.0.1:{lab_node.port}" if lab_node.port else "",
+                    "address": f"{host}:{lab_node.port}" if lab_node.port else "",
                     "zone": lab_node.zone,
                     "capacity": None,
                     "alive": False,
@@ -87,6 +90,10 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         "unreadable_owners": unreadable,
         "replication_factor": r,
         "live_nodes": len(live),
+        # the netns lab's hosts (`sr3 lab up --netns`), else null
+        "hosts": (
+            lab_netns.hosts_status(lab, list(lab.nodes)) if lab is not None else None
+        ),
         # the lab's Apache Storm cluster (`sr3 lab up --storm`), else null
         "storm": storm_status(lab) if lab is not None else None,
         # the lab's Kafka broker (`sr3 lab up --kafka`), else null
@@ -128,6 +135,8 @@ def run_status(args: argparse.Namespace) -> int:
     if status["unreadable_owners"]:
         names = ", ".join(repr(o) for o in status["unreadable_owners"])
         print(f"owners whose shard records cannot be read (not counted): {names}")
+    if status["hosts"]:
+        _print_hosts(status["hosts"])
     if status["storm"] is not None:
         _print_storm(status["storm"])
     kafka = status["kafka"]
@@ -139,6 +148,17 @@ def run_status(args: argparse.Namespace) -> int:
         print(f"\nApache Kafka {kafka['version']}: {kafka['bootstrap']} ({state})")
     _print_metrics(status)
     return 0
+
+
+def _print_hosts(hosts: list[dict[str, Any]]) -> None:
+    """Print the netns lab's hosts: address, namespace, what runs there."""
+    rows = [
+        [h["host"], h["address"], h["namespace"] if h["up"] else "GONE",
+         ", ".join(h["roles"]) or "-"]
+        for h in hosts
+    ]  # fmt: skip
+    print(f"\nhosts (links {hosts[0]['shape']}):")
+    print(table(["host", "address", "namespace", "runs"], rows))
 
 
 def _print_metrics(status: dict[str, Any]) -> None:
