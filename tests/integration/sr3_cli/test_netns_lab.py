@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -88,10 +90,7 @@ def healed(netlab: Lab) -> Iterator[Lab]:
 
 
 def status(lab: Lab) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(
-        sr3("status", "--json", "--lab", str(lab.root)).stdout
-    )
-    return result
+    return status_at(lab.root)
 
 
 def put(lab: Lab, owner: str, size: str = "256KB") -> subprocess.CompletedProcess[str]:
@@ -221,3 +220,73 @@ def test_two_hosts_killed_at_once_are_recovered_from(
     wait_until(lambda: status(lab)["live_nodes"] == 5, timeout_s=60, what="rejoin")
     for owner in owners:
         verify(lab, owner)
+
+
+@pytest.fixture
+def nobodys_dir() -> Iterator[Path]:
+    """A dir user nobody can write (pytest's tmp dirs are root's alone)."""
+    home = Path(tempfile.mkdtemp(prefix="sr3-nobody-"))
+    home.chmod(0o755)
+    os.chown(home, 65534, 65534)
+    yield home
+    shutil.rmtree(home)
+
+
+def test_without_root_netns_is_refused_and_the_loopback_lab_works(
+    nobodys_dir: Path,
+) -> None:
+    root = nobodys_dir / "lab"
+
+    def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
+        unprivileged = ("setpriv", "--reuid", "65534", "--regid", "65534")
+        proc = subprocess.run(
+            [*unprivileged, "--clear-groups", sys.executable, "-m", "sr3_cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+            env={k: v for k, v in os.environ.items() if not k.startswith("SR3_")},
+        )
+        assert "Traceback" not in proc.stderr, proc.stderr
+        return proc
+
+    try:
+        refused = as_nobody("lab", "up", "--netns", "--dir", str(root))
+        assert refused.returncode == 2
+        assert "the network-namespace lab needs root (CAP_NET_ADMIN)" in (
+            refused.stderr
+        )
+        assert "or drop --netns: the loopback lab needs neither" in refused.stderr
+        assert leftovers(root) == []
+        # the same lab dir then runs the loopback lab (as root here: this
+        # machine's python lives under /root, which nobody cannot traverse)
+        up = sr3("lab", "up", "--nodes", "1", "--dir", str(root))
+        assert "ZooKeeper 127.0.0.1:" in up.stdout
+        assert status_at(root)["live_nodes"] == 1
+        assert status_at(root)["hosts"] is None
+    finally:
+        sr3("lab", "down", "--dir", str(root))
+
+
+def status_at(root: Path) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(
+        sr3("status", "--json", "--lab", str(root)).stdout
+    )
+    return result
+
+
+def test_lab_down_removes_the_hosts_of_a_lab_whose_dir_is_gone(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "crashed"
+    try:
+        sr3("lab", "up", "--netns", "--hosts", "2", "--nodes", "1", "--dir", str(root))
+        assert len(leftovers(root)) == 2 + 2 + 1  # namespaces, veth ends, bridge
+        shutil.rmtree(root)  # as a crash that took lab.json with it
+        down = sr3("lab", "down", "--dir", str(root))
+        assert "no readable lab.json" in down.stdout
+        assert leftovers(root) == []
+    finally:
+        root.mkdir(exist_ok=True)
+        sr3("lab", "down", "--dir", str(root), check=False)
+        assert leftovers(root) == []
