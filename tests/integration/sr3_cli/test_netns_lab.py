@@ -138,9 +138,7 @@ def test_a_node_partitioned_for_10_s_loses_nothing(
         assert done.returncode == 0, done.stderr  # the other four take them
         written.append(owner)
     sr3("lab", "heal", "--dir", str(lab.root))
-    wait_until(
-        lambda: status(lab)["live_nodes"] == 5, timeout_s=60, what="node-1 back"
-    )
+    wait_until(lambda: status(lab)["live_nodes"] == 5, timeout_s=60, what="node-1 back")
     for owner in ["before-cut", *written]:
         verify(lab, owner)
     result = status(lab)
