@@ -25,6 +25,8 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -36,12 +38,15 @@ __all__ = [
     "Placement",
     "ROOT_HOST",
     "build",
+    "daemon_placements",
     "fail",
     "heal",
     "host_names",
     "node_placement",
     "partition",
     "prefix_for",
+    "reshaped",
+    "shape_text",
     "teardown",
     "zk_placement",
 ]
@@ -162,7 +167,12 @@ def zk_placement(lab: _NetnsLab) -> Placement | None:
 
 
 def node_host(record: dict[str, Any], node_id: str) -> str:
-    """Return the host ring node ``node_id`` runs on."""
+    """Return the host ``node_id`` runs on (a ring node, ``supervisor-<i>``).
+
+    The i-th of each kind goes to the i-th host after ``h1``, round robin (to
+    ``h1`` when it is the only host), so a Storm supervisor shares its host
+    with a ring node, as on the Vagrant lab's worker VMs.
+    """
     hosts = list(record["hosts"])
     workers = hosts[1:] or hosts
     _, _, number = node_id.rpartition("-")
@@ -176,6 +186,21 @@ def node_placement(lab: _NetnsLab, node_id: str) -> Placement | None:
         return None
     host = node_host(lab.netns, node_id)
     return Placement(_ns(lab.netns["prefix"], host), lab.netns["hosts"][host])
+
+
+def daemon_placements(lab: _NetnsLab, names: list[str]) -> dict[str, Placement]:
+    """Return where each daemon runs: ``nimbus`` on h1, others as :func:`node_host`.
+
+    Empty in a loopback lab.
+    """
+    if lab.netns is None:
+        return {}
+    record = lab.netns
+    found = {}
+    for name in names:
+        host = "h1" if name == "nimbus" else node_host(record, name)
+        found[name] = Placement(_ns(record["prefix"], host), record["hosts"][host])
+    return found
 
 
 def fail(lab: _NetnsLab, host: str) -> list[int]:
@@ -241,15 +266,18 @@ def teardown(root: Path, record: dict[str, Any] | None) -> None:
     netns.cleanup(prefix, signal.SIGKILL, network)
 
 
-def hosts_status(lab: _NetnsLab, node_ids: list[str]) -> list[dict[str, Any]] | None:
-    """Return each host, its address and what runs there, or None (loopback lab)."""
+def hosts_status(lab: _NetnsLab, names: list[str]) -> list[dict[str, Any]] | None:
+    """Return each host, its address and what runs there, or None (loopback lab).
+
+    ``names`` are the ring nodes and the daemons (``nimbus``, ``supervisor-<i>``).
+    """
     if lab.netns is None:
         return None
     record = lab.netns
     roles: dict[str, list[str]] = {host: [] for host in record["hosts"]}
     roles["h1"].append("zookeeper")
-    for node_id in sorted(node_ids):
-        roles[node_host(record, node_id)].append(node_id)
+    for name in sorted(names):
+        roles["h1" if name == "nimbus" else node_host(record, name)].append(name)
     present = set(netns.namespaces(record["prefix"] + "-"))
     return [
         {
@@ -262,3 +290,37 @@ def hosts_status(lab: _NetnsLab, node_ids: list[str]) -> list[dict[str, Any]] | 
         }
         for host, address in record["hosts"].items()
     ]
+
+
+@contextmanager
+def reshaped(lab: _NetnsLab, shape: LinkShape) -> Iterator[dict[str, Any]]:
+    """Shape every host's link as ``shape`` while inside; restore the old shape.
+
+    Yields what results record of the network: hosts, addresses and shape.
+
+    Raises:
+        ConfigError: the lab has no hosts, or delay/loss on a kernel without
+            netem.
+    """
+    record = _require(lab, "up --netns` for `--netem")
+    netns.require()
+    old = LinkShape.parse(shape_text(record))
+    hosts = list(record["hosts"])
+
+    def apply(to: LinkShape) -> None:
+        for host in hosts:
+            veth, ns = record["prefix"] + host, _ns(record["prefix"], host)
+            netns.unshape_link(veth=veth, ns=ns)
+            netns.shape_link(to, veth=veth, ns=ns)
+
+    apply(shape)
+    try:
+        yield {"hosts": dict(record["hosts"]), "shape": str(shape)}
+    finally:
+        apply(old)
+
+
+def shape_text(record: dict[str, Any]) -> str:
+    """Return the ``--netem`` text of a lab's recorded shape ("" if unshaped)."""
+    shape = str(record.get("shape", ""))
+    return "" if shape == "unshaped" else shape

@@ -53,15 +53,11 @@ def build_hosts(args: argparse.Namespace, lab: Lab, nodes: int) -> str:
         shape = LinkShape.parse(args.netem)
     else:  # a netns lab brought up again: as it was built
         record = lab.netns or {}
-        hosts, shape = len(record["hosts"]), LinkShape.parse(_shape_text(record))
+        hosts = len(record["hosts"])
+        shape = LinkShape.parse(lab_netns.shape_text(record))
     with lab.locked():
         lab_netns.build(lab, hosts=hosts, shape=shape)
     return f", {hosts} hosts ({shape})"
-
-
-def _shape_text(record: dict[str, Any]) -> str:
-    shape = str(record.get("shape", ""))
-    return "" if shape == "unshaped" else shape
 
 
 def _lab(args: argparse.Namespace) -> Lab:

@@ -54,6 +54,7 @@ __all__ = [
     "shape_link",
     "unblock_all",
     "unblock_root",
+    "unshape_link",
 ]
 
 E_NEEDS_ROOT = (
@@ -240,6 +241,12 @@ def shape_link(shape: LinkShape, *, veth: str, ns: str, ns_dev: str = "eth0") ->
             raise ConfigError(E_NO_NETEM.format(spec=shape, detail=detail))
         msg = f"tc refused {' '.join(args)} on {dev}: {detail}"
         raise NetnsError(msg)
+
+
+def unshape_link(*, veth: str, ns: str, ns_dev: str = "eth0") -> None:
+    """Remove the shaping of both ends of a veth pair (nothing if unshaped)."""
+    _run("tc", "qdisc", "del", "dev", veth, "root", check=False)
+    _run(*exec_prefix(ns), "tc", "qdisc", "del", "dev", ns_dev, "root", check=False)
 
 
 def block(ns: str, peer: str) -> None:

@@ -13,7 +13,7 @@ from sr3_cli.cluster import Cluster, cluster_config, open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.lab_kafka import kafka_status
 from sr3_cli.lab_metrics import endpoints, prometheus_status, refresh_node_targets
-from sr3_cli.lab_storm import storm_status
+from sr3_cli.lab_storm import storm_daemons, storm_status
 from sr3_cli.output import emit_json, format_bytes, table
 
 __all__ = ["collect_status", "run_status"]
@@ -92,7 +92,9 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         "live_nodes": len(live),
         # the netns lab's hosts (`sr3 lab up --netns`), else null
         "hosts": (
-            lab_netns.hosts_status(lab, list(lab.nodes)) if lab is not None else None
+            lab_netns.hosts_status(lab, [*lab.nodes, *storm_daemons(lab)])
+            if lab is not None
+            else None
         ),
         # the lab's Apache Storm cluster (`sr3 lab up --storm`), else null
         "storm": storm_status(lab) if lab is not None else None,
