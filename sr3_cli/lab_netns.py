@@ -46,6 +46,8 @@ __all__ = [
     "partition",
     "prefix_for",
     "reshaped",
+    "restore_shape",
+    "shape_all",
     "shape_text",
     "teardown",
     "zk_placement",
@@ -292,9 +294,30 @@ def hosts_status(lab: _NetnsLab, names: list[str]) -> list[dict[str, Any]] | Non
     ]
 
 
+def shape_all(lab: _NetnsLab, shape: LinkShape) -> None:
+    """Shape every host's link as ``shape`` now (lab.json keeps the lab's own).
+
+    Raises:
+        ConfigError: the lab has no hosts, or delay/loss on a kernel without
+            netem.
+    """
+    record = _require(lab, "up --netns` for a link shape")
+    netns.require()
+    for host in record["hosts"]:
+        veth, ns = record["prefix"] + host, _ns(record["prefix"], host)
+        netns.unshape_link(veth=veth, ns=ns)
+        netns.shape_link(shape, veth=veth, ns=ns)
+
+
+def restore_shape(lab: _NetnsLab) -> None:
+    """Shape every host's link as the lab was built (``--netem`` of ``lab up``)."""
+    record = _require(lab, "up --netns` for a link shape")
+    shape_all(lab, LinkShape.parse(shape_text(record)))
+
+
 @contextmanager
 def reshaped(lab: _NetnsLab, shape: LinkShape) -> Iterator[dict[str, Any]]:
-    """Shape every host's link as ``shape`` while inside; restore the old shape.
+    """Shape every host's link as ``shape`` while inside; restore the lab's shape.
 
     Yields what results record of the network: hosts, addresses and shape.
 
@@ -302,22 +325,12 @@ def reshaped(lab: _NetnsLab, shape: LinkShape) -> Iterator[dict[str, Any]]:
         ConfigError: the lab has no hosts, or delay/loss on a kernel without
             netem.
     """
-    record = _require(lab, "up --netns` for `--netem")
-    netns.require()
-    old = LinkShape.parse(shape_text(record))
-    hosts = list(record["hosts"])
-
-    def apply(to: LinkShape) -> None:
-        for host in hosts:
-            veth, ns = record["prefix"] + host, _ns(record["prefix"], host)
-            netns.unshape_link(veth=veth, ns=ns)
-            netns.shape_link(to, veth=veth, ns=ns)
-
-    apply(shape)
+    shape_all(lab, shape)
     try:
+        record = lab.netns or {}
         yield {"hosts": dict(record["hosts"]), "shape": str(shape)}
     finally:
-        apply(old)
+        restore_shape(lab)
 
 
 def shape_text(record: dict[str, Any]) -> str:
