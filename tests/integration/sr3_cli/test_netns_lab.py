@@ -20,22 +20,27 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sr3_cli import netns
+from sr3_cli import lab_netns, netns
+from sr3_cli.chaos import Schedule, generate
 from sr3_cli.cluster import open_cluster
 from sr3_cli.lab import Lab
 from sr3_cli.lab_netns import prefix_for
+from sr3_cli.netns import LinkShape
+from storm_bridge.topology import load_topology
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
 
 WaitUntil = Callable[..., Any]
 #: How long a node stays cut off in the partition case (the issue's figure).
 PARTITION_S = 10.0
+WORDCOUNT = Path(__file__).resolve().parents[3] / "topologies" / "wordcount.py"
 
 
 def sr3(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -118,10 +123,18 @@ def test_status_shows_each_host_its_address_and_what_runs_there(netlab: Lab) -> 
     assert [hosts[f"h{i}"]["roles"] for i in range(2, 7)] == [
         [f"node-{i}"] for i in range(1, 6)
     ]
-    nodes = {n["id"]: n["address"] for n in status(netlab)["nodes"]}
+    result = status(netlab)
+    nodes = {n["id"]: n["address"] for n in result["nodes"]}
     for i in range(1, 6):  # each node announces its host's address
         assert nodes[f"node-{i}"].split(":")[0] == hosts[f"h{i + 1}"]["address"]
     assert netlab.zk_hosts.split(":")[0] == hosts["h1"]["address"]
+    # and serves its metrics there, where a scraper outside the host reaches them
+    node_hosts = {h["address"] for h in hosts.values() if h["host"] != "h1"}
+    scraped = [e for e in result["metrics"] if e["job"] == "sr3-nodes"]
+    assert {e["instance"].split(":")[0] for e in scraped} == node_hosts
+    for endpoint in scraped:
+        with urllib.request.urlopen(endpoint["url"], timeout=10) as reply:  # noqa: S310 (http on the bridge)
+            assert b"sr3_node_shards" in reply.read()
 
 
 def test_a_node_partitioned_for_10_s_loses_nothing(
@@ -288,3 +301,76 @@ def test_lab_down_removes_the_hosts_of_a_lab_whose_dir_is_gone(
         root.mkdir(exist_ok=True)
         sr3("lab", "down", "--dir", str(root), check=False)
         assert leftovers(root) == []
+
+
+def qdisc_of(lab: Lab, host: str) -> str:
+    """What shapes ``host``'s link on the bridge side."""
+    veth = prefix_for(lab.root) + host
+    return subprocess.run(
+        ["tc", "qdisc", "show", "dev", veth], capture_output=True, text=True, check=True
+    ).stdout
+
+
+def test_compare_runs_under_netem_on_the_netns_ring_and_restores_the_shape(
+    healed: Lab, tmp_path: Path
+) -> None:
+    lab = healed
+    out = tmp_path / "report"
+    compared = sr3(
+        "compare", str(WORDCOUNT), "--engines", "storm,spark", "--lab", str(lab.root),
+        "--netem", "rate=20mbit", "-o", "wordcount.lines=200",
+        "--max-rows-per-batch", "200", "--out", str(out), check=False,
+    )  # fmt: skip
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["agree"] is True
+    assert results["network"]["shape"] == "rate=20mbit"
+    assert lab.netns is not None
+    assert results["network"]["hosts"] == lab.netns["hosts"]
+    for host in lab.netns["hosts"]:
+        assert "rate 100Mbit" in qdisc_of(lab, host)  # the lab's own shape again
+
+
+def test_reshaping_applies_to_every_host_and_restores_the_labs_shape(
+    netlab: Lab,
+) -> None:
+    with lab_netns.reshaped(netlab, LinkShape.parse("rate=20mbit")) as network:
+        assert network["shape"] == "rate=20mbit"
+        for host in network["hosts"]:
+            assert "rate 20Mbit" in qdisc_of(netlab, host)
+    for host in network["hosts"]:
+        assert "rate 100Mbit" in qdisc_of(netlab, host)
+
+
+def _netns_schedule(lab: Lab) -> tuple[int, int, Schedule]:
+    """The first seed's schedule that cuts a node off and slows every link."""
+    topology = load_topology(WORDCOUNT)
+    for seed in range(1, 200):
+        for schedule in generate(
+            seed, 5, topology=topology, nodes=sorted(lab.nodes), netns=True
+        ):
+            kinds = {f.kind for f in schedule.faults}
+            if {"partition-node", "netem-slow"} <= kinds:
+                return seed, schedule.index, schedule
+    pytest.fail("no schedule with both netns faults in 200 seeds")
+
+
+def test_a_chaos_schedule_with_a_cut_off_node_and_slow_links_passes(
+    healed: Lab,
+) -> None:
+    lab = healed
+    seed, index, schedule = _netns_schedule(lab)
+    ran = sr3(
+        "chaos", "--topology", str(WORDCOUNT), "--lab", str(lab.root),
+        "--netns-faults", "--seed", str(seed), "--schedules", str(index + 1),
+        "--only", str(index), "--json", check=False,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    result = json.loads(ran.stdout)
+    (run,) = result["runs"]
+    assert run["passed"] is True
+    assert run["faults"] == [f.describe() for f in schedule.faults]
+    assert "--netns-faults" in run["replay"]
+    for host in lab.netns["hosts"] if lab.netns else ():
+        assert "rate 100Mbit" in qdisc_of(lab, host)  # links restored
+    assert status(lab)["live_nodes"] == 5  # the cut-off node is back
