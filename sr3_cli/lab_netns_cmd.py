@@ -48,6 +48,14 @@ def build_hosts(args: argparse.Namespace, lab: Lab, nodes: int) -> str:
             msg = "--hosts and --netem shape a netns lab: add --netns"
             raise ConfigError(msg)
         return ""
+    running = lab.zookeeper_running or any(n.alive for n in lab.nodes.values())
+    if lab.netns is None and running:
+        msg = (
+            f"the lab in {lab.root} runs on loopback; `sr3 lab down --dir "
+            f"{lab.root}` first, then `sr3 lab up --netns` moves it onto hosts "
+            "(node data is kept)"
+        )
+        raise ConfigError(msg)
     if getattr(args, "netns", False):
         hosts = args.hosts or nodes + 1
         shape = LinkShape.parse(args.netem)

@@ -275,6 +275,10 @@ def test_without_root_netns_is_refused_and_the_loopback_lab_works(
         assert "ZooKeeper 127.0.0.1:" in up.stdout
         assert status_at(root)["live_nodes"] == 1
         assert status_at(root)["hosts"] is None
+        moved = sr3("lab", "up", "--netns", "--dir", str(root), check=False)
+        assert moved.returncode == 2
+        assert "runs on loopback; `sr3 lab down --dir" in moved.stderr
+        assert leftovers(root) == []
     finally:
         sr3("lab", "down", "--dir", str(root))
 
