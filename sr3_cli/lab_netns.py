@@ -141,11 +141,17 @@ def build(lab: _NetnsLab, *, hosts: int, shape: LinkShape) -> None:
         "shape": str(shape),
         "hosts": {h: str(addresses[i]) for i, h in enumerate(names)},
     }
-    lab.netns = record  # recorded first: a failure below is cleaned by `lab down`
-    netns.create_bridge(bridge, gateway, _PREFIX_LEN)
-    for host, address in record["hosts"].items():
-        netns.add_host(_ns(prefix, host), prefix + host, bridge, address, _PREFIX_LEN)
-        netns.shape_link(shape, veth=prefix + host, ns=_ns(prefix, host))
+    lab.netns = record  # recorded first: should this command die, `lab down` cleans
+    try:
+        netns.create_bridge(bridge, gateway, _PREFIX_LEN)
+        for host, address in record["hosts"].items():
+            ns = _ns(prefix, host)
+            netns.add_host(ns, prefix + host, bridge, address, _PREFIX_LEN)
+            netns.shape_link(shape, veth=prefix + host, ns=ns)
+    except BaseException:
+        netns.cleanup(prefix, signal.SIGKILL, network)
+        lab.netns = None
+        raise
 
 
 def _require(lab: _NetnsLab, what: str) -> dict[str, Any]:

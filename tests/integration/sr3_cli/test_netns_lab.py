@@ -378,3 +378,41 @@ def test_a_chaos_schedule_with_a_cut_off_node_and_slow_links_passes(
     for host in lab.netns["hosts"] if lab.netns else ():
         assert "rate 100Mbit" in qdisc_of(lab, host)  # links restored
     assert status(lab)["live_nodes"] == 5  # the cut-off node is back
+
+
+def _kernel_has_netem() -> bool:
+    probe = "sr3netemprobe"  # a veth pair: this kernel has no dummy links either
+    subprocess.run(
+        ["ip", "link", "add", probe, "type", "veth", "peer", "name", probe + "p"],
+        check=True,
+    )
+    try:
+        added = subprocess.run(
+            ["tc", "qdisc", "add", "dev", probe, "root", "netem", "delay", "1ms"],
+            capture_output=True,
+            check=False,
+        )
+        return added.returncode == 0
+    finally:
+        subprocess.run(["ip", "link", "del", probe], check=True)
+
+
+def test_delay_is_netem_or_a_refusal_that_leaves_nothing(tmp_path: Path) -> None:
+    root = tmp_path / "delayed"
+    try:
+        up = sr3(
+            "lab", "up", "--netns", "--hosts", "2", "--nodes", "1",
+            "--netem", "delay=5ms", "--dir", str(root), check=False,
+        )  # fmt: skip
+        if _kernel_has_netem():
+            assert up.returncode == 0, up.stderr
+            assert "delay 5ms" in qdisc_of(Lab.load(root), "h2")
+        else:  # this project's machines: no sch_netem
+            assert up.returncode == 2
+            assert "delay and loss need the kernel's netem qdisc" in up.stderr
+            assert "`--netem rate=100mbit`" in up.stderr
+            assert leftovers(root) == []
+            assert Lab.load(root).netns is None
+    finally:
+        sr3("lab", "down", "--dir", str(root), check=False)
+    assert leftovers(root) == []
