@@ -1,7 +1,8 @@
 """Bandwidth-limited recovery for bench/recovery.py: R behind a narrow, distant link.
 
 R runs in its own network namespace (``sr3r``), joined to the root namespace by a
-veth pair shaped with ``tc tbf`` to 100 Mbit/s in both directions. Every path to a
+bridge and a veth pair shaped with ``tc tbf`` to 100 Mbit/s in both directions
+(built by :mod:`sr3_cli.netns`, as the netns lab's hosts are). Every path to a
 ring node goes through a userspace proxy that delays each direction by 10 ms (a
 20 ms round trip): this kernel has no ``netem`` qdisc, and tbf alone cannot add
 propagation delay. Ring nodes stay on loopback in the root namespace, so
@@ -21,7 +22,6 @@ import contextlib
 import json
 import multiprocessing
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -39,42 +39,34 @@ from sr3.config import NodeConfig, RecoveryConfig, parse_size  # noqa: E402
 from sr3.manifest import Manifest, ShardMeta  # noqa: E402
 from sr3.ports import NodeInfo  # noqa: E402
 from sr3.recovery import Recoverer, RecoveryContext  # noqa: E402
+from sr3_cli import netns  # noqa: E402
+from sr3_cli.netns import LinkShape  # noqa: E402
 
-NS, VETH_ROOT, VETH_NS = "sr3r", "sr3r-veth0", "sr3r-veth1"
+NS, BRIDGE, VETH = "sr3r", "sr3rbr", "sr3rv"
 ROOT_IP, NS_IP = "10.77.0.1", "10.77.0.2"
 RATE, ONE_WAY_DELAY_S = "100mbit", 0.010
 DELTA_EPOCHS, DELTA_FRACTION = 6, 0.5
 
 
-def _sh(*cmd: str) -> None:
-    subprocess.run(cmd, check=True, capture_output=True)
-
-
 @contextlib.contextmanager
 def shaped_link() -> Iterator[None]:
-    """The namespace and its veth pair, tbf-shaped to RATE both ways."""
+    """The namespace on its own bridge, its link tbf-shaped to RATE both ways.
+
+    Built with :mod:`sr3_cli.netns`, as the netns lab's hosts are; every name
+    starts with ``sr3r``, which no lab prefix (``sr3`` + hex digits) does.
+    """
     _teardown()
-    _sh("ip", "netns", "add", NS)
     try:
-        _sh("ip", "link", "add", VETH_ROOT, "type", "veth", "peer", "name", VETH_NS)
-        _sh("ip", "link", "set", VETH_NS, "netns", NS)
-        _sh("ip", "addr", "add", f"{ROOT_IP}/24", "dev", VETH_ROOT)
-        _sh("ip", "link", "set", VETH_ROOT, "up")
-        ns = ("ip", "netns", "exec", NS)
-        _sh(*ns, "ip", "addr", "add", f"{NS_IP}/24", "dev", VETH_NS)
-        _sh(*ns, "ip", "link", "set", VETH_NS, "up")
-        _sh(*ns, "ip", "link", "set", "lo", "up")
-        tbf = ("root", "tbf", "rate", RATE, "burst", "64kb", "latency", "200ms")
-        _sh("tc", "qdisc", "add", "dev", VETH_ROOT, *tbf)
-        _sh(*ns, "tc", "qdisc", "add", "dev", VETH_NS, *tbf)
+        netns.create_bridge(BRIDGE, ROOT_IP, 24)
+        netns.add_host(NS, VETH, BRIDGE, NS_IP, 24)
+        netns.shape_link(LinkShape(rate=RATE), veth=VETH, ns=NS)
         yield
     finally:
         _teardown()
 
 
 def _teardown() -> None:
-    subprocess.run(["ip", "link", "del", VETH_ROOT], capture_output=True, check=False)
-    subprocess.run(["ip", "netns", "del", NS], capture_output=True, check=False)
+    netns.cleanup(NS, signal.SIGKILL, None)
 
 
 # --- the delay proxy (its own process) -------------------------------------------
@@ -175,8 +167,9 @@ def run_netns(
     show: Callable[[dict[str, Any]], None],
 ) -> None:
     """Run the shaped-link scenarios and append their rows."""
-    if os.geteuid() != 0 or not shutil.which("ip") or not shutil.which("tc"):
-        print("[netns] skipped: needs root and iproute2 (ip, tc)", flush=True)
+    missing = netns.available()
+    if missing is not None:
+        print(f"[netns] skipped: needs root and iproute2 ({missing})", flush=True)
         return
     from bench.recovery import LoopbackRing
     from sr3_cli.cluster import open_cluster
@@ -273,7 +266,7 @@ def _worker(job: dict[str, Any], tmp: Path) -> dict[str, Any]:
     path = tmp / "job.json"
     path.write_text(json.dumps(job))
     proc = subprocess.run(
-        ["ip", "netns", "exec", NS, sys.executable, __file__, "--worker", str(path)],
+        [*netns.exec_prefix(NS), sys.executable, __file__, "--worker", str(path)],
         capture_output=True,
         text=True,
         timeout=1800,

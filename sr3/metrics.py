@@ -348,8 +348,13 @@ class Endpoint:
         self._thread.join(timeout=5)
 
 
-def serve(registry: CollectorRegistry, *, port: int = 0) -> Endpoint:
-    """Serve ``registry`` on 127.0.0.1:``port`` (0: a free port) in a thread.
+def serve(
+    registry: CollectorRegistry, *, port: int = 0, host: str = "127.0.0.1"
+) -> Endpoint:
+    """Serve ``registry`` on ``host``:``port`` (0: a free port) in a thread.
+
+    ``host`` is loopback unless the process has an address of its own (a ring
+    node on a host of the netns lab serves on that host's address).
 
     Raises:
         ConfigError: the port cannot be bound (taken: give another, or 0).
@@ -359,12 +364,12 @@ def serve(registry: CollectorRegistry, *, port: int = 0) -> Endpoint:
     # has the two methods a registry calls, without the ABC's metric types
     registry.register(scrapes)  # type: ignore[arg-type]
     try:
-        server, thread = start_http_server(port, addr="127.0.0.1", registry=registry)
+        server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         registry.unregister(scrapes)  # type: ignore[arg-type]
         msg = E_PORT.format(port=port, exc=exc)
         raise ConfigError(msg) from exc
-    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    url = f"http://{host}:{server.server_port}/metrics"
     return Endpoint(url, server, thread, scrapes)
 
 

@@ -3,12 +3,13 @@
 A schedule is a list of faults at times into a run of a topology on the local
 cluster (checkpoint mode ``local`` or ``native``) or on Spark, in a lab:
 SIGKILLed tasks, SIGKILLed ring nodes started again later, ring nodes frozen
-with SIGSTOP, and ZooKeeper stopped and started again. At most ``r - 1`` ring
-nodes are down or frozen at any time. Every schedule's final committed state
-(and, on the Storm engine, last outputs) must equal those of a failure-free
-run of the same topology and conf (:mod:`sr3_cli.chaos_runs` runs them). The
-same seed gives the same schedules, so a failing one is replayed by its seed
-and index (:func:`replay_command`).
+with SIGSTOP, and ZooKeeper stopped and started again; in a network-namespace
+lab also a ring node's host cut off and every link slowed (:data:`NETNS_KINDS`).
+At most ``r - 1`` ring nodes are down, frozen or cut off at any time. Every
+schedule's final committed state (and, on the Storm engine, last outputs) must
+equal those of a failure-free run of the same topology and conf
+(:mod:`sr3_cli.chaos_runs` runs them). The same seed gives the same schedules,
+so a failing one is replayed by its seed and index (:func:`replay_command`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from storm_bridge.report import RunReport
 from storm_bridge.topology import LoadedTopology
 
 __all__ = [
+    "NETNS_KINDS",
     "Fault",
     "Outcome",
     "Schedule",
@@ -37,7 +39,13 @@ __all__ = [
 
 
 FaultKind = Literal[
-    "kill-task", "freeze-task", "kill-node", "freeze-node", "restart-zk"
+    "kill-task",
+    "freeze-task",
+    "kill-node",
+    "freeze-node",
+    "restart-zk",
+    "partition-node",
+    "netem-slow",
 ]
 KINDS: Final[tuple[FaultKind, ...]] = (
     "kill-task",
@@ -57,6 +65,15 @@ SPARK_KINDS: Final[tuple[FaultKind, ...]] = ("kill-node", "freeze-node", "restar
 #: the faults land while it commits them.
 SPARK_ROWS: Final = 150
 NODE_KINDS: Final = ("kill-node", "freeze-node")
+#: Faults of a network-namespace lab (``sr3 chaos --netns-faults``), drawn only
+#: there, so the draws of every other campaign stay as they were: a ring node's
+#: host cut off from every other host and the CLI, and every host's link slowed
+#: to :data:`SLOW_LINK`, each for ``down_s``.
+NETNS_KINDS: Final[tuple[FaultKind, ...]] = ("partition-node", "netem-slow")
+#: What ``netem-slow`` shapes every host's link to (tbf: no netem module needed).
+SLOW_LINK: Final = "rate=2mbit"
+#: Node faults that count against the ``r - 1`` nodes out at once.
+_BUDGET_KINDS: Final = (*NODE_KINDS, "partition-node")
 #: Faults happen this long into a run at the latest (runs of the campaign's
 #: topologies take a few seconds: later faults would often miss the data).
 WINDOW_S: Final = 3.0
@@ -120,6 +137,7 @@ def generate(
     nodes: Sequence[str],
     replicas: int = 3,
     modes: Sequence[str] = MODES,
+    netns: bool = False,
 ) -> list[Schedule]:
     """Return ``count`` schedules drawn from ``seed`` (the same seed, the same list).
 
@@ -127,6 +145,7 @@ def generate(
     once; a killed node comes back after its ``down_s``. With ``spark`` among
     ``modes`` each schedule's mode is drawn first, and Spark's schedules draw
     no task kills; without it, the draws are those of the Storm-only campaign.
+    With ``netns`` the kinds of :data:`NETNS_KINDS` are drawn too.
     """
     rng = random.Random(seed)
     tasks = [
@@ -139,6 +158,7 @@ def generate(
     for index in range(count):
         mode = rng.choice(list(modes)) if with_spark else ""
         kinds = SPARK_KINDS if mode == SPARK else KINDS
+        kinds = (*kinds, *NETNS_KINDS) if netns else kinds
         faults: list[Fault] = []
         for _ in range(rng.randint(1, 3)):
             kind = rng.choice(kinds)
@@ -148,6 +168,10 @@ def generate(
             elif kind == "freeze-task":
                 down_s = round(rng.uniform(1.0, 4.0), 1)
                 faults.append(Fault(kind, at_s, rng.choice(tasks), down_s))
+            elif kind == "netem-slow":
+                fault = Fault(kind, at_s, SLOW_LINK, round(rng.uniform(1.0, 4.0), 1))
+                if not any(_overlap(f, fault) for f in faults if f.kind == kind):
+                    faults.append(fault)
             elif kind == "restart-zk":
                 fault = Fault(kind, at_s, "zookeeper", round(rng.uniform(0.3, 2), 1))
                 if not any(_overlap(f, fault) for f in faults if f.kind == kind):
@@ -166,7 +190,7 @@ def generate(
 
 def _node_budget_ok(faults: Sequence[Fault], new: Fault, replicas: int) -> bool:
     """Whether ``new`` keeps at most ``replicas - 1`` nodes down at once."""
-    node_faults = [f for f in faults if f.kind in NODE_KINDS]
+    node_faults = [f for f in faults if f.kind in _BUDGET_KINDS]
     if any(f.target == new.target for f in node_faults):
         return False  # one fault per node and schedule keeps replays simple
     overlapping = [f for f in node_faults if _overlap(f, new)]

@@ -21,6 +21,7 @@ from sr3_cli.chaos import (
     replay_command,
     summarize_recoveries,
 )
+from sr3_cli.chaos_netns import E_NOT_NETNS, require_netns
 from sr3_cli.chaos_runs import final_state, run_schedule
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.output import JSON_HELP, emit_json, table
@@ -87,6 +88,12 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         help="bound of each run (120 s)",
     )
     p.add_argument("--lab", default=None, help="a running lab (default: a new one)")
+    p.add_argument(
+        "--netns-faults",
+        action="store_true",
+        help="also draw partition-node (a ring node's host cut off) and netem-slow "
+        "(every link slowed) faults; needs --lab of a `sr3 lab up --netns` lab",
+    )
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(handler=chaos)
 
@@ -118,19 +125,25 @@ def chaos(args: argparse.Namespace) -> int:
         modes += (SPARK,)
     draws = [f"--engine={args.engine}"] if args.engine != "storm" else []
     draws += [f"--mode={args.mode}"] if args.mode != "both" else []
+    draws += ["--netns-faults"] if args.netns_faults else []
     topology = load_topology(path)
     if args.only is not None and args.only >= args.schedules:
         msg = f"--only {args.only}: the campaign has schedules 0..{args.schedules - 1}"
         raise ConfigError(msg)
     started = time.monotonic()
     outcomes: list[Outcome] = []
+    if args.netns_faults and resolve_lab_dir(args.lab) is None:
+        raise ConfigError(E_NOT_NETNS)
     with _lab(args) as lab:
+        if args.netns_faults:
+            require_netns(lab)
         schedules = generate(
             args.seed,
             args.schedules,
             topology=topology,
             nodes=sorted(lab.nodes),
             modes=modes,
+            netns=args.netns_faults,
         )
         if args.only is not None:
             schedules = [schedules[args.only]]

@@ -19,7 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from sr3.config import Sr3Config
 from sr3.errors import SR3Error
-from sr3_cli.chaos import SPARK, SPARK_ROWS, TASK_KINDS, Fault, Outcome, Schedule
+from sr3_cli.chaos import (
+    NETNS_KINDS,
+    SPARK,
+    SPARK_ROWS,
+    TASK_KINDS,
+    Fault,
+    Outcome,
+    Schedule,
+)
+from sr3_cli.chaos_netns import end_netns_faults, netns_events
 from sr3_cli.lab import Lab
 from storm_bridge.runner import (
     NodeKill,
@@ -97,6 +106,8 @@ class _Injector:
                 if self._kills_nodes:
                     kill = partial(Lab.kill_nodes, node_ids=node)
                     events.append((fault.at_s, kill, fault.describe()))
+            elif fault.kind in NETNS_KINDS:
+                events += netns_events(fault)
             elif fault.kind == "freeze-node":
                 freeze = partial(Lab.kill_nodes, node_ids=node, sig=signal.SIGSTOP)
                 thaw = partial(Lab.kill_nodes, node_ids=node, sig=signal.SIGCONT)
@@ -135,6 +146,8 @@ class _Injector:
         for thread in self._actions:
             thread.join(timeout_s)
         lab = Lab.load(self._root)
+        if any(f.kind in NETNS_KINDS for f in self._faults):
+            end_netns_faults(lab)
         if not lab.zookeeper_running:
             lab.start_zookeeper()
         for fault in self._faults:

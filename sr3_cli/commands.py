@@ -12,8 +12,10 @@ from pathlib import Path
 
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError, SR3Error
+from sr3_cli import lab_netns
 from sr3_cli.cluster import add_cluster_args, open_cluster, read_secret
 from sr3_cli.lab import Lab, resolve_lab_dir
+from sr3_cli.lab_netns_cmd import build_hosts
 from sr3_cli.processes import lab_processes, stop_processes
 from sr3_cli.snapshot_cmd import run_get, run_put
 from sr3_cli.status import run_status
@@ -89,6 +91,7 @@ def _lab_up(args: argparse.Namespace, lab: Lab) -> int:
             f"--nodes {wanted} removes none (`sr3 lab kill` stops some)"
         )
     started = time.perf_counter()
+    hosts = build_hosts(args, lab, wanted)
     lab.start_zookeeper()
     missing = wanted - len(lab.nodes)
     zones = [z for z in args.zones.split(",") if z] or None
@@ -102,7 +105,7 @@ def _lab_up(args: argparse.Namespace, lab: Lab) -> int:
         spark = f", Spark master {url}"
     print(
         f"lab up in {root}: ZooKeeper {lab.zk_hosts}, {len(lab.nodes)} ring nodes"
-        f"{spark} ({time.perf_counter() - started:.1f}s)\n"
+        f"{spark}{hosts} ({time.perf_counter() - started:.1f}s)\n"
         f"use it with: export SR3_LAB={root}"
     )
     return 0
@@ -116,6 +119,7 @@ def lab_down(args: argparse.Namespace) -> int:
     except ConfigError:
         # lab.json deleted or damaged: stop what the lab started all the same
         leftovers = lab_processes(root)
+        lab_netns.teardown(root, None)  # hosts a crashed lab left, by name
         if not leftovers:
             raise
         stop_processes(leftovers)

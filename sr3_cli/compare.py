@@ -33,12 +33,14 @@ from typing import Any, Final
 
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
+from sr3_cli import lab_netns
 from sr3_cli.argtypes import at_least, positive_seconds
 from sr3_cli.commands import wait_for_members
 from sr3_cli.compare_sampler import SAMPLE_S, Progress, TupleSampler, per_second
 from sr3_cli.compare_verdict import verdict
 from sr3_cli.daemons.prometheus import targets_dir
 from sr3_cli.lab import Lab
+from sr3_cli.netns import LinkShape
 from sr3_cli.run_checks import (
     check_node_ids,
     check_topology_file,
@@ -66,8 +68,9 @@ E_ENGINE = (
     "of storm, spark, apache-storm (as --engines storm,spark)"
 )
 E_NETEM = (
-    "--netem needs the network-namespace lab (`sr3 lab up --netns`), which is not "
-    "built yet; compare on the loopback lab without --netem"
+    "--netem needs the network-namespace lab: start one with `sudo sr3 lab up "
+    "--netns --dir DIR` and pass --lab DIR (or set SR3_LAB); or compare on the "
+    "loopback lab without --netem"
 )
 E_APACHE = (
     "--engines apache-storm needs a lab with a real Storm cluster: run `sr3 lab up "
@@ -92,6 +95,7 @@ class CompareRequest:
     max_rows_per_batch: int = 250
     master: str = "local[2]"
     timeout_s: float = 600.0
+    netem: LinkShape | None = None
 
 
 def parse_engines(text: str) -> tuple[str, ...]:
@@ -321,7 +325,8 @@ def _scratch() -> Iterator[Path]:
 
 def _request(args: argparse.Namespace) -> CompareRequest:
     engines = parse_engines(args.engines)
-    if args.netem:
+    netem = LinkShape.parse(args.netem) if args.netem is not None else None
+    if netem is not None and args.lab is None and not os.environ.get("SR3_LAB"):
         raise ConfigError(E_NETEM)
     check_topology_file(args.file)
     if "apache-storm" in engines and args.lab is None and not os.environ.get("SR3_LAB"):
@@ -335,6 +340,7 @@ def _request(args: argparse.Namespace) -> CompareRequest:
         duration_s=args.duration,
         max_rows_per_batch=args.max_rows_per_batch,
         master=args.master,
+        netem=netem,
     )
 
 
@@ -348,7 +354,14 @@ def compare(args: argparse.Namespace) -> int:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     out = Path(args.out or f"compare-{request.file.stem}-{stamp}")
     if lab_dir:
-        results = compare_engines(request, Lab.load(Path(lab_dir).resolve()))
+        lab = Lab.load(Path(lab_dir).resolve())
+        if request.netem is None:
+            results = compare_engines(request, lab)
+        else:
+            if lab.netns is None:
+                raise ConfigError(E_NETEM)
+            with lab_netns.reshaped(lab, request.netem) as network:
+                results = {**compare_engines(request, lab), "network": network}
     else:
         with embedded_lab() as lab:
             results = compare_engines(request, lab)
@@ -400,7 +413,9 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         "--netem",
         default=None,
         metavar="SPEC",
-        help="per-host delay/bandwidth/loss (needs the netns lab: not built yet)",
+        help="shape every host's link of the --lab netns lab (`sr3 lab up "
+        "--netns`) for the comparison, as rate=100mbit,delay=10ms,loss=0%%; the "
+        "lab's own shape comes back after; see docs/lab.md",
     )
     p.add_argument(
         "--duration",

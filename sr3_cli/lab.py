@@ -40,7 +40,7 @@ from pathlib import Path
 
 from sr3.config import NodeConfig, Sr3Config, ZkConfig
 from sr3.errors import ConfigError
-from sr3_cli import lab_spark
+from sr3_cli import lab_netns, lab_spark
 from sr3_cli.lab_nodes import node_log, spawn_node, wait_ready
 from sr3_cli.lab_state import LabState, resolve_lab_dir
 from sr3_cli.labfile import LabNode
@@ -69,8 +69,10 @@ class Lab(LabState):
 
     @property
     def zk_hosts(self) -> str:
-        """Client connect string of the lab's ZooKeeper."""
-        return f"127.0.0.1:{self.zk_port}"
+        """Client connect string of the lab's ZooKeeper (its host's, with --netns)."""
+        placement = lab_netns.zk_placement(self)
+        host = placement.address if placement else "127.0.0.1"
+        return f"{host}:{self.zk_port}"
 
     @property
     def secret_file(self) -> Path:
@@ -153,7 +155,7 @@ class Lab(LabState):
             )
             self.zk_pid, self.zk_port = running, int(hosts.rsplit(":", 1)[1])
             return
-        if self.zk_port and port_taken(self.zk_port):
+        if self.zk_port and self.netns is None and port_taken(self.zk_port):
             # ZooKeeper keeps its data across ports; only `--zk` users must follow
             logger.warning(
                 "the lab's ZooKeeper port %s is taken by another process; it "
@@ -161,7 +163,14 @@ class Lab(LabState):
                 self.zk_port,
             )
             self.zk_port = 0
-        zk = EmbeddedZooKeeper(zk_dir, port=self.zk_port, detached=True)
+        where = lab_netns.zk_placement(self)
+        zk = EmbeddedZooKeeper(
+            zk_dir,
+            port=self.zk_port,
+            detached=True,
+            host=where.address if where else "127.0.0.1",
+            command_prefix=where.prefix if where else (),
+        )
         zk.start()
         self.zk_port = zk.port
         self.zk_pid = zk.pid
@@ -281,9 +290,12 @@ class Lab(LabState):
             node = self._node(node_id)
             if node.alive:
                 continue
+            where = lab_netns.node_placement(self, node_id)
             started[node_id], offsets[node_id] = spawn_node(
                 node, zk_hosts=self.zk_hosts, chroot=self.chroot,
                 secret_file=self.secret_file, log_level=log_level,
+                host=where.address if where else "127.0.0.1",
+                command_prefix=where.prefix if where else (),
             )  # fmt: skip
         self._checkpoint()  # their pids, should this command die while they start
         return started, offsets
@@ -328,7 +340,7 @@ class Lab(LabState):
         Storm (workers included), Spark, the nodes and ZooKeeper as lab.json
         lists them stop first (gracefully, in that order); then every other
         process still running from the lab dir (lab.json stale or edited) gets
-        SIGTERM, then SIGKILL.
+        SIGTERM, then SIGKILL; last, a netns lab's hosts are removed.
 
         Raises:
             ConfigError: lab.json cannot be read (:func:`lab_processes` still
@@ -343,6 +355,9 @@ class Lab(LabState):
             self.stop_zookeeper()
             leftovers = lab_processes(self.root)
             stop_processes(leftovers)
+            if self.netns is not None:
+                lab_netns.teardown(self.root, self.netns)
+                self.netns = None
         return leftovers
 
     def check_nodes(self, node_ids: list[str]) -> None:

@@ -13,6 +13,7 @@ import logging
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -34,12 +35,21 @@ def node_log(node: LabNode) -> Path:
 
 
 def spawn_node(
-    node: LabNode, *, zk_hosts: str, chroot: str, secret_file: Path, log_level: str
+    node: LabNode,
+    *,
+    zk_hosts: str,
+    chroot: str,
+    secret_file: Path,
+    log_level: str,
+    host: str = "127.0.0.1",
+    command_prefix: Sequence[str] = (),
 ) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``node`` (its pid recorded in it); return its process and log offset.
 
     The offset is where its log of this start begins. A port recorded for it
-    but now taken by another process is dropped: it listens on a new one.
+    but now taken by another process is dropped: it listens on a new one. In
+    the netns lab, ``command_prefix`` runs it in its host's namespace and
+    ``host`` is the address it binds and announces.
 
     Raises:
         ConfigError: its data dir cannot be created.
@@ -53,7 +63,7 @@ def spawn_node(
             "copies its replicas back)"
         )
         raise ConfigError(msg) from exc
-    if node.port and port_taken(node.port):
+    if node.port and not command_prefix and port_taken(node.port):
         logger.warning(
             "ring node %s's port %s is taken by another process; it "
             "listens on a new one",
@@ -62,10 +72,11 @@ def spawn_node(
         )
         node.port = None
     cmd = [
-        sys.executable, "-m", "sr3_cli", "--log-level", log_level,
+        *command_prefix, sys.executable, "-m", "sr3_cli", "--log-level", log_level,
         "node", "--zk", zk_hosts, "--chroot", chroot,
         "--port", str(node.port or 0), "--data-dir", node.data_dir,
         "--node-id", node.node_id, "--secret-file", str(secret_file),
+        "--host", host,
     ]  # fmt: skip
     if node.zone:
         cmd += ["--zone", node.zone]

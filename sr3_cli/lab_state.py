@@ -37,7 +37,7 @@ _LOCK = "lab.lock"
 LOCK_TIMEOUT_S = 300.0
 #: Optional sections of lab.json, each an object or null, read and written as
 #: they are (a field of :class:`LabState` of the same name holds each).
-_SECTIONS = ("spark", "storm", "kafka", "prometheus")
+_SECTIONS = ("spark", "storm", "kafka", "prometheus", "netns")
 _KNOWN_KEYS = frozenset({"zk_port", "zk_pid", "chroot", "nodes", *_SECTIONS})
 
 
@@ -83,6 +83,8 @@ class LabState:
     storm: dict[str, Any] | None = None
     kafka: dict[str, Any] | None = None
     prometheus: dict[str, Any] | None = None
+    #: with ``sr3 lab up --netns``: its hosts (:mod:`sr3_cli.lab_netns`)
+    netns: dict[str, Any] | None = None
     #: top-level keys of lab.json this version does not know, written back as read
     extra: dict[str, Any] = field(default_factory=dict, repr=False)
     _lock_depth: int = field(default=0, init=False, repr=False, compare=False)

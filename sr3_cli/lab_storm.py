@@ -8,6 +8,11 @@ cluster's ``storm.yaml``) and the ring secret as ``SR3_NODE_SECRET`` in its
 environment (kept out of ``storm.yaml``, whose values workers log), which
 :func:`storm_bridge.wiring.config_from_conf` falls back to.
 
+In a netns lab (``sr3 lab up --netns``) Nimbus runs on ``h1`` beside ZooKeeper
+and supervisor ``i`` on the host of ring node ``node-i``
+(:func:`sr3_cli.lab_netns.daemon_placements`), each bound to its host's
+address; workers run where their supervisor does.
+
 lab.json records the cluster in its ``storm`` section (:attr:`Lab.storm`: dir
 and Nimbus address), changed only under the lab's lock; ``sr3 lab down``
 (:meth:`Lab.stop`) stops the cluster, its workers included, before the rest.
@@ -19,6 +24,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from sr3_cli import lab_netns
 from sr3_cli.lab import Lab
 
 if TYPE_CHECKING:
@@ -27,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "start_storm",
     "stop_storm",
+    "storm_daemons",
     "storm_cluster",
     "storm_status",
 ]
@@ -80,8 +87,16 @@ def start_storm(
             if healthy and len(info.supervisors) == supervisors:
                 return running
             running.stop()
-        from storm_bridge.apache import ApacheStormCluster  # noqa: PLC0415 (as above)
+        from storm_bridge.apache import (  # noqa: PLC0415 (as above)
+            ApacheStormCluster,
+            DaemonHost,
+        )
 
+        names = ["nimbus", *(f"supervisor-{i}" for i in range(1, supervisors + 1))]
+        hosts = {
+            name: DaemonHost(where.address, tuple(where.prefix))
+            for name, where in lab_netns.daemon_placements(lab, names).items()
+        }
         cluster = ApacheStormCluster(
             lab.root / "storm",
             zk_hosts=lab.zk_hosts,
@@ -92,6 +107,7 @@ def start_storm(
             conf={"sr3.zk.hosts": lab.zk_hosts, "sr3.zk.chroot": lab.chroot},
             env=_env(lab),
             detached=True,
+            hosts=hosts,
         )
         # recorded first: should this command die while the JVMs start,
         # `sr3 lab down` still finds them through cluster.json
@@ -118,6 +134,14 @@ def stop_storm(lab: Lab) -> list[int]:
         stopped = cluster.stop() if cluster is not None else []
         lab.storm = None
         return stopped
+
+
+def storm_daemons(lab: Lab) -> list[str]:
+    """Return the names of the lab's Storm daemons as lab.json records them."""
+    if lab.storm is None:
+        return []
+    count = int(lab.storm.get("supervisors") or 0)
+    return ["nimbus", *(f"supervisor-{i}" for i in range(1, count + 1))]
 
 
 def storm_status(lab: Lab) -> dict[str, Any] | None:

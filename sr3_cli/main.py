@@ -194,8 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="also start a Prometheus server (Debian's package) scraping every "
         "ring node and `sr3 run`; its URL is in `sr3 status --json`",
     )
-    from sr3_cli import lab_metrics  # noqa: PLC0415 - keeps --help fast
+    from sr3_cli import lab_metrics, lab_netns_cmd  # noqa: PLC0415 - keeps --help fast
 
+    lab_netns_cmd.add_up_args(up)
     up.set_defaults(handler=lab_metrics.lab_up)
     down = lab.add_parser(
         "down", help="stop the lab's Storm, Spark, Kafka, nodes and ZooKeeper"
@@ -222,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--partitions", type=int_between(1, 1000), default=2, help="partitions (2)"
     )
     topic.set_defaults(handler=lab_kafka.create_topic)
+    lab_netns_cmd.add_parsers(lab, _lab_dir_arg)
 
     node = sub.add_parser("node", help="run one ring node in the foreground")
     node.add_argument("--zk", required=True, help="ZooKeeper HOST:PORT[,HOST:PORT]")

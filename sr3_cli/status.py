@@ -8,11 +8,12 @@ from typing import Any
 
 from sr3.errors import CodecError
 from sr3.repair import replication_health
+from sr3_cli import lab_netns
 from sr3_cli.cluster import Cluster, cluster_config, open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.lab_kafka import kafka_status
 from sr3_cli.lab_metrics import endpoints, prometheus_status, refresh_node_targets
-from sr3_cli.lab_storm import storm_status
+from sr3_cli.lab_storm import storm_daemons, storm_status
 from sr3_cli.output import emit_json, format_bytes, table
 from sr3_cli.rebalance_cmd import running_topologies
 from zk.rebalances import ZkRebalanceStore
@@ -39,11 +40,13 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         }
     if lab is not None:
         for node_id, lab_node in lab.nodes.items():
+            where = lab_netns.node_placement(lab, node_id)
+            host = where.address if where else "127.0.0.1"
             nodes.setdefault(
                 node_id,
                 {
                     "id": node_id,
-                    "address": f"127.0.0.1:{lab_node.port}" if lab_node.port else "",
+                    "address": f"{host}:{lab_node.port}" if lab_node.port else "",
                     "zone": lab_node.zone,
                     "capacity": None,
                     "alive": False,
@@ -91,6 +94,12 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         "unreadable_owners": unreadable,
         "replication_factor": r,
         "live_nodes": len(live),
+        # the netns lab's hosts (`sr3 lab up --netns`), else null
+        "hosts": (
+            lab_netns.hosts_status(lab, [*lab.nodes, *storm_daemons(lab)])
+            if lab is not None
+            else None
+        ),
         # the lab's Apache Storm cluster (`sr3 lab up --storm`), else null
         "storm": storm_status(lab) if lab is not None else None,
         # the lab's Kafka broker (`sr3 lab up --kafka`), else null
@@ -134,6 +143,8 @@ def run_status(args: argparse.Namespace) -> int:
     if status["unreadable_owners"]:
         names = ", ".join(repr(o) for o in status["unreadable_owners"])
         print(f"owners whose shard records cannot be read (not counted): {names}")
+    if status["hosts"]:
+        _print_hosts(status["hosts"])
     if status["storm"] is not None:
         _print_storm(status["storm"])
     kafka = status["kafka"]
@@ -172,6 +183,17 @@ def _print_runs(runs: dict[str, Any]) -> None:
                 f"  rebalance {current['id']} in progress: {moves} "
                 f"({current['phase']}, epoch {current['epoch']})"
             )
+
+
+def _print_hosts(hosts: list[dict[str, Any]]) -> None:
+    """Print the netns lab's hosts: address, namespace, what runs there."""
+    rows = [
+        [h["host"], h["address"], h["namespace"] if h["up"] else "GONE",
+         ", ".join(h["roles"]) or "-"]
+        for h in hosts
+    ]  # fmt: skip
+    print(f"\nhosts (links {hosts[0]['shape']}):")
+    print(table(["host", "address", "namespace", "runs"], rows))
 
 
 def _print_metrics(status: dict[str, Any]) -> None:

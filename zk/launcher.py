@@ -1,7 +1,8 @@
 """Start and stop a single loopback ZooKeeper from Debian's ``zookeeper`` package.
 
 Used by the test suite, ``sr3 lab`` and ``sr3 demo`` when ``sr3.zk.hosts`` is
-empty. The server listens on 127.0.0.1 only, keeps its data in ``data_dir`` (so
+empty. The server listens on 127.0.0.1 (or, in the netns lab, its host's
+address inside that host's namespace), keeps its data in ``data_dir`` (so
 sessions survive a restart) and logs to ``data_dir/zookeeper.log``.
 """
 
@@ -14,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -90,6 +92,10 @@ class EmbeddedZooKeeper:
         detached: Start the server in its own session and write its pid to
             ``zookeeper.pid`` so it outlives this process; stop it later with
             :meth:`stop_detached`.
+        host: The address it listens on (default loopback; the netns lab gives
+            its host's address).
+        command_prefix: Runs the server through this prefix (the netns lab's
+            ``ip netns exec NS``, which execs, so the pid stays the server's).
     """
 
     def __init__(
@@ -102,6 +108,8 @@ class EmbeddedZooKeeper:
         java: str = "java",
         jar: Path = DEFAULT_JAR,
         detached: bool = False,
+        host: str = "127.0.0.1",
+        command_prefix: Sequence[str] = (),
     ) -> None:
         self.data_dir = Path(data_dir).resolve()
         self.tick_time_ms = tick_time_ms
@@ -109,6 +117,8 @@ class EmbeddedZooKeeper:
         self.java = java
         self.jar = Path(jar)
         self.detached = detached
+        self.host = host
+        self.command_prefix = list(command_prefix)
         self._port: int | None = port or None
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -130,12 +140,12 @@ class EmbeddedZooKeeper:
 
     @property
     def hosts(self) -> str:
-        """``127.0.0.1:PORT`` for ``sr3.zk.hosts``.
+        """``HOST:PORT`` for ``sr3.zk.hosts``.
 
         Raises:
             CoordinationError: no port yet (``port=0`` and never started).
         """
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def pid(self) -> int | None:
@@ -180,7 +190,16 @@ class EmbeddedZooKeeper:
             log4j.write_text(_LOG4J, encoding="utf-8")
             props.append(f"-Dlog4j.configuration=file:{log4j}")
         cp = ":".join(str(p) for p in classpath)
-        return [java, "-Xmx256m", *props, "-cp", cp, _MAIN, str(self.config_path)]
+        return [
+            *self.command_prefix,
+            java,
+            "-Xmx256m",
+            *props,
+            "-cp",
+            cp,
+            _MAIN,
+            str(self.config_path),
+        ]
 
     def _write_config(self, port: int) -> None:
         lines = [
@@ -189,7 +208,7 @@ class EmbeddedZooKeeper:
             f"maxSessionTimeout={self.max_session_timeout_ms}",
             f"dataDir={self.data_dir / 'data'}",
             f"clientPort={port}",
-            "clientPortAddress=127.0.0.1",
+            f"clientPortAddress={self.host}",
             "admin.enableServer=false",
             "4lw.commands.whitelist=srvr,mntr,ruok",
         ]
@@ -218,7 +237,7 @@ class EmbeddedZooKeeper:
         command = self._command()
         if self._port is None:
             self._port = free_port()
-        elif port_taken(self._port):
+        elif not self.command_prefix and port_taken(self._port):
             # The readiness probe would happily talk to whoever listens there.
             msg = (
                 f"port {self._port} on 127.0.0.1 is in use, so ZooKeeper in "
@@ -270,7 +289,7 @@ class EmbeddedZooKeeper:
         # A cheap `srvr` first keeps kazoo's connection-refused warnings out of
         # the log; `srvr` answers only once the server serves, unlike `ruok`.
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout_s) as sock:
+            with socket.create_connection((self.host, self.port), timeout_s) as sock:
                 sock.sendall(b"srvr")
                 reply = sock.recv(4096)
         except OSError:
@@ -322,16 +341,17 @@ class EmbeddedZooKeeper:
 
     @staticmethod
     def detached_hosts(data_dir: Path) -> str | None:
-        """Return ``127.0.0.1:PORT`` from ``data_dir``'s zoo.cfg, else None."""
+        """Return ``HOST:PORT`` from ``data_dir``'s zoo.cfg, else None."""
         try:
             text = (Path(data_dir) / "zoo.cfg").read_text(encoding="utf-8")
         except FileNotFoundError:
             return None
-        for line in text.splitlines():
-            key, _, value = line.partition("=")
-            if key.strip() == "clientPort":
-                return f"127.0.0.1:{value.strip()}"
-        return None
+        values = dict(line.partition("=")[::2] for line in text.splitlines())
+        values = {k.strip(): v.strip() for k, v in values.items()}
+        if "clientPort" not in values:
+            return None
+        host = values.get("clientPortAddress", "127.0.0.1")
+        return f"{host}:{values['clientPort']}"
 
     @classmethod
     def stop_detached(

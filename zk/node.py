@@ -322,7 +322,7 @@ async def _serve(
     )
     endpoint: Endpoint | None = None
     if config.metrics.enabled:
-        endpoint = serve(metrics.registry, port=config.metrics.port)
+        endpoint = serve(metrics.registry, port=config.metrics.port, host=options.host)
     repair = RepairCoordinator(
         membership=membership,
         manifests=ZkManifestStore(session),

@@ -25,11 +25,12 @@ from storm_bridge.apache.nimbus import (
     SupervisorStatus,
     TopologyStatus,
 )
-from storm_bridge.apache.state import StormClusterInfo, SupervisorInfo
+from storm_bridge.apache.state import DaemonHost, StormClusterInfo, SupervisorInfo
 
 __all__ = [
     "DEFAULT_NIMBUS_PORT",
     "ApacheStormCluster",
+    "DaemonHost",
     "ClusterSummary",
     "NimbusClient",
     "NimbusUnreachableError",

@@ -117,10 +117,13 @@ class DaemonJvms:
             "storm.local.dir": sup.local_dir,
             "supervisor.slots.ports": list(sup.slots),
             "supervisor.thrift.port": sup.thrift_port,
+            "storm.local.hostname": sup.host,
         }
         return self.spawn(
-            sup.name, home, java, options, jvm_args=[f"-Dsr3.storm.dir={sup.local_dir}"]
-        )
+            sup.name, home, java, options,
+            jvm_args=[f"-Dsr3.storm.dir={sup.local_dir}"],
+            launch_prefix=sup.launch_prefix,
+        )  # fmt: skip
 
     def spawn(
         self,
@@ -129,10 +132,15 @@ class DaemonJvms:
         java: str,
         options: Mapping[str, object],
         jvm_args: list[str] | None = None,
+        launch_prefix: Sequence[str] = (),
     ) -> int:
-        """Start daemon ``name`` (``nimbus`` or ``supervisor-<i>``); return its pid."""
+        """Start daemon ``name`` (``nimbus`` or ``supervisor-<i>``); return its pid.
+
+        ``launch_prefix`` runs it elsewhere (a network namespace); it must exec
+        the JVM, so the pid returned is the JVM's.
+        """
         daemon = name.split("-", 1)[0]
-        argv = daemon_command(
+        argv = [*launch_prefix] + daemon_command(
             home, daemon, conf_file=self._conf_file, log_dir=self._log_dir, name=name,
             heap_mb=self._heap_mb, options=options, java=java, jvm_args=jvm_args or [],
         )  # fmt: skip

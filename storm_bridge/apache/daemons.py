@@ -38,12 +38,13 @@ from storm_bridge.apache.layout import (
     DEFAULT_NIMBUS_PORT,
     STATE_FILE,
     load_info,
+    place,
     plan_cluster,
     save_info,
     write_conf,
 )
 from storm_bridge.apache.nimbus import ClusterSummary, NimbusClient
-from storm_bridge.apache.state import StormClusterInfo, SupervisorInfo
+from storm_bridge.apache.state import DaemonHost, StormClusterInfo, SupervisorInfo
 from storm_bridge.apache.status import cluster_status, wait_supervisors
 
 __all__ = [
@@ -82,6 +83,8 @@ class ApacheStormCluster:
         start_timeout_s: How long :meth:`start` waits for Nimbus to lead and
             every supervisor to register (default 120 s: two cores shared).
         stop_timeout_s: Grace between SIGTERM and SIGKILL (default 10 s).
+        hosts: Where ``nimbus`` and ``supervisor-<i>`` run, by daemon name
+            (default: all on 127.0.0.1); the lab's netns hosts set it.
     """
 
     def __init__(  # noqa: PLR0913 (keyword-only options)
@@ -102,6 +105,7 @@ class ApacheStormCluster:
         detached: bool = False,
         start_timeout_s: float = 120.0,
         stop_timeout_s: float = 10.0,
+        hosts: Mapping[str, DaemonHost] | None = None,
     ) -> None:
         if supervisors < 1 or slots < 1:
             msg = (
@@ -124,6 +128,7 @@ class ApacheStormCluster:
         self.detached = detached
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
+        self.hosts = dict(hosts or {})
         self._info: StormClusterInfo | None = None
         self._jvms = DaemonJvms(
             root=self.root,
@@ -171,7 +176,8 @@ class ApacheStormCluster:
 
     def client(self, timeout_s: float = 5.0) -> NimbusClient:
         """Return a Thrift client of this cluster's Nimbus."""
-        return NimbusClient("127.0.0.1", self.info.nimbus_port, timeout_s=timeout_s)
+        info = self.info
+        return NimbusClient(info.nimbus_host, info.nimbus_port, timeout_s=timeout_s)
 
     def summary(self) -> ClusterSummary:
         """Return Nimbus's cluster summary.
@@ -293,12 +299,15 @@ class ApacheStormCluster:
             nimbus_port=self.nimbus_port, supervisors=self.supervisor_count,
             slots=self.slots,
         )  # fmt: skip
+        self._info = info = place(info, self.hosts)
         sups = info.supervisors
         write_conf(info, root=self.root, log_dir=self.log_dir,
                    worker_heap_mb=self.worker_heap_mb, extra=self.conf)  # fmt: skip
         started = time.monotonic()
         try:
-            pid = self._jvms.spawn("nimbus", home, java, {})
+            pid = self._jvms.spawn(
+                "nimbus", home, java, {}, launch_prefix=info.nimbus_launch_prefix
+            )
             self._info = info = replace(info, nimbus_pid=pid)
             sups = tuple(
                 replace(s, pid=self._jvms.spawn_supervisor(s, home, java)) for s in sups

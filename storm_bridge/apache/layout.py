@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
@@ -28,6 +29,7 @@ from storm_bridge.apache.daemon_jvms import StormClusterError
 from storm_bridge.apache.home import StormHome
 from storm_bridge.apache.procs import free_port, port_free
 from storm_bridge.apache.state import (
+    DaemonHost,
     StormClusterInfo,
     SupervisorInfo,
     cluster_conf,
@@ -39,6 +41,7 @@ __all__ = [
     "STATE_FILE",
     "load_info",
     "pick_nimbus_port",
+    "place",
     "plan_cluster",
     "plan_supervisors",
     "save_info",
@@ -136,6 +139,29 @@ def plan_cluster(  # noqa: PLR0913 (keyword-only options)
         zk_root=zk_root,
         nimbus_port=port,
         supervisors=plan_supervisors(root, supervisors, slots),
+    )
+
+
+def place(info: StormClusterInfo, hosts: Mapping[str, DaemonHost]) -> StormClusterInfo:
+    """Return ``info`` with the daemons ``hosts`` names moved to their hosts.
+
+    Keys are daemon names (``nimbus``, ``supervisor-<i>``); daemons not named
+    stay on 127.0.0.1.
+    """
+    nimbus = hosts.get("nimbus")
+    sups = tuple(
+        replace(s, host=h.address, launch_prefix=h.launch_prefix)
+        if (h := hosts.get(s.name)) is not None
+        else s
+        for s in info.supervisors
+    )
+    if nimbus is None:
+        return replace(info, supervisors=sups)
+    return replace(
+        info,
+        supervisors=sups,
+        nimbus_host=nimbus.address,
+        nimbus_launch_prefix=nimbus.launch_prefix,
     )
 
 

@@ -8,7 +8,27 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["StormClusterInfo", "SupervisorInfo", "cluster_conf", "write_yaml"]
+__all__ = [
+    "DaemonHost",
+    "StormClusterInfo",
+    "SupervisorInfo",
+    "cluster_conf",
+    "write_yaml",
+]
+
+
+@dataclass(frozen=True)
+class DaemonHost:
+    """Where a daemon runs when not on loopback (the lab's network namespaces).
+
+    Attributes:
+        address: Its ``storm.local.hostname``: what it binds and announces.
+        launch_prefix: Runs its JVM there (``ip netns exec NS``, which execs,
+            so the pid is the JVM's); its workers inherit the place.
+    """
+
+    address: str
+    launch_prefix: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -21,6 +41,8 @@ class SupervisorInfo:
         slots: Its ``supervisor.slots.ports``: one worker JVM per port.
         thrift_port: Its ``supervisor.thrift.port`` (workers heartbeat there).
         pid: The supervisor JVM (None once stopped).
+        host: Its ``storm.local.hostname`` (loopback unless placed).
+        launch_prefix: What its JVM runs through (see :class:`DaemonHost`).
     """
 
     index: int
@@ -28,6 +50,8 @@ class SupervisorInfo:
     slots: tuple[int, ...]
     thrift_port: int
     pid: int | None = None
+    host: str = "127.0.0.1"
+    launch_prefix: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -48,11 +72,13 @@ class StormClusterInfo:
     nimbus_pid: int | None = None
     supervisors: tuple[SupervisorInfo, ...] = ()
     ui_port: int | None = None
+    nimbus_host: str = "127.0.0.1"
+    nimbus_launch_prefix: tuple[str, ...] = ()
 
     @property
     def nimbus(self) -> str:
-        """Nimbus's Thrift address, ``127.0.0.1:PORT``."""
-        return f"127.0.0.1:{self.nimbus_port}"
+        """Nimbus's Thrift address, ``HOST:PORT`` (``127.0.0.1`` unless placed)."""
+        return f"{self.nimbus_host}:{self.nimbus_port}"
 
     def to_json(self) -> dict[str, Any]:
         """Return a JSON-able dict (read back by :meth:`from_json`)."""
@@ -68,10 +94,17 @@ class StormClusterInfo:
             TypeError, ValueError, KeyError: not such a dict.
         """
         sups = tuple(
-            SupervisorInfo(**{**s, "slots": tuple(s["slots"])})
+            SupervisorInfo(
+                **{
+                    **s,
+                    "slots": tuple(s["slots"]),
+                    "launch_prefix": tuple(s.get("launch_prefix", ())),
+                }
+            )
             for s in raw.get("supervisors", ())
         )
-        return cls(**{**raw, "supervisors": sups})
+        prefix = tuple(raw.get("nimbus_launch_prefix", ()))
+        return cls(**{**raw, "supervisors": sups, "nimbus_launch_prefix": prefix})
 
 
 def cluster_conf(
@@ -98,9 +131,9 @@ def cluster_conf(
         # short enough that a SIGKILLed supervisor's znode goes within seconds
         "storm.zookeeper.session.timeout": 8000,
         "storm.zookeeper.connection.timeout": 8000,
-        "nimbus.seeds": ["127.0.0.1"],
+        "nimbus.seeds": [info.nimbus_host],
         "nimbus.thrift.port": info.nimbus_port,
-        "storm.local.hostname": "127.0.0.1",
+        "storm.local.hostname": info.nimbus_host,
         "storm.local.dir": str(root / "local" / "nimbus"),
         "storm.log.dir": str(log_dir),
         "supervisor.slots.ports": list(first.slots),

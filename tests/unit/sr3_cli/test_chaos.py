@@ -7,6 +7,9 @@ from typing import Any
 
 from sr3_cli.chaos import (
     MODES,
+    NETNS_KINDS,
+    NODE_KINDS,
+    SLOW_LINK,
     SPARK,
     SPARK_KINDS,
     Fault,
@@ -95,3 +98,26 @@ def test_a_replay_names_the_draws_that_shaped_the_campaign() -> None:
     schedule = Schedule(4, 7, SPARK, ())
     command = replay_command(schedule, TOPOLOGY, {"a.b": 1}, ["--engine=spark"])
     assert "--seed 4 --schedules 8 --only 7 --engine=spark -o a.b=1" in command
+
+
+def test_netns_kinds_are_drawn_only_for_a_netns_campaign() -> None:
+    topology = load_topology(TOPOLOGY)
+    nodes = ["node-1", "node-2", "node-3"]
+    plain = generate(7, 40, topology=topology, nodes=nodes)
+    assert not any(f.kind in NETNS_KINDS for s in plain for f in s.faults)
+    netns = generate(7, 40, topology=topology, nodes=nodes, netns=True)
+    kinds = {f.kind for s in netns for f in s.faults}
+    assert set(NETNS_KINDS) <= kinds
+    for schedule in netns:
+        for fault in schedule.faults:
+            if fault.kind == "netem-slow":
+                assert fault.target == SLOW_LINK
+                assert fault.down_s > 0
+            if fault.kind == "partition-node":
+                assert fault.target in nodes
+        # a cut-off node counts against the r - 1 nodes out at once
+        out = [f for f in schedule.faults if f.kind in (*NODE_KINDS, "partition-node")]
+        assert len({f.target for f in out}) == len(out)
+        for fault in out:
+            at_once = [f for f in out if f.at_s <= fault.at_s < f.at_s + f.down_s]
+            assert len(at_once) <= 2

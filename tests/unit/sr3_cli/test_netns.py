@@ -1,0 +1,66 @@
+"""Link shapes and host placement of the netns lab (pure: no ``ip``, no ``tc``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sr3.errors import ConfigError
+from sr3_cli.lab_netns import host_names, node_host, prefix_for
+from sr3_cli.netns import LinkShape
+
+
+def test_a_shape_parses_rate_delay_and_loss_in_any_order() -> None:
+    shape = LinkShape.parse("loss=0.5%, delay=20ms,rate=100mbit")
+    assert shape == LinkShape(rate="100mbit", delay_ms=20.0, loss_pct=0.5)
+    assert str(shape) == "rate=100mbit,delay=20ms,loss=0.5%"
+    assert shape.qdisc() == [
+        "netem", "delay", "20ms", "loss", "0.5%", "rate", "100mbit",
+    ]  # fmt: skip
+
+
+def test_rate_alone_is_tbf_and_nothing_is_unshaped() -> None:
+    assert LinkShape.parse("rate=1gbit").qdisc() == [
+        "tbf", "rate", "1gbit", "burst", "64kb", "latency", "200ms",
+    ]  # fmt: skip
+    assert not LinkShape.parse("rate=1gbit,loss=0%").needs_netem
+    assert LinkShape.parse("").qdisc() is None
+    assert str(LinkShape.parse("")) == "unshaped"
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("rate=fast", "rate 'fast' is no tc rate"),
+        ("delay=20", "delay '20' is not milliseconds"),
+        ("loss=150%", "loss '150%' is not a percentage"),
+        ("jitter=5ms", "'jitter=5ms' is not one of rate=, delay=, loss="),
+        ("rate=1mbit,rate=2mbit", "'rate=2mbit' is not one of"),
+    ],
+)
+def test_a_bad_shape_is_refused_naming_the_part_and_the_syntax(
+    text: str, named: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        LinkShape.parse(text)
+    assert named in str(caught.value)
+    assert "rate=RATE (as 100mbit" in str(caught.value)
+
+
+def test_zookeeper_gets_h1_and_nodes_spread_over_the_other_hosts() -> None:
+    record = {"hosts": {h: "" for h in host_names(4)}}
+    placed = [node_host(record, f"node-{i}") for i in range(1, 8)]
+    assert placed == ["h2", "h3", "h4", "h2", "h3", "h4", "h2"]
+    assert node_host({"hosts": {"h1": ""}}, "node-3") == "h1"
+
+
+def test_a_lab_prefix_is_stable_short_and_never_the_benchmarks(tmp_path: Path) -> None:
+    prefix = prefix_for(tmp_path / "lab")
+    assert prefix == prefix_for(tmp_path / "lab")
+    assert prefix != prefix_for(tmp_path / "other")
+    assert len(prefix) == 7
+    assert prefix.startswith("sr3")
+    int(prefix[3:], 16)  # hex digits: never the benchmark's "sr3r"
+    # the longest interface name built from it (veth peer of h32) fits IFNAMSIZ
+    assert len(prefix + "h32" + "p") <= 15
