@@ -59,7 +59,7 @@ settings.load_profile("sr3")
 #: Apache Storm cluster and the ``sparse`` jar build in ``_build/``) run on one
 #: xdist worker, so each service starts once and builds never race.
 _JVM_GROUP: Final = "jvm"
-_JVM_MARKERS: Final = frozenset({"spark", "apache_storm"})
+_JVM_MARKERS: Final = frozenset({"spark", "apache_storm", "netns"})
 _JVM_FIXTURES: Final = frozenset({"spark", "apache_storm", "storm_cluster_factory"})
 
 

@@ -35,7 +35,7 @@ from sr3_cli.lab_netns import prefix_for
 from sr3_cli.netns import LinkShape
 from storm_bridge.topology import load_topology
 
-pytestmark = [pytest.mark.zk, pytest.mark.slow]
+pytestmark = [pytest.mark.zk, pytest.mark.netns, pytest.mark.slow]
 
 WaitUntil = Callable[..., Any]
 #: How long a node stays cut off in the partition case (the issue's figure).

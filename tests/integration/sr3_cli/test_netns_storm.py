@@ -29,7 +29,12 @@ from sr3_cli.lab import Lab
 from sr3_cli.lab_netns import prefix_for
 from storm_bridge.wiring import RingAccess
 
-pytestmark = [pytest.mark.zk, pytest.mark.apache_storm, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.zk,
+    pytest.mark.netns,
+    pytest.mark.apache_storm,
+    pytest.mark.slow,
+]
 
 WaitUntil = Callable[..., Any]
 REPO = Path(__file__).resolve().parents[3]
