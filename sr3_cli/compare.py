@@ -26,11 +26,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from spark_bridge.kafka_sink import is_kafka_sink
+from spark_bridge.kafka_source import is_kafka_spout
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
 from sr3_cli import lab_netns
@@ -49,7 +51,7 @@ from sr3_cli.run_checks import (
     parse_node_kill,
 )
 from storm_bridge.runner import NodeKill, RunOptions, TaskKill, run_topology
-from storm_bridge.topology import load_topology
+from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import RingAccess
 
 __all__ = [
@@ -111,6 +113,38 @@ def parse_engines(text: str) -> tuple[str, ...]:
         )
         raise ConfigError(msg)
     return names
+
+
+def compared_components(topology: LoadedTopology) -> list[str]:
+    """Return the stateful bolts whose final state the verdict compares.
+
+    A KafkaSink's state is its delivery bookkeeping (pending outputs, which the
+    Spark engine keeps in its micro-batch files instead): not compared.
+    """
+    return [
+        n
+        for n in topology.stateful_components
+        if topology.components[n].kind == "bolt"
+        and not is_kafka_sink(topology.components[n].component_cls)
+    ]
+
+
+def with_lab_kafka(
+    request: CompareRequest, topology: LoadedTopology, lab: Lab
+) -> CompareRequest:
+    """Point a Kafka topology at the lab's broker unless the conf names one.
+
+    Every engine then reads the same topic from its start (each run starts from
+    empty state, so from no recorded offsets): Kafka is the common input.
+    """
+    kafka = lab.kafka or {}
+    if "sr3.kafka.bootstrap" in request.conf or not kafka.get("bootstrap"):
+        return request
+    classes = [c.component_cls for c in topology.components.values()]
+    if not any(is_kafka_spout(c) or is_kafka_sink(c) for c in classes):
+        return request
+    conf = {**request.conf, "sr3.kafka.bootstrap": kafka["bootstrap"]}
+    return replace(request, conf=conf)
 
 
 def _state(ring: RingAccess, topology: str, components: Sequence[str]) -> Any:
@@ -255,9 +289,8 @@ def compare_engines(
     ``spark``: a Spark session to use (None: the Spark run starts one).
     """
     topology = load_topology(request.file)
-    stateful = [
-        n for n in topology.stateful_components if topology.components[n].kind == "bolt"
-    ]
+    request = with_lab_kafka(request, topology, lab)
+    stateful = compared_components(topology)
     check_node_ids((k.node for k in request.node_kills), lab.nodes)
     config = lab.config(Sr3Config.from_env())
     runs: dict[str, Any] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,3 +55,42 @@ def test_apache_storm_needs_a_lab_with_storm(
     assert main(["compare", WORDCOUNT, "--engines", "storm,apache-storm"]) == 2
 
     assert "sr3 lab up --storm" in capsys.readouterr().err
+
+
+KAFKA_WC = Path(WORDCOUNT).with_name("kafka_wordcount.py")
+
+
+def test_a_kafka_topology_reads_the_labs_broker_and_its_sink_is_not_compared() -> None:
+    from types import SimpleNamespace
+
+    from sr3_cli.compare import CompareRequest, compared_components, with_lab_kafka
+    from storm_bridge.topology import load_topology
+
+    topology = load_topology(KAFKA_WC)
+    lab: Any = SimpleNamespace(kafka={"bootstrap": "10.0.0.1:9092"})
+    request = CompareRequest(file=KAFKA_WC, engines=("storm", "spark"))
+
+    # every engine reads the lab's broker: Kafka is their common input
+    assert with_lab_kafka(request, topology, lab).conf == {
+        "sr3.kafka.bootstrap": "10.0.0.1:9092"
+    }
+    # a broker the user names wins; a lab without Kafka changes nothing
+    named = CompareRequest(
+        file=KAFKA_WC, engines=("storm", "spark"), conf={"sr3.kafka.bootstrap": "h:1"}
+    )
+    assert with_lab_kafka(named, topology, lab) is named
+    assert with_lab_kafka(request, topology, SimpleNamespace(kafka=None)) is request
+    # the sink's pending outputs are delivery bookkeeping, the counts are state
+    assert compared_components(topology) == ["count"]
+
+
+def test_a_topology_without_kafka_ignores_the_labs_broker() -> None:
+    from types import SimpleNamespace
+
+    from sr3_cli.compare import CompareRequest, with_lab_kafka
+    from storm_bridge.topology import load_topology
+
+    request = CompareRequest(file=Path(WORDCOUNT), engines=("storm", "spark"))
+    lab: Any = SimpleNamespace(kafka={"bootstrap": "10.0.0.1:9092"})
+
+    assert with_lab_kafka(request, load_topology(WORDCOUNT), lab) is request
