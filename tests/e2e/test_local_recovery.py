@@ -32,7 +32,10 @@ WORDCOUNT = TOPOLOGIES / "exact_wc.py"
 JOIN = TOPOLOGIES / "join_merge.py"
 LINES = 1500
 ROWS = 400
-QUIET = ("-o", "sr3.idle.quiet.s=0.5", "-o", "sr3.checkpoint.interval.s=0.2")
+#: Spouts pace their emits, so the stream lasts a few seconds and each kill
+#: (1.5 to 3.5 s after the tasks were spawned) lands mid-stream.
+QUIET = ("-o", "sr3.idle.quiet.s=0.5", "-o", "sr3.checkpoint.interval.s=0.5")
+PACE = ("-o", "exact.pause.s=0.004", "-o", "join.pause.s=0.008")
 
 
 def _module(name: str) -> Any:
@@ -72,7 +75,7 @@ def run_wc(lab: Lab, out: Path, *extra: str) -> Any:
     out.mkdir(parents=True, exist_ok=True)
     report = sr3_json(
         lab, "run", str(WORDCOUNT), "--until-idle", "--timeout", "150",
-        "-o", f"exact.lines={LINES}", "-o", f"exact.out={out}", *QUIET, *extra,
+        "-o", f"exact.lines={LINES}", "-o", f"exact.out={out}", *QUIET, *PACE, *extra,
     )  # fmt: skip
     assert report["idle"], report
     return report
@@ -82,7 +85,7 @@ def run_join(lab: Lab, out: Path, *extra: str) -> Any:
     out.mkdir(parents=True, exist_ok=True)
     report = sr3_json(
         lab, "run", str(JOIN), "--until-idle", "--timeout", "150",
-        "-o", f"join.rows={ROWS}", "-o", f"join.out={out}", *QUIET, *extra,
+        "-o", f"join.rows={ROWS}", "-o", f"join.out={out}", *QUIET, *PACE, *extra,
     )  # fmt: skip
     assert report["idle"], report
     return report
@@ -150,7 +153,7 @@ def schedule(rng: random.Random, kind: str, tasks: list[str]) -> list[str]:
     killed again during its replay; ``together``: an upstream task killed
     with its downstream stateful task.
     """
-    at = rng.uniform(0.3, 1.0)
+    at = rng.uniform(1.5, 3.5)
     first = rng.choice(tasks)
     kills = [f"{first}@{at:.2f}"]
     if kind == "again":
@@ -197,7 +200,8 @@ def test_wordcount_task_scope_is_exact(
     assert dump(lab, "exact_wc", "count") == state
     # no sink was killed: every count reached the sinks exactly once
     assert sink_lines(tmp_path) == lines
-    assert report["checkpoints"]["local_recovery"]["suppressed"] >= 0
+    # the failed tasks' re-emits were matched with what they had forwarded
+    assert report["checkpoints"]["local_recovery"]["suppressed"] > 0
 
 
 @pytest.mark.parametrize(("seed", "kind"), CASES[:4])
@@ -239,7 +243,7 @@ def test_a_plain_sink_failure_is_recovered_alone(
     lab: Lab, wc_baseline: Any, tmp_path: Path
 ) -> None:
     state, _ = wc_baseline
-    report = run_wc(lab, tmp_path, "--kill", "sink:1@0.8")
+    report = run_wc(lab, tmp_path, "--kill", "sink:1@2.5")
     check_scope(report, "task")
     assert report["recoveries"][0]["restored_tasks"] == []
     assert dump(lab, "exact_wc", "count") == state
@@ -252,7 +256,7 @@ def test_a_small_buffer_backpressures_without_loss_or_duplicates(
     state, lines = wc_baseline
     report = run_wc(
         lab, tmp_path, "-o", "sr3.recovery.buffer.bytes=4096",
-        "-o", "sr3.checkpoint.interval.s=5", "--kill", "count:1@1.0",
+        "-o", "sr3.checkpoint.interval.s=5", "--kill", "count:1@2.5",
     )  # fmt: skip
     check_scope(report, "task")
     local = report["checkpoints"]["local_recovery"]
@@ -262,3 +266,41 @@ def test_a_small_buffer_backpressures_without_loss_or_duplicates(
                if local["peak_bytes"][t])  # fmt: skip
     assert dump(lab, "exact_wc", "count") == state
     assert sink_lines(tmp_path) == lines
+
+
+def test_other_tasks_keep_processing_while_the_failed_one_is_down(
+    lab: Lab, wc_baseline: Any, tmp_path: Path
+) -> None:
+    """count:1 restarts slowly; count:0 and count:2 go on, never restarted."""
+    state, lines = wc_baseline
+    inits = tmp_path / "inits"
+    inits.mkdir()
+    report = run_wc(
+        lab, tmp_path / "out", "-o", f"exact.inits={inits}",
+        "-o", "exact.restart.pause.s=2", "--kill", "count:1@2.5",
+    )  # fmt: skip
+    check_scope(report, "task")
+    spans = {
+        int(path.stem.split("-")[1]): [
+            tuple(float(x) for x in line.split("\t"))
+            for line in path.read_text(encoding="utf-8").splitlines()
+        ]
+        for path in inits.glob("count-*.txt")
+    }
+    killed = sorted(spans)[1]
+    others = [t for t in spans if t != killed]
+    # the killed task started twice; the others once: they never stopped
+    assert len(spans[killed]) == 2, spans
+    assert all(len(spans[t]) == 1 for t in others), spans
+    down_from, down_to = spans[killed][1]
+    arrivals: Counter[int] = Counter()
+    for path in inits.glob("progress-*.tsv"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            at, task = line.split("\t")
+            if down_from < float(at) < down_to:
+                arrivals[int(task)] += 1
+    # while count:1 was down, the other count tasks' processed counts rose
+    assert all(arrivals[t] > 0 for t in others), arrivals
+    assert arrivals[killed] == 0, arrivals
+    assert dump(lab, "exact_wc", "count") == state
+    assert sink_lines(tmp_path / "out") == lines

@@ -11,6 +11,7 @@ pairs does not. The sink appends what it gets to one file per task.
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 from streamparse import Bolt
@@ -40,12 +41,15 @@ class _Side(ReplayableSpout):
         self.step = len(tasks)
         self.rows = side(self.name, int(stormconf["join.rows"]))
         self.next_row = self.index
+        self.pause_s = float(stormconf.get("join.pause.s", 0))
 
     def seek(self, offset):
         self.next_row = self.index if offset is None else offset + self.step
 
     def next_tuple(self):
         if self.next_row < len(self.rows):
+            if self.pause_s:
+                time.sleep(self.pause_s)
             n = self.next_row
             self.next_row += self.step
             key, value = self.rows[n]
