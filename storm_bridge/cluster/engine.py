@@ -22,7 +22,7 @@ from storm_bridge.cluster.context import Router, assign_task_ids
 from storm_bridge.cluster.duplicates import Stragglers
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
-from storm_bridge.cluster.local_recovery import attach_local_recovery
+from storm_bridge.cluster.local_wiring import attach_local_recovery
 from storm_bridge.cluster.process import ProcessEvent, TaskProcess
 from storm_bridge.cluster.settings import (
     ClusterOptions,

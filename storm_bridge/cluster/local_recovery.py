@@ -14,13 +14,11 @@ rollback, and :meth:`LocalRecovery.decide` (the one decision point) says why.
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any
 
-from sr3.config_engine import CheckpointConfig
 from storm_bridge.cluster.acker import PendingInput
 from storm_bridge.cluster.channels import (
     Delivery,
@@ -29,47 +27,17 @@ from storm_bridge.cluster.channels import (
     digest,
     estimate_bytes,
 )
-from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+from storm_bridge.cluster.checkpoints import Coordinator
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.process import TaskProcess
-from storm_bridge.cluster.rollbacks import Recovery, is_replayable, is_stateful_bolt
+from storm_bridge.cluster.rollbacks import Recovery, is_stateful_bolt
+from storm_bridge.cluster.scopes import RecoveryScope, ScopeDecision, Veto, decide_scope
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.messages import TICK_STREAM, ShellMsg
 
-if TYPE_CHECKING:
-    from storm_bridge.cluster.engine import Engine
-
-__all__ = [
-    "LocalRecovery",
-    "RecoveryScope",
-    "ScopeDecision",
-    "Veto",
-    "attach_local_recovery",
-]
+__all__ = ["LocalRecovery"]
 
 logger = logging.getLogger(__name__)
-
-#: The class attribute a component sets to declare its outputs nondeterministic.
-NONDETERMINISTIC_ATTR: Final = "sr3_nondeterministic"
-
-
-class RecoveryScope(enum.Enum):
-    """What a task failure rolls back."""
-
-    TASK = "task"
-    GLOBAL = "global"
-
-
-@dataclass(frozen=True)
-class ScopeDecision:
-    """The scope of one recovery and why."""
-
-    scope: RecoveryScope
-    reason: str
-
-
-#: Another feature's veto: a reason to recover ``rt`` globally, or None.
-Veto = Callable[[TaskRuntime], str | None]
 
 
 @dataclass
@@ -132,44 +100,27 @@ class LocalRecovery:
         self.suppressed = 0
         #: Deliveries that found a log over the bound (backpressure, a forced epoch).
         self.over_budget_hits = 0
-        coordinator.local_report = self.report
-        coordinator.on_commit = _chain(coordinator.on_commit, self.committed)
-        coordinator.on_rollback = _chain(coordinator.on_rollback, self.reset)
-        held = coordinator.holds_epochs
-        coordinator.holds_epochs = lambda: self.holding() or bool(held and held())
-        coordinator.barrier_sent_hook(self._input_cut)
-        coordinator.barrier_forward_hook(self._output_cut)
 
     # -- the decision point ------------------------------------------------------------
 
     def decide(self, rt: TaskRuntime) -> ScopeDecision:
         """Return the scope of the recovery of ``rt``'s failure, and why.
 
-        The one place that decides; other features veto task scope by adding
-        to :attr:`vetoes`.
+        The one place that decides (:func:`~storm_bridge.cluster.scopes.decide_scope`
+        holds the rules); other features veto task scope by adding to
+        :attr:`vetoes`.
         """
-        name = rt.component.name
-        if self.scope is RecoveryScope.GLOBAL:
-            return _global("sr3.recovery.scope is global")
-        if not self._coordinator.rolls_back:
-            return _global(
-                "nothing to restore or seek (no stateful bolt or replayable spout)"
-            )
-        if self._coordinator.recovering and not self._replays:
-            return _global("a global rollback is under way: the failure joins it")
-        if rt.is_spout and not is_replayable(rt):
-            return _global(
-                f"{name} is a plain spout: it cannot seek to a committed offset"
-            )
-        if getattr(rt.component.component_cls, NONDETERMINISTIC_ATTR, False) is True:
-            return _global(f"{name} declares {NONDETERMINISTIC_ATTR} = True")
-        if is_stateful_bolt(rt) and not rt.conf.get("sr3.zk.hosts"):
-            return _global(f"{name} keeps its state in memory only (no ring)")
-        for veto in self.vetoes:
-            reason = veto(rt)
-            if reason is not None:
-                return _global(reason)
-        return ScopeDecision(RecoveryScope.TASK, "only the failed task restores")
+        restoring = any(
+            r.scope == "global" and r.restored_at is None
+            for r in self._coordinator.recoveries
+        )
+        return decide_scope(
+            rt,
+            scope=self.scope,
+            rolls_back=self._coordinator.rolls_back,
+            global_restoring=restoring,
+            vetoes=self.vetoes,
+        )
 
     # -- logging (every delivery and emit) ---------------------------------------------
 
@@ -266,10 +217,12 @@ class LocalRecovery:
 
     # -- cuts and commits --------------------------------------------------------------
 
-    def _input_cut(self, rt: TaskRuntime, epoch: int) -> None:
+    def input_cut(self, rt: TaskRuntime, epoch: int) -> None:
+        """The barrier of ``epoch`` was sent to stateful task ``rt``."""
         self.logs[rt.task_id].input_cut(epoch)
 
-    def _output_cut(self, rt: TaskRuntime, epoch: int) -> None:
+    def output_cut(self, rt: TaskRuntime, epoch: int) -> None:
+        """``rt``'s barrier of ``epoch`` was forwarded downstream."""
         self.logs[rt.task_id].output_cut(epoch)
 
     def committed(self, epoch: int) -> None:
@@ -434,57 +387,5 @@ class LocalRecovery:
         return f"{rt.component.name}:{self._index(rt)}"
 
 
-def _global(reason: str) -> ScopeDecision:
-    return ScopeDecision(RecoveryScope.GLOBAL, reason)
-
-
 def _size(message: dict[str, Any]) -> int:
     return estimate_bytes(message.get("tuple") or ())
-
-
-def _chain(
-    first: Callable[..., None] | None, then: Callable[..., None]
-) -> Callable[..., None]:
-    if first is None:
-        return then
-
-    def both(*args: Any) -> None:
-        first(*args)
-        then(*args)
-
-    return both
-
-
-def attach_local_recovery(
-    engine: Engine, checkpoint: CheckpointSettings | None, clock: Callable[[], float]
-) -> LocalRecovery | None:
-    """Create the engine's :class:`LocalRecovery` and hook it into its flow.
-
-    None without checkpoints (nothing is committed, so nothing is logged).
-
-    Raises:
-        ConfigError: ``sr3.recovery.scope`` or ``sr3.recovery.buffer.bytes``
-            is invalid.
-    """
-    coordinator = engine.coordinator
-    section = CheckpointConfig.from_mapping(engine.conf)
-    if coordinator is None or checkpoint is None:
-        return None
-    local = LocalRecovery(
-        scope=RecoveryScope(section.recovery_scope),
-        buffer_bytes=section.recovery_buffer_bytes,
-        tasks=engine.tasks,
-        component_tasks=engine.router.component_tasks,
-        coordinator=coordinator,
-        journal=engine.journal,
-        timers=engine.timers,
-        clock=clock,
-        replay_timeout_s=checkpoint.timeout_s,
-    )
-    if local.scope is RecoveryScope.GLOBAL:
-        return local  # nothing logged: every failure rolls back globally
-    flow = engine.flow
-    flow.on_delivered = _chain(flow.on_delivered, local.delivered)
-    flow.intercept = local.intercept
-    flow.keeps_inputs = local.dropping
-    return local

@@ -12,7 +12,8 @@ from storm_bridge.cluster.acker import PendingInput
 from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
 from storm_bridge.cluster.context import assign_task_ids
 from storm_bridge.cluster.events import Journal
-from storm_bridge.cluster.local_recovery import LocalRecovery, RecoveryScope
+from storm_bridge.cluster.local_recovery import LocalRecovery
+from storm_bridge.cluster.scopes import RecoveryScope
 from storm_bridge.cluster.settings import TaskSettings, topology_conf
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.messages import ShellMsg, bolt_tuple_msg
