@@ -24,6 +24,7 @@ from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
 from storm_bridge.cluster.local_wiring import attach_local_recovery
 from storm_bridge.cluster.process import ProcessEvent, TaskProcess
+from storm_bridge.cluster.scopes import RecoveryScope
 from storm_bridge.cluster.settings import (
     ClusterOptions,
     TaskSettings,
@@ -292,8 +293,8 @@ class Engine:
             reason = ""
             if self.local is not None:
                 decision = self.local.task_died(rt)
-                if decision.scope.value == "task":
-                    return
+                if decision.scope is RecoveryScope.TASK:
+                    return  # only it restarts
                 reason = decision.reason
             self.coordinator.task_died(rt, reason)
 
