@@ -16,8 +16,8 @@ Per failure run: the steady rate of the seven unaffected tasks (the 3 s before
 the kill) and their rate during the recovery (from the kill until the killed
 task is back at full speed); the killed task's time from ready (after its
 restore) to its first processed tuple, from the kill to ready, and from the
-kill until it is back at full speed (its 1 s rate within 10% of its own
-steady rate for 2 s, after the catch-up burst). Ratios are task against global
+kill until it is back at full speed (its 1 s rate at 90% of its own
+steady rate again). Ratios are task against global
 in the same invocation. Writes bench/results/local_recovery.{json,md} and a
 throughput-over-time plot with the kill marked, bench/results/local_recovery.png.
 Not a test.
@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -82,15 +83,11 @@ def rate(times: list[float], start: float, end: float) -> float:
 
 
 def back_at_full_speed(times: list[float], fail: float, steady: float) -> float:
-    """Seconds from ``fail`` until the 1 s rate stays within 10% of ``steady`` 2 s."""
+    """Seconds from ``fail`` until the 1 s rate is back at 90% of ``steady``."""
     t = fail + 1.0
     end = max(times, default=fail)
-    while t + 2.0 <= end:
-        ok = all(
-            abs(rate(times, t + d - 1.0, t + d) - steady) <= 0.1 * steady
-            for d in (0.0, 0.5, 1.0, 1.5, 2.0)
-        )
-        if ok:
+    while t <= end:
+        if rate(times, t - 1.0, t) >= 0.9 * steady:
             return round(t - fail, 3)
         t += BUCKET_S
     return float("nan")
@@ -105,7 +102,8 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
     fail = max(old)  # its last logged tuple (lines are flushed every 50 ms)
     ready = next(t for t, pid in marks["R"] if pid != first_pid)
     new = [t for t, pid in marks["P"] if pid != first_pid]
-    first = min(t for t in new if t >= ready)
+    # nan: the run ended before the restarted task processed a tuple
+    first = min((t for t in new if t >= ready), default=float("nan"))
     steady_killed = rate(old, fail - STEADY_S, fail)
     back = back_at_full_speed(sorted(old + new), fail, steady_killed)
     others = sorted(t for task, m in tasks.items() if task != killed for t, _ in m["P"])
@@ -183,19 +181,34 @@ def main() -> None:
     parser.add_argument("--value-bytes", type=int, default=4096)
     parser.add_argument("--rate", type=int, default=800, help="records/s streamed")
     parser.add_argument("--margin", type=float, default=4.0)
-    parser.add_argument("--after", type=float, default=14.0)
+    parser.add_argument("--after", type=float, default=30.0)
+    parser.add_argument("--repeats", type=int, default=3, help="failure-free runs")
+    parser.add_argument(
+        "--kill-at", type=float, default=None, help="default: calibrated"
+    )
     args = parser.parse_args()
     fill_conf = {"lr.fill": args.fill, "lr.value.bytes": args.value_bytes}
     results: dict[str, Any] = {"args": vars(args), "overhead": {}, "failure": {}}
     with bench_lab(3) as lab, tempfile.TemporaryDirectory() as tmp:
         fill_s = 0.0
-        for scope in ("global", "task"):
-            conf = {**fill_conf, "lr.stream": 0, "sr3.recovery.scope": scope}
-            result = run(lab, Path(tmp) / f"free-{scope}", conf)
-            results["overhead"][scope] = overhead(result, args.fill)
-            last = max(t for m in result["tasks"].values() for t, _ in m["P"])
-            fill_s = max(fill_s, last - result["started"])
-        kill_at = fill_s + args.margin
+        runs: dict[str, list[dict[str, Any]]] = {"global": [], "task": []}
+        for repeat in range(args.repeats):
+            for scope in ("global", "task"):  # alternated: the machine drifts
+                conf = {**fill_conf, "lr.stream": 0, "sr3.recovery.scope": scope}
+                result = run(lab, Path(tmp) / f"free-{scope}-{repeat}", conf)
+                runs[scope].append(overhead(result, args.fill))
+                last = max(t for m in result["tasks"].values() for t, _ in m["P"])
+                fill_s = max(fill_s, last - result["started"])
+        for scope, measured in runs.items():
+            if not measured:
+                continue
+            tps = sorted(m["tps"] for m in measured)
+            results["overhead"][scope] = {
+                "tps": statistics.median(tps),
+                "tps_runs": tps,
+                "peak_log_bytes": measured[-1]["peak_log_bytes"],
+            }
+        kill_at = args.kill_at if args.kill_at is not None else fill_s + args.margin
         stream = int(args.rate * (args.margin + args.after))
         for scope in ("task", "global"):
             conf = {**fill_conf, "lr.stream": stream, "lr.rate": args.rate}
@@ -207,7 +220,22 @@ def main() -> None:
                 "--kill",
                 f"store:0@{kill_at:.2f}",
             )
-            results["failure"][scope] = analyse(result)
+            try:
+                results["failure"][scope] = analyse(result)
+            except ValueError:
+                summary = {
+                    task: {
+                        "R": m["R"],
+                        "P": {
+                            pid: sum(1 for _, p in m["P"] if p == pid)
+                            for pid in {p for _, p in m["P"]}
+                        },
+                    }
+                    for task, m in result["tasks"].items()
+                }
+                print(scope, kill_at, json.dumps(summary), file=sys.stderr)  # noqa: T201
+                print(json.dumps(result["report"]["recoveries"]), file=sys.stderr)  # noqa: T201
+                raise
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "local_recovery.json").write_text(json.dumps(results, indent=2))
     plot(results["failure"], RESULTS / "local_recovery.png")
@@ -239,12 +267,16 @@ def markdown(results: dict[str, Any]) -> str:
         ratio = round(a / b, 3) if isinstance(a, int | float) and b else ""
         lines.append(f"| {label} | {a} | {b} | {ratio} |")
     free = results["overhead"]
+    if not free:
+        return "\n".join(lines) + "\n"
     cost = 1 - free["task"]["tps"] / free["global"]["tps"]
     peaks = free["task"]["peak_log_bytes"].values()
     lines += [
         "",
         f"Failure-free fill throughput: global {free['global']['tps']} tuples/s, "
-        f"task {free['task']['tps']} tuples/s (cost {cost:.1%}).",
+        f"task {free['task']['tps']} tuples/s (cost {cost:.1%}; medians of "
+        f"{results['args']['repeats']} alternated runs: global "
+        f"{free['global']['tps_runs']}, task {free['task']['tps_runs']}).",
         f"Peak log bytes per store task at a 1 s interval: max {max(peaks, default=0)}"
         f", mean {sum(peaks) / max(1, len(peaks)):.0f}.",
     ]
