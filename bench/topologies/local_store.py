@@ -5,7 +5,8 @@ A replayable spout (2 tasks) first emits ``lr.fill`` records of
 ``fill * value.bytes`` in all), as fast as it can; then ``lr.stream`` records
 of 16 bytes over the same keys at ``lr.rate`` records per second in all,
 paced from the end of the fill (a spout sought back after a rollback catches
-up at full speed). ``store`` (8 tasks, fields grouping on the key) keeps the
+up at full speed: the schedule's origin is kept in a file of ``lr.out``).
+``store`` (8 tasks, fields grouping on the key) keeps the
 last payload per key and appends ``P <time> <pid>`` per processed tuple and
 ``R <time> <pid>`` when it is ready (after its restore) to
 ``<lr.out>/store-<task>.tsv``::
@@ -47,6 +48,17 @@ class Records(ReplayableSpout):
         self.pool = "".join(rng.choices(string.ascii_letters, k=POOL_BYTES))
         self.next_record = self.index
         self.fill_done_at = None
+        self.out = Path(stormconf["lr.out"])
+
+    def _schedule_origin(self):
+        # the first incarnation to stream records the schedule's origin: a
+        # restarted spout keeps to it (and catches up at full speed)
+        path = self.out / f"spout-{self.index}.origin"
+        if path.exists():
+            return float(path.read_text(encoding="utf-8"))
+        origin = time.time()
+        path.write_text(repr(origin), encoding="utf-8")
+        return origin
 
     def seek(self, offset):
         self.next_record = self.index if offset is None else offset + self.step
@@ -57,7 +69,7 @@ class Records(ReplayableSpout):
             return
         if r >= self.fill:
             if self.fill_done_at is None:
-                self.fill_done_at = time.time()
+                self.fill_done_at = self._schedule_origin()
             due = self.fill_done_at + ((r - self.fill) // self.step) * self.per_task_s
             wait = due - time.time()
             if wait > 0:
