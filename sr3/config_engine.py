@@ -67,6 +67,11 @@ class CheckpointConfig(_Section):
             rate and queue count (default 1000).
         straggler_check_s: ``sr3.straggler.check.s``, time between checks
             (default 1 s).
+        recovery_scope: ``sr3.recovery.scope``, local cluster: ``task``
+            (default: only the failed task restores and replays) or
+            ``global`` (every task rolls back).
+        recovery_buffer_bytes: ``sr3.recovery.buffer.bytes``, local cluster:
+            bound of one task's delivery log (default 64 MiB).
 
     Raises:
         ConfigError: a value is outside its key's accepted values.
@@ -83,6 +88,8 @@ class CheckpointConfig(_Section):
     straggler_rate_ratio: float = 0.2
     straggler_queue_min: int = 1000
     straggler_check_s: float = 1.0
+    recovery_scope: str = "task"
+    recovery_buffer_bytes: int = 64 * 1024**2
 
 
 @dataclass(frozen=True)

@@ -197,6 +197,16 @@ _ROWS: Final = (
         low=1),
     _seconds("sr3.straggler.check.s", "checkpoint", "straggler_check_s", 1.0,
         _TOPOLOGY, "How often tasks are checked for stragglers."),
+    Key("sr3.recovery.scope", "checkpoint", "recovery_scope", TEXT, "task",
+        _TOPOLOGY, "Local cluster: what a task failure rolls back: only the "
+        "failed task (task: it restores its own state and replays its logged "
+        "input; docs/local-recovery.md says when it falls back) or every task "
+        "(global).", choices=("task", "global")),
+    Key("sr3.recovery.buffer.bytes", "checkpoint", "recovery_buffer_bytes", SIZE,
+        64 * 1024**2, _TOPOLOGY, "Local cluster, scope task: estimated bytes "
+        "of input one task's delivery log may hold since its last committed "
+        "checkpoint; over it spouts are backpressured and an epoch is forced.",
+        low=1024),
     # metrics: each process's Prometheus endpoint
     Key("sr3.metrics.enabled", "metrics", "enabled", BOOL, True, _CLUSTER,
         "Serve Prometheus metrics (docs/metrics.md) from every ring node and "

@@ -143,7 +143,21 @@ def recovery_dict(
         "phases": phases,
         "restored_bytes": sum(int(r.get("bytes", 0)) for r in restores.values()),
         "restores": restores,
+        "scope": recovery.scope,
+        "restored_tasks": sorted(_task_of(owner) for owner in restores),
+        "reason": recovery.reason,
+        "caught_up_s": (
+            None
+            if recovery.caught_up_at is None
+            else round(recovery.caught_up_at - recovery.detected_at, 4)
+        ),
     }
+
+
+def _task_of(owner: str) -> str:
+    """``component:index`` of a stateful owner (``topology/component/index``)."""
+    parts = owner.split("/")
+    return ":".join(parts[-2:]) if len(parts) >= 2 else owner
 
 
 def checkpoint_dict(coordinator: Coordinator, interval_s: float) -> dict[str, Any]:
@@ -157,6 +171,7 @@ def checkpoint_dict(coordinator: Coordinator, interval_s: float) -> dict[str, An
         "max_duration_s": round(max(durations), 4) if durations else None,
         "abandoned": coordinator.abandoned,
         "stragglers": coordinator.straggler_report(),
+        "local_recovery": coordinator.local_report(),
     }
 
 

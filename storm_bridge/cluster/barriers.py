@@ -69,6 +69,8 @@ class BarrierRouter:
         self._deliver = deliver
         #: Called with (stateful task, epoch) as its barrier is sent to it.
         self.on_barrier_sent: Callable[[TaskRuntime, int], None] | None = None
+        #: Called with (task, epoch) as a task's barrier goes downstream.
+        self.on_forward: Callable[[TaskRuntime, int], None] | None = None
         self._downstream: dict[str, list[int]] = {}
         self._align: dict[int, _Alignment] = {}
         loops = back_edges(topology)
@@ -89,6 +91,8 @@ class BarrierRouter:
 
     def forward(self, rt: TaskRuntime, epoch: int, offsets: Mapping[str, Any]) -> None:
         """Send the barrier of ``epoch`` from ``rt`` to every downstream task."""
+        if self.on_forward is not None:
+            self.on_forward(rt, epoch)
         for target in self._downstream.get(rt.component.name, []):
             self._barrier_arrives(target, rt.task_id, epoch, offsets)
 

@@ -183,6 +183,8 @@ class Coordinator:
         self.rebalance_in_progress: Callable[[], bool] = lambda: False
         self._component_tasks = component_tasks
         self._deliver = deliver
+        #: The run report's task-scope recovery entry (set by the engine).
+        self.local_report: Callable[[], dict[str, Any]] = dict
         self._next_epoch = settings.first_epoch
         self._current: OpenEpoch | None = None
         self.committed: list[EpochStats] = []
@@ -320,25 +322,38 @@ class Coordinator:
         recovery = self.recoveries[-1] if self.recoveries else None
         return recovery is not None and recovery.resumed_at is None
 
-    def abandon_open_epoch(self) -> None:
+    def abandon_open_epoch(self, why: str = "for a straggler") -> None:
         """Abandon the open epoch, if any: held tuples are delivered, no commit.
 
         A straggler's race does this: the straggler cannot report the epoch,
-        and its duplicate restores the last committed one.
+        and its duplicate restores the last committed one. So does a task
+        recovered alone: it restores the last committed epoch.
         """
         if self._current is not None:
-            logger.info("epoch %s abandoned for a straggler", self._current.epoch)
+            logger.info("epoch %s abandoned %s", self._current.epoch, why)
             self.abandoned += 1
             self._drop_epoch()
             self._schedule(self._settings.interval_s)
 
-    def barrier_hook(self) -> Callable[[TaskRuntime, int], None] | None:
-        """The hook :meth:`barrier_sent_hook` installed, if any."""
-        return self._barriers.on_barrier_sent
-
     def barrier_sent_hook(self, hook: Callable[[TaskRuntime, int], None]) -> None:
-        """Call ``hook(task, epoch)`` as a barrier is sent to a stateful task."""
-        self._barriers.on_barrier_sent = hook
+        """Call ``hook(task, epoch)`` as a barrier is sent to a stateful task.
+
+        Hooks added before are called first.
+        """
+        first = self._barriers.on_barrier_sent
+        if first is None:
+            self._barriers.on_barrier_sent = hook
+            return
+
+        def both(rt: TaskRuntime, epoch: int) -> None:
+            first(rt, epoch)
+            hook(rt, epoch)
+
+        self._barriers.on_barrier_sent = both
+
+    def barrier_forward_hook(self, hook: Callable[[TaskRuntime, int], None]) -> None:
+        """Call ``hook(task, epoch)`` as a task's barrier is forwarded downstream."""
+        self._barriers.on_forward = hook
 
     def _drop_epoch(self) -> None:
         """Forget the open epoch and every alignment; deliver the held tuples."""
@@ -438,7 +453,7 @@ class Coordinator:
 
     # -- failures ----------------------------------------------------------------------
 
-    def task_died(self, rt: TaskRuntime) -> None:
+    def task_died(self, rt: TaskRuntime, reason: str = "") -> None:
         """A task died: roll the whole topology back to the last committed epoch.
 
         Without stateful bolts and replayable spouts there is nothing to roll
@@ -457,14 +472,16 @@ class Coordinator:
                 self._drop_epoch()
                 self._schedule(self._settings.interval_s)
             return
-        self.rollback(cause, rt.component.name, index, rt.task_id)
+        self.rollback(cause, rt.component.name, index, rt.task_id, reason=reason)
 
-    def rollback(
+    def rollback(  # noqa: PLR0913 - a recovery's fields
         self,
         cause: str,
         component: str = "",
         task_index: int | None = None,
         task_id: int | None = None,
+        *,
+        reason: str = "",
     ) -> None:
         """Restart every task from the last committed epoch; drop the in-flight."""
         logger.warning("rolling back to the last committed epoch: %s", cause)
@@ -472,7 +489,7 @@ class Coordinator:
             self.on_rollback()
         self._current = None
         self._barriers.discard_all()
-        self._rollbacks.start(cause, component, task_index, task_id)
+        self._rollbacks.start(cause, component, task_index, task_id, reason)
         self._schedule(0.0)
 
     def restored(self, rt: TaskRuntime, params: Any) -> None:

@@ -22,7 +22,9 @@ from storm_bridge.cluster.context import Router, assign_task_ids
 from storm_bridge.cluster.duplicates import Stragglers
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
+from storm_bridge.cluster.local_wiring import attach_local_recovery
 from storm_bridge.cluster.process import ProcessEvent, TaskProcess
+from storm_bridge.cluster.scopes import RecoveryScope
 from storm_bridge.cluster.settings import (
     ClusterOptions,
     TaskSettings,
@@ -242,6 +244,8 @@ class Engine:
         )
         if self.stragglers.logging:
             self.flow.on_delivered = self.stragglers.delivered
+        #: Task-scope recovery (None without checkpoints).
+        self.local = attach_local_recovery(self, checkpoint, clock)
 
     def start(self) -> None:
         """Spawn every task; the topology activates once all have shaken hands."""
@@ -276,6 +280,8 @@ class Engine:
         return all(rt.state is TaskState.RUNNING for rt in self.tasks.values())
 
     def _task_ready(self) -> None:
+        if self.local is not None:
+            self.local.task_ready()
         if self._activate_when_ready and self.all_ready():
             self.activate()
         if self.coordinator is not None and self.all_ready():
@@ -284,12 +290,18 @@ class Engine:
     def _task_died(self, rt: TaskRuntime) -> None:
         self.stragglers.task_died(rt)
         if self.coordinator is not None:
-            self.coordinator.task_died(rt)
+            reason = ""
+            if self.local is not None:
+                decision = self.local.task_died(rt)
+                if decision.scope is RecoveryScope.TASK:
+                    return  # only it restarts
+                reason = decision.reason
+            self.coordinator.task_died(rt, reason)
 
-    def rollback(self, cause: str) -> None:
+    def rollback(self, cause: str, reason: str = "") -> None:
         """Roll every task back to the last committed epoch (checkpointing only)."""
         if self.coordinator is not None:
-            self.coordinator.rollback(cause)
+            self.coordinator.rollback(cause, reason=reason)
 
     @property
     def active(self) -> bool:
@@ -313,6 +325,8 @@ class Engine:
             self.spouts.set_active(False, spouts)
 
     def _backpressured(self) -> bool:
+        if self.local is not None and self.local.over_budget():
+            return True
         return any(
             rt.process is not None
             and rt.process.outbox_size > rt.settings.shellbolt_max_pending
@@ -394,7 +408,8 @@ class Engine:
             metric, params = msg.metric_name or "", msg.metric_params
             if self.coordinator is not None:
                 if metric == RESTORED_METRIC:
-                    self.coordinator.restored(rt, params)
+                    if self.local is None or not self.local.restored(rt, params):
+                        self.coordinator.restored(rt, params)
                 elif metric == SNAPSHOT_METRIC:
                     self.coordinator.snapshot_written(rt, params)
             task_logger.debug(
@@ -430,13 +445,19 @@ class Engine:
         self, rt: TaskRuntime, msg: ShellMsg, reply_to: TaskProcess | None
     ) -> None:
         """Route a bolt's emit; answer ``need_task_ids`` to ``reply_to``."""
+        if self.local is not None and self.local.emit(rt, msg, reply_to):
+            return  # forwarded before the task failed
         task_ids = self.flow.bolt_emit(rt, msg)
+        if self.local is not None:
+            self.local.forwarded(rt, msg, task_ids)
         self.outputs.add(rt.component.name, msg.stream, msg.values)
         if task_ids is not None and reply_to is not None:
             reply_to.send(task_ids, urgent=True)
 
     def _settle(self, rt: TaskRuntime, msg: ShellMsg) -> None:
         """Ack or fail a bolt's input (a failed stateful input rolls back)."""
+        if self.local is not None and self.local.settled(rt, msg.msg_id):
+            return  # settled by the task's previous incarnation
         if msg.command == "ack":
             self.flow.bolt_ack(rt, msg)
             return
@@ -496,7 +517,12 @@ class Engine:
             if self.coordinator is not None:
                 self.coordinator.spout_barrier(rt, list(msg.values))
         elif msg.command == "emit":
+            if self.local is not None and self.local.emit(rt, msg, rt.process):
+                rt.emitted_in_command += 1
+                return  # forwarded before the spout failed
             task_ids = self.flow.spout_emit(rt, msg)
+            if self.local is not None:
+                self.local.forwarded(rt, msg, task_ids)
             self.outputs.add(rt.component.name, msg.stream, msg.values)
             if task_ids is not None and rt.process is not None:
                 rt.process.send(task_ids, urgent=True)

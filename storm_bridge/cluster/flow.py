@@ -84,13 +84,19 @@ class TupleFlow:
         #: Called after a bolt acked or failed an input.
         self.on_input_done: Callable[[TaskRuntime], None] | None = None
         #: Takes a delivery over (returns True) before it reaches its task:
-        #: a rebalance holds the tuples of the key groups it moves.
-        self.intercept: Callable[[tuple[Any, ...]], bool] | None = None
+        #: a rebalance holds the tuples of the component it moves.
+        self.hold: Callable[[tuple[Any, ...]], bool] | None = None
         #: Called with (task, tuple id, message) after a tuple was sent to a
         #: bolt task (a straggler's input log).
         self.on_delivered: Callable[[TaskRuntime, str, dict[str, Any]], None] | None = (
             None
         )
+        #: Takes a tuple for a task being recovered alone (returns True).
+        self.intercept: (
+            Callable[[TaskRuntime, str, dict[str, Any], PendingInput], bool] | None
+        ) = None
+        #: Called as a task dies: True keeps its pending inputs' trees alive.
+        self.keeps_inputs: Callable[[TaskRuntime], bool] | None = None
 
     def _tuple_id(self, rt: TaskRuntime) -> str:
         # ShellBolt's genId: Long.toString(rand.nextLong()).
@@ -128,17 +134,22 @@ class TupleFlow:
         anchors: Anchors,
     ) -> None:
         """Hand a tuple to a bolt task without barrier alignment."""
-        if self.intercept is not None and self.intercept(
+        if self.hold is not None and self.hold(
             (target, source, source_task, stream, values, anchors)
         ):
             return
         rt = self._tasks[target]
+        tuple_id = self._tuple_id(rt)
+        pending = PendingInput(anchors, source, stream, list(values))
+        message = bolt_tuple_msg(tuple_id, source, stream, source_task, values)
+        if self.intercept is not None and self.intercept(
+            rt, tuple_id, message, pending
+        ):
+            return
         if rt.state not in _LIVE or rt.process is None:
             self._lose(anchors.keys())
             return
-        tuple_id = self._tuple_id(rt)
-        rt.inputs[tuple_id] = PendingInput(anchors, source, stream, list(values))
-        message = bolt_tuple_msg(tuple_id, source, stream, source_task, values)
+        rt.inputs[tuple_id] = pending
         rt.process.send(message)
         if self.on_delivered is not None:
             self.on_delivered(rt, tuple_id, message)
@@ -281,12 +292,19 @@ class TupleFlow:
         for root in list(roots):
             self._settle(self.acker.fail(root))
 
-    def drop_task(self, rt: TaskRuntime) -> int:
+    def drop_task(self, rt: TaskRuntime, *, died: bool = False) -> int:
         """Forget what a dead task had in flight; return the tuples lost.
 
         A dead bolt's pending inputs fail their trees (when ``fail_lost``); a dead
         spout's pending map dies with it, as the spout executor's does in Storm.
+        A task that ``died`` and is recovered alone (:attr:`keeps_inputs`)
+        loses nothing: its inputs are fed again.
         """
+        if died and self.keeps_inputs is not None and self.keeps_inputs(rt):
+            if rt.is_spout:
+                self.live_roots.difference_update(rt.pending.keys())
+            rt.reset_protocol_state()
+            return 0
         lost = len(rt.inputs)
         for pending in rt.inputs.values():
             self._lose(pending.roots)

@@ -89,7 +89,6 @@ class Rebalancer:
     def _install(self) -> None:
         c, flow = self._coordinator, self._engine.flow
         commit, rollback, holds = c.on_commit, c.on_rollback, c.holds_epochs
-        sent = c.barrier_hook()
 
         def on_commit(epoch: int) -> None:
             if commit is not None:
@@ -104,24 +103,28 @@ class Rebalancer:
         def holds_epochs() -> bool:
             return self._phase() is Phase.SWITCHING or (holds is not None and holds())
 
-        def barrier_sent(rt: TaskRuntime, epoch: int) -> None:
-            if sent is not None:
-                sent(rt, epoch)
-            self._barrier_sent(rt, epoch)
-
         c.on_commit, c.on_rollback, c.holds_epochs = (
             on_commit,
             on_rollback,
             holds_epochs,
         )
-        c.barrier_sent_hook(barrier_sent)
+        c.barrier_sent_hook(self._barrier_sent)  # after the hooks installed before
         c.on_restored = self._restored
         c.on_dropped = self._dropped
         c.also_busy = lambda: bool(self._held) or self.in_progress()
         c.rebalance_in_progress = self.in_progress
-        flow.intercept = self._intercept
+        if self._engine.local is not None:
+            # a failure during a hand-over rolls the whole topology back
+            self._engine.local.vetoes.append(self._veto)
+        flow.hold = self._intercept
 
     # -- queries -----------------------------------------------------------------------
+
+    def _veto(self, _rt: TaskRuntime) -> str | None:
+        """Task scope's veto: none while no rebalance is under way."""
+        if self.in_progress():
+            return "a live rebalance is under way (its hand-over recovers globally)"
+        return None
 
     def _phase(self) -> Phase | None:
         return self.history[-1].phase if self.history else None

@@ -43,6 +43,11 @@ class Recovery:
         restored_at: When every stateful task had restored its state.
         resumed_at: When the first epoch after the rollback committed.
         restores: Restore reports of the stateful tasks, by owner.
+        scope: ``global`` (every task rolled back) or ``task`` (only the
+            failed task restored; :mod:`storm_bridge.cluster.local_recovery`).
+        reason: Why this scope (the decision's reason, or a fallback's).
+        caught_up_at: Scope task: when the failed task had processed its
+            replayed input again.
     """
 
     cause: str
@@ -53,6 +58,9 @@ class Recovery:
     restored_at: float | None = None
     resumed_at: float | None = None
     restores: dict[str, Any] = field(default_factory=dict)
+    scope: str = "global"
+    reason: str = ""
+    caught_up_at: float | None = None
 
 
 class Rollbacks:
@@ -82,14 +90,26 @@ class Rollbacks:
             for rt in tasks.values()
         )
 
-    def start(
-        self, cause: str, component: str, task_index: int | None, task_id: int | None
+    def start(  # noqa: PLR0913 - a recovery's fields
+        self,
+        cause: str,
+        component: str,
+        task_index: int | None,
+        task_id: int | None,
+        reason: str = "",
     ) -> None:
         """Record a rollback (or join the one restoring) and recycle the tasks."""
-        recovery = self.recoveries[-1] if self.recoveries else None
-        if recovery is None or recovery.restored_at is not None:
+        recovery = self._restoring()
+        if recovery is None:
             self.recoveries.append(
-                Recovery(cause, component, task_index, task_id, self._clock())
+                Recovery(
+                    cause,
+                    component,
+                    task_index,
+                    task_id,
+                    self._clock(),
+                    reason=reason,
+                )
             )
         else:
             recovery.cause += f", {cause}"
@@ -102,14 +122,23 @@ class Rollbacks:
             if rt.state in (TaskState.STARTING, TaskState.RUNNING):
                 self._recycle(rt)
 
+    def _restoring(self) -> Recovery | None:
+        """The last global rollback if it still waits for restores."""
+        recovery = next(
+            (r for r in reversed(self.recoveries) if r.scope == "global"), None
+        )
+        if recovery is None or recovery.restored_at is not None:
+            return None
+        return recovery
+
     def restoring(self) -> bool:
         """Whether the last rollback still waits for restores before an epoch opens.
 
         A rollback without stateful tasks has nothing to restore: it counts as
         restored now.
         """
-        recovery = self.recoveries[-1] if self.recoveries else None
-        if recovery is None or recovery.restored_at is not None:
+        recovery = self._restoring()
+        if recovery is None:
             return False
         if any(is_stateful_bolt(r) for r in self._tasks.values()):
             return True
@@ -122,9 +151,9 @@ class Rollbacks:
         Returns:
             Whether this report completed the restore of the last rollback.
         """
-        if not self.recoveries or self.recoveries[-1].restored_at is not None:
+        recovery = self._restoring()
+        if recovery is None:
             return False
-        recovery = self.recoveries[-1]
         recovery.restores[owner] = params
         stateful = [t for t, r in self._tasks.items() if is_stateful_bolt(r)]
         if len(recovery.restores) >= len(stateful):

@@ -341,7 +341,7 @@ class Supervisor:
             EventKind.TASK_DIED, rt, str(error), exit_code=exit_code, stderr=stderr
         )
         self._journal.ended_at[rt.task_id] = self._clock()
-        lost = self._flow.drop_task(rt)
+        lost = self._flow.drop_task(rt, died=True)
         if lost:
             self._record(
                 EventKind.TUPLES_LOST, rt, f"{lost} pending tuples lost", count=lost

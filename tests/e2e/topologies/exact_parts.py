@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 from streamparse import Bolt
@@ -30,12 +31,16 @@ class Lines(ReplayableSpout):
         self.step = len(tasks)
         self.lines = corpus(int(stormconf["exact.lines"]))
         self.next_line = self.index
+        # a pause per line stretches the stream (0: as fast as it goes)
+        self.pause_s = float(stormconf.get("exact.pause.s", 0))
 
     def seek(self, offset):
         self.next_line = self.index if offset is None else offset + self.step
 
     def next_tuple(self):
         if self.next_line < len(self.lines):
+            if self.pause_s:
+                time.sleep(self.pause_s)
             n = self.next_line
             self.next_line += self.step
             self.emit([self.lines[n]], offset=n)
@@ -52,6 +57,19 @@ class Split(Bolt):
 class Count(StatefulBolt):
     outputs = ["word", "count"]
 
+    def initialize(self, conf, ctx):
+        # with exact.inits set, each start appends its wall-clock span to a
+        # file of the task; a restart first pauses exact.restart.pause.s
+        inits = conf.get("exact.inits")
+        if inits:
+            path = Path(inits) / f"count-{ctx['taskid']}.txt"
+            pause_s = float(conf.get("exact.restart.pause.s", 0))
+            start = time.time()
+            if path.exists():
+                time.sleep(pause_s)
+            with path.open("a", encoding="utf-8") as out:
+                out.write(f"{start}\t{time.time()}\n")
+
     def process(self, tup):
         n = self.state.get("n", 0) + 1
         self.state["n"] = n
@@ -66,7 +84,16 @@ class Sink(Bolt):
     def initialize(self, conf, ctx):
         path = Path(conf["exact.out"]) / f"sink-{ctx['taskid']}.tsv"
         self.out = path.open("a", encoding="utf-8")
+        self.progress = None
+        inits = conf.get("exact.inits")
+        if inits:
+            # when each count task's output arrived (wall clock, source task)
+            progress = Path(inits) / f"progress-{ctx['taskid']}.tsv"
+            self.progress = progress.open("a", encoding="utf-8")
 
     def process(self, tup):
         self.out.write(f"{tup.values[0]}\t{tup.values[1]}\n")
         self.out.flush()
+        if self.progress is not None:
+            self.progress.write(f"{time.time()}\t{tup.task}\n")
+            self.progress.flush()

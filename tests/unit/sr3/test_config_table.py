@@ -48,6 +48,8 @@ DEFAULTS: dict[str, Any] = {
     "sr3.straggler.rate.ratio": 0.2,
     "sr3.straggler.queue.min": 1000,
     "sr3.straggler.check.s": 1.0,
+    "sr3.recovery.scope": "task",
+    "sr3.recovery.buffer.bytes": 64 * 1024**2,
     "sr3.storm.json.integer.boxing": "long",
     "sr3.idle.quiet.s": 2.0,
     "sr3.output.key.fields": None,

@@ -1,0 +1,287 @@
+"""Task-scope against global recovery: eight stateful tasks, one killed.
+
+Runs ``bench/topologies/local_store.py`` (a replayable spout fills eight
+``store`` tasks with ``--fill`` records of ``--value-bytes`` each, then streams
+``--rate`` small records per second over the same keys; each task logs the
+wall time of every tuple it processes) with ``sr3 run`` against one lab of
+three ring nodes, all in one invocation:
+
+1. failure-free, unpaced fill only, ``sr3.recovery.scope=global`` (no logs,
+   no sequence numbers) and ``task`` (logs and sequence numbers): the
+   throughput cost of keeping them, and each task's log memory;
+2. with ``store:0`` SIGKILLed ``--margin`` s after the fill (as measured by
+   step 1), once per scope.
+
+Per failure run: the steady rate of the seven unaffected tasks (the 3 s before
+the kill) and their rate during the recovery (from the kill until the killed
+task is back at full speed); the killed task's time from ready (after its
+restore) to its first processed tuple, from the kill to ready, and from the
+kill until it is back at full speed (its 1 s rate at 90% of its own
+steady rate again). Ratios are task against global
+in the same invocation. Writes bench/results/local_recovery.{json,md} and a
+throughput-over-time plot with the kill marked, bench/results/local_recovery.png.
+Not a test.
+
+    .venv/bin/python bench/local_recovery.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.lab_session import bench_lab  # noqa: E402
+from sr3_cli.lab import Lab  # noqa: E402
+
+TOPOLOGY = ROOT / "bench" / "topologies" / "local_store.py"
+RESULTS = ROOT / "bench" / "results"
+BUCKET_S = 0.25
+STEADY_S = 3.0
+
+
+def run(lab: Lab, out: Path, conf: dict[str, Any], *extra: str) -> dict[str, Any]:
+    """Run the topology once; return its report and the progress of each task."""
+    out.mkdir(parents=True)
+    args = [sys.executable, "-m", "sr3_cli", "run", str(TOPOLOGY), "--until-idle"]
+    args += ["--timeout", "600", "--json", "-o", f"lr.out={out}"]
+    args += ["-o", "sr3.checkpoint.interval.s=1", "-o", "sr3.idle.quiet.s=1"]
+    for key, value in conf.items():
+        args += ["-o", f"{key}={value}"]
+    env = dict(os.environ, SR3_LAB=str(lab.root))
+    started = time.time()
+    proc = subprocess.run(
+        [*args, *extra], capture_output=True, text=True, env=env, check=False
+    )
+    if proc.returncode != 0:
+        sys.exit(f"sr3 run failed:\n{proc.stderr[-3000:]}")
+    tasks: dict[int, dict[str, list[tuple[float, int]]]] = {}
+    for path in out.glob("store-*.tsv"):
+        marks: dict[str, list[tuple[float, int]]] = {"P": [], "R": []}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            kind, at, pid = line.split("\t")
+            marks[kind].append((float(at), int(pid)))
+        tasks[int(path.stem.split("-")[1])] = marks
+    return {"report": json.loads(proc.stdout), "tasks": tasks, "started": started}
+
+
+def rate(times: list[float], start: float, end: float) -> float:
+    """Tuples per second processed in [start, end)."""
+    if end <= start:
+        return 0.0
+    return sum(1 for t in times if start <= t < end) / (end - start)
+
+
+def back_at_full_speed(times: list[float], fail: float, steady: float) -> float:
+    """Seconds from ``fail`` until the 1 s rate is back at 90% of ``steady``."""
+    t = fail + 1.0
+    end = max(times, default=fail)
+    while t <= end:
+        if rate(times, t - 1.0, t) >= 0.9 * steady:
+            return round(t - fail, 3)
+        t += BUCKET_S
+    return float("nan")
+
+
+def analyse(result: dict[str, Any]) -> dict[str, Any]:
+    tasks = result["tasks"]
+    killed = min(tasks)
+    marks = tasks[killed]
+    first_pid = marks["R"][0][1]
+    old = [t for t, pid in marks["P"] if pid == first_pid]
+    fail = max(old)  # its last logged tuple (lines are flushed every 50 ms)
+    ready = next(t for t, pid in marks["R"] if pid != first_pid)
+    new = [t for t, pid in marks["P"] if pid != first_pid]
+    # nan: the run ended before the restarted task processed a tuple
+    first = min((t for t in new if t >= ready), default=float("nan"))
+    steady_killed = rate(old, fail - STEADY_S, fail)
+    back = back_at_full_speed(sorted(old + new), fail, steady_killed)
+    others = sorted(t for task, m in tasks.items() if task != killed for t, _ in m["P"])
+    steady = rate(others, fail - STEADY_S, fail)
+    window_end = fail + max(1.0, back if back == back else 5.0)
+    during = rate(others, fail, window_end)
+    recovery = result["report"]["recoveries"][0]
+    return {
+        "scope": recovery["scope"],
+        "restored_tasks": recovery["restored_tasks"],
+        "unaffected_steady_tps": round(steady, 1),
+        "unaffected_during_recovery_tps": round(during, 1),
+        "unaffected_ratio": round(during / steady, 3) if steady else None,
+        "kill_to_ready_s": round(ready - fail, 3),
+        "ready_to_first_tuple_s": round(first - ready, 4),
+        "back_at_full_speed_s": back,
+        "restored_bytes": recovery["restored_bytes"],
+        "series": series(tasks, killed, result["started"]),
+        "fail_at_s": round(fail - result["started"], 3),
+    }
+
+
+def series(
+    tasks: dict[int, Any], killed: int, started: float
+) -> dict[str, list[float]]:
+    """Tuples per second per bucket since the run started: unaffected, killed."""
+    out: dict[str, list[float]] = {"unaffected": [], "killed": []}
+    ends = [t for m in tasks.values() for t, _ in m["P"]]
+    buckets = int((max(ends) - started) / BUCKET_S) + 1
+    for name, picked in (
+        ("unaffected", [t for k, m in tasks.items() if k != killed for t, _ in m["P"]]),
+        ("killed", [t for t, _ in tasks[killed]["P"]]),
+    ):
+        counts = [0] * buckets
+        for t in picked:
+            counts[int((t - started) / BUCKET_S)] += 1
+        out[name] = [c / BUCKET_S for c in counts]
+    return out
+
+
+def overhead(result: dict[str, Any], fill: int) -> dict[str, Any]:
+    times = sorted(t for m in result["tasks"].values() for t, _ in m["P"])
+    span = times[-1] - times[0]
+    local = result["report"]["checkpoints"].get("local_recovery", {})
+    return {
+        "tps": round(fill / span, 1),
+        "span_s": round(span, 3),
+        "peak_log_bytes": local.get("peak_bytes", {}),
+    }
+
+
+def plot(failures: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib  # noqa: PLC0415 - only when plotting
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, axes = plt.subplots(len(failures), 1, figsize=(9, 6), sharex=True)
+    for ax, (scope, result) in zip(axes, failures.items(), strict=True):
+        xs = [i * BUCKET_S for i in range(len(result["series"]["killed"]))]
+        ax.plot(xs, result["series"]["unaffected"], label="7 unaffected tasks")
+        ax.plot(xs, result["series"]["killed"], label="killed task store:0")
+        ax.axvline(result["fail_at_s"], color="red", linestyle="--", label="kill")
+        ax.set_title(f"scope={scope}")
+        ax.set_ylabel("tuples/s")
+        ax.legend(loc="upper right", fontsize=8)
+    axes[-1].set_xlabel("seconds since sr3 run started")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fill", type=int, default=16000)
+    parser.add_argument("--value-bytes", type=int, default=4096)
+    parser.add_argument("--rate", type=int, default=800, help="records/s streamed")
+    parser.add_argument("--margin", type=float, default=4.0)
+    parser.add_argument("--after", type=float, default=30.0)
+    parser.add_argument("--repeats", type=int, default=3, help="failure-free runs")
+    parser.add_argument(
+        "--kill-at", type=float, default=None, help="default: calibrated"
+    )
+    args = parser.parse_args()
+    fill_conf = {"lr.fill": args.fill, "lr.value.bytes": args.value_bytes}
+    results: dict[str, Any] = {"args": vars(args), "overhead": {}, "failure": {}}
+    with bench_lab(3) as lab, tempfile.TemporaryDirectory() as tmp:
+        fill_s = 0.0
+        runs: dict[str, list[dict[str, Any]]] = {"global": [], "task": []}
+        for repeat in range(args.repeats):
+            for scope in ("global", "task"):  # alternated: the machine drifts
+                conf = {**fill_conf, "lr.stream": 0, "sr3.recovery.scope": scope}
+                result = run(lab, Path(tmp) / f"free-{scope}-{repeat}", conf)
+                runs[scope].append(overhead(result, args.fill))
+                last = max(t for m in result["tasks"].values() for t, _ in m["P"])
+                fill_s = max(fill_s, last - result["started"])
+        for scope, measured in runs.items():
+            if not measured:
+                continue
+            tps = sorted(m["tps"] for m in measured)
+            results["overhead"][scope] = {
+                "tps": statistics.median(tps),
+                "tps_runs": tps,
+                "peak_log_bytes": measured[-1]["peak_log_bytes"],
+            }
+        kill_at = args.kill_at if args.kill_at is not None else fill_s + args.margin
+        stream = int(args.rate * (args.margin + args.after))
+        for scope in ("task", "global"):
+            conf = {**fill_conf, "lr.stream": stream, "lr.rate": args.rate}
+            conf["sr3.recovery.scope"] = scope
+            result = run(
+                lab,
+                Path(tmp) / f"kill-{scope}",
+                conf,
+                "--kill",
+                f"store:0@{kill_at:.2f}",
+            )
+            try:
+                results["failure"][scope] = analyse(result)
+            except ValueError:
+                summary = {
+                    task: {
+                        "R": m["R"],
+                        "P": {
+                            pid: sum(1 for _, p in m["P"] if p == pid)
+                            for pid in {p for _, p in m["P"]}
+                        },
+                    }
+                    for task, m in result["tasks"].items()
+                }
+                print(scope, kill_at, json.dumps(summary), file=sys.stderr)  # noqa: T201
+                print(json.dumps(result["report"]["recoveries"]), file=sys.stderr)  # noqa: T201
+                raise
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "local_recovery.json").write_text(json.dumps(results, indent=2))
+    plot(results["failure"], RESULTS / "local_recovery.png")
+    table = markdown(results)
+    (RESULTS / "local_recovery.md").write_text(table)
+    print(table)  # noqa: T201 - a bench's output
+
+
+def markdown(results: dict[str, Any]) -> str:
+    task, glob = results["failure"]["task"], results["failure"]["global"]
+    rows = [
+        ("unaffected tasks, steady (tuples/s)", "unaffected_steady_tps"),
+        (
+            "unaffected tasks, during recovery (tuples/s)",
+            "unaffected_during_recovery_tps",
+        ),
+        ("unaffected during / steady", "unaffected_ratio"),
+        ("killed task: kill to ready (s)", "kill_to_ready_s"),
+        ("killed task: ready to first tuple (s)", "ready_to_first_tuple_s"),
+        ("killed task: back at full speed (s)", "back_at_full_speed_s"),
+        ("bytes restored", "restored_bytes"),
+    ]
+    lines = [
+        "| measure | scope=task | scope=global | task/global |",
+        "|---|---|---|---|",
+    ]
+    for label, key in rows:
+        a, b = task[key], glob[key]
+        ratio = round(a / b, 3) if isinstance(a, int | float) and b else ""
+        lines.append(f"| {label} | {a} | {b} | {ratio} |")
+    free = results["overhead"]
+    if not free:
+        return "\n".join(lines) + "\n"
+    cost = 1 - free["task"]["tps"] / free["global"]["tps"]
+    peaks = free["task"]["peak_log_bytes"].values()
+    lines += [
+        "",
+        f"Failure-free fill throughput: global {free['global']['tps']} tuples/s, "
+        f"task {free['task']['tps']} tuples/s (cost {cost:.1%}; medians of "
+        f"{results['args']['repeats']} alternated runs: global "
+        f"{free['global']['tps_runs']}, task {free['task']['tps_runs']}).",
+        f"Peak log bytes per store task at a 1 s interval: max {max(peaks, default=0)}"
+        f", mean {sum(peaks) / max(1, len(peaks)):.0f}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

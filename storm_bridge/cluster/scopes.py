@@ -1,0 +1,90 @@
+"""The scope of a task failure's recovery on the local cluster, and why.
+
+:func:`decide_scope` holds the rules; :meth:`LocalRecovery.decide
+<storm_bridge.cluster.local_recovery.LocalRecovery.decide>` is the one place
+that applies them (and other features' vetoes). ``docs/local-recovery.md``
+explains each fallback.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from storm_bridge.cluster.rollbacks import is_replayable, is_stateful_bolt
+from storm_bridge.cluster.tasks import TaskRuntime
+
+__all__ = [
+    "NONDETERMINISTIC_ATTR",
+    "RecoveryScope",
+    "ScopeDecision",
+    "Veto",
+    "decide_scope",
+]
+
+#: The class attribute a component sets to declare its outputs nondeterministic.
+NONDETERMINISTIC_ATTR: Final = "sr3_nondeterministic"
+
+
+class RecoveryScope(enum.Enum):
+    """What a task failure rolls back (``sr3.recovery.scope``)."""
+
+    TASK = "task"
+    GLOBAL = "global"
+
+
+@dataclass(frozen=True)
+class ScopeDecision:
+    """The scope of one recovery and why."""
+
+    scope: RecoveryScope
+    reason: str
+
+
+#: Another feature's veto: a reason to recover ``rt`` globally, or None.
+Veto = Callable[[TaskRuntime], str | None]
+
+
+def _global(reason: str) -> ScopeDecision:
+    return ScopeDecision(RecoveryScope.GLOBAL, reason)
+
+
+def decide_scope(
+    rt: TaskRuntime,
+    *,
+    scope: RecoveryScope,
+    rolls_back: bool,
+    global_restoring: bool,
+    vetoes: Sequence[Veto] = (),
+) -> ScopeDecision:
+    """Return the scope of the recovery of ``rt``'s failure, and why.
+
+    Args:
+        rt: The failed task.
+        scope: ``sr3.recovery.scope``.
+        rolls_back: Whether the topology has anything to restore or seek.
+        global_restoring: A global rollback is under way, not yet restored.
+        vetoes: Other features' reasons to recover ``rt`` globally.
+    """
+    name = rt.component.name
+    if scope is RecoveryScope.GLOBAL:
+        return _global("sr3.recovery.scope is global")
+    if not rolls_back:
+        return _global(
+            "nothing to restore or seek (no stateful bolt or replayable spout)"
+        )
+    if global_restoring:
+        return _global("a global rollback is under way: the failure joins it")
+    if rt.is_spout and not is_replayable(rt):
+        return _global(f"{name} is a plain spout: it cannot seek to a committed offset")
+    if getattr(rt.component.component_cls, NONDETERMINISTIC_ATTR, False) is True:
+        return _global(f"{name} declares {NONDETERMINISTIC_ATTR} = True")
+    if is_stateful_bolt(rt) and not rt.conf.get("sr3.zk.hosts"):
+        return _global(f"{name} keeps its state in memory only (no ring)")
+    for veto in vetoes:
+        reason = veto(rt)
+        if reason is not None:
+            return _global(reason)
+    return ScopeDecision(RecoveryScope.TASK, "only the failed task restores")

@@ -1,0 +1,306 @@
+"""Task-scope recovery on the local cluster (``sr3.recovery.scope``), end to end.
+
+Every run is compared with a failure-free run of the same topology: the
+committed final state must be identical, and so must the sink outputs. Under
+``scope=task`` a sink that was not itself killed gets every tuple exactly once
+(the same multiset of lines as the failure-free run: no duplicate, no loss);
+under ``scope=global`` a rollback replays into the sinks, so there the last
+count per word (word count) and the set of pairs (join) are compared.
+Kill schedules are drawn from a seeded RNG: single kills, a second kill of the
+same task during its replay, and an upstream task killed with its downstream.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sr3_cli.lab import Lab
+from tests.e2e.conftest import require_zk, sr3_json
+from tests.integration.conftest import running_lab
+
+pytestmark = [pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
+
+TOPOLOGIES = Path(__file__).parent / "topologies"
+WORDCOUNT = TOPOLOGIES / "exact_wc.py"
+JOIN = TOPOLOGIES / "join_merge.py"
+LINES = 1500
+ROWS = 400
+#: Spouts pace their emits, so the stream lasts a few seconds and each kill
+#: (1.5 to 3.5 s after the tasks were spawned) lands mid-stream.
+QUIET = ("-o", "sr3.idle.quiet.s=0.5", "-o", "sr3.checkpoint.interval.s=0.5")
+PACE = ("-o", "exact.pause.s=0.004", "-o", "join.pause.s=0.008")
+
+
+def _module(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(
+        f"{name}_for_local_recovery", TOPOLOGIES / f"{name}.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_EXACT = _module("exact_parts")
+_JOIN = _module("join_parts")
+TRUE_COUNTS = dict(Counter(w for line in _EXACT.corpus(LINES) for w in line.split()))
+
+
+def _true_pairs() -> Counter[tuple[str, str, str]]:
+    left, right = _JOIN.side("left", ROWS), _JOIN.side("right", ROWS)
+    return Counter(
+        (k, str(lv), str(rv)) for k, lv in left for k2, rv in right if k == k2
+    )
+
+
+TRUE_PAIRS = _true_pairs()
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """One lab (ZooKeeper + 3 ring nodes) for the module: runs are sequential."""
+    require_zk()
+    with running_lab(tmp_path_factory.mktemp("local-lab") / "lab", 3) as running:
+        yield running
+
+
+def run_wc(lab: Lab, out: Path, *extra: str) -> Any:
+    out.mkdir(parents=True, exist_ok=True)
+    report = sr3_json(
+        lab, "run", str(WORDCOUNT), "--until-idle", "--timeout", "150",
+        "-o", f"exact.lines={LINES}", "-o", f"exact.out={out}", *QUIET, *PACE, *extra,
+    )  # fmt: skip
+    assert report["idle"], report
+    return report
+
+
+def run_join(lab: Lab, out: Path, *extra: str) -> Any:
+    out.mkdir(parents=True, exist_ok=True)
+    report = sr3_json(
+        lab, "run", str(JOIN), "--until-idle", "--timeout", "150",
+        "-o", f"join.rows={ROWS}", "-o", f"join.out={out}", *QUIET, *PACE, *extra,
+    )  # fmt: skip
+    assert report["idle"], report
+    return report
+
+
+def sink_lines(out: Path) -> Counter[tuple[str, ...]]:
+    lines: Counter[tuple[str, ...]] = Counter()
+    for path in sorted(out.glob("sink-*.tsv")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            lines[tuple(line.split("\t"))] += 1
+    return lines
+
+
+def last_counts(out: Path) -> dict[str, int]:
+    last: dict[str, int] = {}
+    for path in sorted(out.glob("sink-*.tsv")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            word, _, count = line.partition("\t")
+            last[word] = int(count)
+    return last
+
+
+def dump(lab: Lab, topology: str, component: str) -> Any:
+    return sr3_json(
+        lab, "state", "dump", "--topology", topology, "--component", component
+    )
+
+
+def join_state(lab: Lab) -> dict[str, dict[str, list[int]]]:
+    """The join's committed state, each side's rows sorted.
+
+    The order in which a key's rows were appended is the order the join merged
+    its input channels, which differs between two failure-free runs too; the
+    rows themselves, duplicates included, must not.
+    """
+    state = dump(lab, "join_merge", "join")
+    return {
+        key: {side: sorted(rows) for side, rows in sides.items()}
+        for key, sides in state.items()
+    }
+
+
+@pytest.fixture(scope="module")
+def wc_baseline(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    out = tmp_path_factory.mktemp("wc-baseline")
+    report = run_wc(lab, out)
+    assert report["recoveries"] == []
+    assert last_counts(out) == TRUE_COUNTS
+    return dump(lab, "exact_wc", "count"), sink_lines(out)
+
+
+@pytest.fixture(scope="module")
+def join_baseline(lab: Lab, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    out = tmp_path_factory.mktemp("join-baseline")
+    report = run_join(lab, out)
+    assert report["recoveries"] == []
+    assert sink_lines(out) == TRUE_PAIRS
+    return join_state(lab)
+
+
+def schedule(rng: random.Random, kind: str, tasks: list[str]) -> list[str]:
+    """A seeded kill schedule of ``kind``.
+
+    ``single``: one task; ``again``: the first task of ``tasks`` (stateful)
+    killed again during its replay; ``together``: an upstream task killed
+    with its downstream stateful task.
+    """
+    at = rng.uniform(1.5, 3.5)
+    first = rng.choice(tasks)
+    kills = [f"{first}@{at:.2f}"]
+    if kind == "again":
+        kills.append(f"{first}@{at + rng.uniform(0.05, 0.3):.2f}")
+    elif kind == "together":
+        other = rng.choice([t for t in tasks if t.split(":")[0] != first.split(":")[0]])
+        kills.append(f"{other}@{at:.2f}")
+    return [arg for kill in kills for arg in ("--kill", kill)]
+
+
+def check_scope(report: Any, scope: str) -> None:
+    assert report["recoveries"], "the kill caused no recovery"
+    for recovery in report["recoveries"]:
+        assert recovery["scope"] == scope, recovery
+        assert recovery["reason"], recovery
+        if scope == "task":
+            # only the failed tasks restored, and each stateful one did
+            causes = {c.strip() for c in recovery["cause"].split(",")}
+            stateful = {c for c in causes if c.split(":")[0] in ("count", "join")}
+            assert set(recovery["restored_tasks"]) == stateful, recovery
+
+
+WC_TASKS = ["count:0", "count:1", "count:2", "split:0", "split:1", "lines:0", "lines:1"]
+JOIN_TASKS = ["join:0", "join:1", "tag:0", "tag:1", "left:0", "left:1", "right:0"]
+#: (seed, kind): every kind at least once, stateful tasks and spouts among them.
+CASES = [(0, "single"), (1, "again"), (2, "together"), (3, "single"), (4, "together")]
+
+
+def _stateful_first(tasks: list[str], stateful: str, seed: int) -> list[str]:
+    """Even seeds start with a stateful task, odd ones with any task."""
+    return [t for t in tasks if t.startswith(stateful)] if seed % 2 == 0 else tasks
+
+
+@pytest.mark.parametrize(("seed", "kind"), CASES)
+def test_wordcount_task_scope_is_exact(
+    lab: Lab, wc_baseline: Any, tmp_path: Path, seed: int, kind: str
+) -> None:
+    state, lines = wc_baseline
+    rng = random.Random(seed)
+    first = _stateful_first(WC_TASKS, "count", seed)
+    kills = schedule(rng, kind, first if kind != "together" else WC_TASKS)
+    report = run_wc(lab, tmp_path, *kills)
+    check_scope(report, "task")
+    assert dump(lab, "exact_wc", "count") == state
+    # no sink was killed: every count reached the sinks exactly once
+    assert sink_lines(tmp_path) == lines
+    # the failed tasks' re-emits were matched with what they had forwarded
+    assert report["checkpoints"]["local_recovery"]["suppressed"] > 0
+
+
+@pytest.mark.parametrize(("seed", "kind"), CASES[:4])
+def test_join_task_scope_is_exact(
+    lab: Lab, join_baseline: Any, tmp_path: Path, seed: int, kind: str
+) -> None:
+    rng = random.Random(100 + seed)
+    first = _stateful_first(JOIN_TASKS, "join", seed)
+    kills = schedule(rng, kind, first if kind != "together" else JOIN_TASKS)
+    report = run_join(lab, tmp_path, *kills)
+    check_scope(report, "task")
+    assert join_state(lab) == join_baseline
+    assert sink_lines(tmp_path) == TRUE_PAIRS
+
+
+def test_wordcount_global_scope_still_exact(
+    lab: Lab, wc_baseline: Any, tmp_path: Path
+) -> None:
+    state, _ = wc_baseline
+    kills = schedule(random.Random(7), "together", WC_TASKS)
+    report = run_wc(lab, tmp_path, "-o", "sr3.recovery.scope=global", *kills)
+    check_scope(report, "global")
+    assert report["recoveries"][0]["reason"] == "sr3.recovery.scope is global"
+    assert dump(lab, "exact_wc", "count") == state
+    assert last_counts(tmp_path) == TRUE_COUNTS
+
+
+def test_join_global_scope_still_exact(
+    lab: Lab, join_baseline: Any, tmp_path: Path
+) -> None:
+    kills = schedule(random.Random(8), "again", ["join:0", "join:1"])
+    report = run_join(lab, tmp_path, "-o", "sr3.recovery.scope=global", *kills)
+    check_scope(report, "global")
+    assert join_state(lab) == join_baseline
+    assert set(sink_lines(tmp_path)) == set(TRUE_PAIRS)
+
+
+def test_a_plain_sink_failure_is_recovered_alone(
+    lab: Lab, wc_baseline: Any, tmp_path: Path
+) -> None:
+    state, _ = wc_baseline
+    report = run_wc(lab, tmp_path, "--kill", "sink:1@2.5")
+    check_scope(report, "task")
+    assert report["recoveries"][0]["restored_tasks"] == []
+    assert dump(lab, "exact_wc", "count") == state
+    assert last_counts(tmp_path) == TRUE_COUNTS
+
+
+def test_a_small_buffer_backpressures_without_loss_or_duplicates(
+    lab: Lab, wc_baseline: Any, tmp_path: Path
+) -> None:
+    state, lines = wc_baseline
+    report = run_wc(
+        lab, tmp_path, "-o", "sr3.recovery.buffer.bytes=4096",
+        "-o", "sr3.checkpoint.interval.s=5", "--kill", "count:1@2.5",
+    )  # fmt: skip
+    check_scope(report, "task")
+    local = report["checkpoints"]["local_recovery"]
+    assert local["over_budget"] > 0, local
+    # buffer memory falls once an epoch commits: the final commit trims all
+    assert all(size < local["peak_bytes"][t] for t, size in local["bytes"].items()
+               if local["peak_bytes"][t])  # fmt: skip
+    assert dump(lab, "exact_wc", "count") == state
+    assert sink_lines(tmp_path) == lines
+
+
+def test_other_tasks_keep_processing_while_the_failed_one_is_down(
+    lab: Lab, wc_baseline: Any, tmp_path: Path
+) -> None:
+    """count:1 restarts slowly; count:0 and count:2 go on, never restarted."""
+    state, lines = wc_baseline
+    inits = tmp_path / "inits"
+    inits.mkdir()
+    report = run_wc(
+        lab, tmp_path / "out", "-o", f"exact.inits={inits}",
+        "-o", "exact.restart.pause.s=2", "--kill", "count:1@2.5",
+    )  # fmt: skip
+    check_scope(report, "task")
+    spans = {
+        int(path.stem.split("-")[1]): [
+            tuple(float(x) for x in line.split("\t"))
+            for line in path.read_text(encoding="utf-8").splitlines()
+        ]
+        for path in inits.glob("count-*.txt")
+    }
+    killed = sorted(spans)[1]
+    others = [t for t in spans if t != killed]
+    # the killed task started twice; the others once: they never stopped
+    assert len(spans[killed]) == 2, spans
+    assert all(len(spans[t]) == 1 for t in others), spans
+    down_from, down_to = spans[killed][1]
+    arrivals: Counter[int] = Counter()
+    for path in inits.glob("progress-*.tsv"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            at, task = line.split("\t")
+            if down_from < float(at) < down_to:
+                arrivals[int(task)] += 1
+    # while count:1 was down, the other count tasks' processed counts rose
+    assert all(arrivals[t] > 0 for t in others), arrivals
+    assert arrivals[killed] == 0, arrivals
+    assert dump(lab, "exact_wc", "count") == state
+    assert sink_lines(tmp_path / "out") == lines
