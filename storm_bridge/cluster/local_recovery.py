@@ -15,7 +15,7 @@ rollback, and :meth:`LocalRecovery.decide` (the one decision point) says why.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -239,6 +239,19 @@ class LocalRecovery:
         self._replays.clear()
         self._decisions.clear()
         self.logs = {t: TaskLog() for t in self._tasks}
+
+    def retask(self, task_ids: Iterable[int]) -> None:
+        """A rebalance switched these tasks at a commit: they start with empty logs.
+
+        Logs of tasks no longer in the topology (retired) are dropped.
+        """
+        for gone in [t for t in self.logs if t not in self._tasks]:
+            del self.logs[gone]
+            self.peak_bytes.pop(gone, None)
+        for task_id in task_ids:
+            if task_id in self._tasks:
+                self.logs[task_id] = TaskLog()
+                self.peak_bytes.setdefault(task_id, 0)
 
     # -- failures ----------------------------------------------------------------------
 

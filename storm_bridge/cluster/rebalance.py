@@ -315,6 +315,8 @@ class Rebalancer:
                 )
         engine.router.retask()
         self._coordinator.retask()
+        if engine.local is not None:
+            engine.local.retask(t for m in self._moves.values() for t in m.after)
         for moves in self._moves.values():
             for task_id in moves.keep:
                 supervisor.recycle(engine.tasks[task_id])
