@@ -83,6 +83,17 @@ class SpoutAgent:
         return len(self._pending)
 
     @property
+    def emit_generation(self) -> int:
+        """The generation an emit now belongs to (carried by its whole tree).
+
+        Before the first control record a spout task of a fresh run emits in
+        generation 0: a rollback asked for before the coordinator wrote one
+        starts at generation 1 or more (:class:`NativeCoordinator`), so owners
+        fence these emits out of the state they restore.
+        """
+        return 0 if self.generation is None else self.generation
+
+    @property
     def requested(self) -> bool:
         """Whether this task asked for a rollback that has not ended yet."""
         return self._requested or self._rollback is not None
@@ -209,6 +220,11 @@ class BoltAgent:
         self._done: set[str] = set()
         #: Generation restored and not yet RUNNING: data tuples are stragglers.
         self.awaiting: int | None = None
+        #: Generation of the last restore: tuples of older trees are stale.
+        self.fence: int | None = None
+        #: Whether data tuples arrived with and without a generation.
+        self._tagged = False
+        self._untagged = False
 
     def action(self, control: EpochControl | None) -> str | None:
         """Return what ``control`` asks of this task now (None: nothing)."""
@@ -234,6 +250,33 @@ class BoltAgent:
         if action == self.RESTORE:
             self._synced = control.generation
             self.awaiting = control.generation
+            self.fence = control.generation
+
+    def stale(self, generation: int | None) -> bool | None:
+        """Whether a data tuple whose tree has ``generation`` predates the restore.
+
+        Every tree a replayable spout emits carries the generation the spout
+        followed, and every tuple anchored on it carries it too. A tuple of an
+        older generation than the one this task last restored is a straggler
+        of a rolled-back tree, however late it comes: it must not touch the
+        restored state. None: the tuple carries no generation (Storm's own
+        ShellBolt passes none on, nor does an unanchored emit); the caller
+        falls back to :meth:`resumed` and the rollback's quiet time.
+        """
+        if generation is None:
+            self._untagged = True
+            return None
+        self._tagged = True
+        return self.fence is not None and generation < self.fence
+
+    @property
+    def fenced(self) -> bool:
+        """Whether every data tuple so far carried its generation (and one did).
+
+        The coordinator then resumes a rollback's spouts without waiting for a
+        quiet time: stragglers are told apart by their generation alone.
+        """
+        return self._tagged and not self._untagged
 
     def resumed(self, control: EpochControl | None) -> bool:
         """Whether a straggler check read shows the rollback's RUNNING."""
