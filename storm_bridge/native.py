@@ -15,7 +15,8 @@ tells when the topology is quiescent. Phases of the control record::
 
 * The coordinator is spout task 0 of the replayable spout component first by
   name; it holds an ephemeral znode and runs on a thread of that task.
-* A replayable spout emits with a message id, so Storm tracks each tree. On
+* A replayable spout emits nothing before it sees the first control record,
+  then with a message id, so Storm tracks each tree. On
   PAUSE it stops emitting, waits until every tree it emitted is acked or failed,
   and reports its offset; on RUNNING it goes on. A failed tree (a tuple that
   raised, timed out, or died with a task, stateless or not) bumps the

@@ -86,10 +86,8 @@ class SpoutAgent:
     def emit_generation(self) -> int:
         """The generation an emit now belongs to (carried by its whole tree).
 
-        Before the first control record a spout task of a fresh run emits in
-        generation 0: a rollback asked for before the coordinator wrote one
-        starts at generation 1 or more (:class:`NativeCoordinator`), so owners
-        fence these emits out of the state they restore.
+        A spout emits only once it follows a generation; 0 (the generation
+        before any rollback) stands for none.
         """
         return 0 if self.generation is None else self.generation
 
@@ -232,8 +230,11 @@ class BoltAgent:
             return None
         generation = control.generation
         if self._adopt:
+            # a first start joins generation g: a tree of an older one still in
+            # flight was rolled back before this task took part, and is replayed
             self._adopt = False
             self._synced = generation
+            self.fence = generation
         if self.awaiting == generation and control.phase in RESUMED:
             self.awaiting = None
         if control.step() in self._done:

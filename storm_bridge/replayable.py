@@ -197,9 +197,10 @@ class ReplayableSpout(Spout):
 
         agent = self._sr3_agent
         control = agent.control
+        # nothing is emitted before the first control record: a task starting
+        # late would otherwise emit during a PAUSE or SNAPSHOT it missed, into
+        # a snapshot whose commit lacks its offset
         if control is None or control.generation < agent.min_generation:
-            if control is None and not agent.bumped and not agent.requested:
-                self.next_tuple()
             return
         if (
             agent.generation is None

@@ -48,6 +48,22 @@ def test_tuples_of_trees_older_than_the_restore_are_stale_however_late() -> None
     assert agent.fenced is True
 
 
+def test_a_first_start_owner_fences_generations_before_the_one_it_joins() -> None:
+    agent = BoltAgent(bumped=False)
+    agent.action(EpochControl(Phase.RUNNING, 4, 2))
+    assert agent.stale(1) is True  # rolled back before this task took part
+    assert agent.stale(2) is False
+
+
+def test_a_restarted_owner_fences_nothing_before_its_restore() -> None:
+    agent = BoltAgent(bumped=True)
+    agent.min_generation = 3
+    agent.action(EpochControl(Phase.ROLLBACK, 4, 3))
+    assert agent.stale(2) is False  # the restore overwrites what it counts
+    _restored(agent, 3)
+    assert agent.stale(2) is True
+
+
 def test_an_owner_is_fenced_only_while_every_data_tuple_carries_a_generation() -> None:
     agent = BoltAgent(bumped=False)
     assert agent.fenced is False  # nothing seen: the quiet time still applies
