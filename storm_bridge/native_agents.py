@@ -9,6 +9,7 @@ what a control record asks of a stateful task. The protocol they follow is in
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -209,6 +210,9 @@ class BoltAgent:
 
     SNAPSHOT: Final = "snapshot"
     RESTORE: Final = "restore"
+    #: Verdicts of :meth:`straggler`.
+    STALE: Final = "stale"
+    UNTAGGED: Final = "untagged"
 
     def __init__(self, *, bumped: bool) -> None:
         #: Control records of an older generation are ignored (set after a bump).
@@ -269,6 +273,29 @@ class BoltAgent:
             return None
         self._tagged = True
         return self.fence is not None and generation < self.fence
+
+    def straggler(
+        self, generation: int | None, latest: Callable[[], EpochControl | None]
+    ) -> str | None:
+        """Whether a data tuple is a straggler of a rolled-back generation.
+
+        Args:
+            generation: The generation its tree carries (None: none).
+            latest: Reads the control record fresh (only for a tuple without
+                a generation, between a restore and the spouts' resumption).
+
+        Returns:
+            :data:`STALE` (its generation predates the last restore),
+            :data:`UNTAGGED` (it carries none and came after a restore, before
+            the spouts resumed), or None: process it.
+        """
+        stale = self.stale(generation)
+        if stale is not None:
+            return self.STALE if stale else None
+        if self.awaiting is None:
+            return None
+        # spouts are still paused until RUNNING: check the latest record
+        return None if self.resumed(latest()) else self.UNTAGGED
 
     @property
     def fenced(self) -> bool:

@@ -338,7 +338,7 @@ class StatefulBolt(Bolt):
         with self._sr3_lock:
             stale = self._sr3_straggler(tup)
             if stale is not None:
-                if stale == "untagged":
+                if stale == BoltAgent.UNTAGGED:
                     # only these hold the rollback's spouts back (quiet time)
                     self._sr3_dropped += 1
                     self._sr3_report_dropped()
@@ -363,26 +363,18 @@ class StatefulBolt(Bolt):
         self._sr3_store.report(step, self._sr3_owner, report)
 
     def _sr3_straggler(self, tup: StormTuple) -> str | None:
-        """How ``tup`` is a data tuple of a rolled-back generation, if it is (native).
+        """Whether ``tup`` is a straggler of a rolled-back generation (native).
 
         Returns:
-            ``"stale"``: its tree is of a generation older than the last restore
-            (it carries one); ``"untagged"``: it carries none and arrived
-            between a restore and the spouts' resumption; None: process it.
+            None (process it) or how it is one (:meth:`BoltAgent.straggler`).
         """
         agent = self._sr3_agent
         if agent is None or tup.stream == BARRIER_STREAM:
             return None
         if self.is_heartbeat(tup) or self.is_tick(tup):
             return None
-        stale = agent.stale(self._sr3_tag)
-        if stale is not None:
-            return "stale" if stale else None
-        if agent.awaiting is None:
-            return None
-        # spouts are still paused until RUNNING: check the latest record
-        resumed = agent.resumed(self._sr3_store.control(fresh=True))
-        return None if resumed else "untagged"
+        latest = functools.partial(self._sr3_store.control, fresh=True)
+        return agent.straggler(self._sr3_tag, latest)
 
     def _sr3_dispatch(self, tup: StormTuple) -> None:
         self._current_tups = [tup]

@@ -142,3 +142,17 @@ def test_a_generation_that_is_not_an_int_is_refused_naming_the_key() -> None:
             component="lines",
             task_id=3,
         )
+
+
+def test_a_tuple_without_generation_falls_back_to_the_rollbacks_running() -> None:
+    agent = BoltAgent(bumped=False)
+    agent.action(EpochControl(Phase.RUNNING, 4, 0))
+    _restored(agent, 1)
+    rollback = EpochControl(Phase.RESTORE, 4, 1)
+    running = EpochControl(Phase.RUNNING, 4, 1)
+    assert agent.straggler(None, lambda: rollback) == BoltAgent.UNTAGGED
+    assert agent.straggler(0, lambda: rollback) == BoltAgent.STALE
+    assert agent.straggler(1, lambda: rollback) is None
+    assert agent.straggler(None, lambda: running) is None
+    assert agent.straggler(None, lambda: rollback) is None  # resumed: counted
+    assert agent.straggler(0, lambda: running) == BoltAgent.STALE  # still fenced
