@@ -53,8 +53,9 @@ class CheckpointConfig(_Section):
             protocol over ZooKeeper, as on a real Storm cluster).
         retain: ``sr3.checkpoint.retain``, committed epochs kept restorable
             with ``--from-epoch``, the last one included (default 1).
-        rollback_quiet_s: ``sr3.checkpoint.rollback.quiet.s``, native mode: time
-            a rollback waits without stragglers before resuming (default 1 s).
+        rollback_quiet_s: ``sr3.checkpoint.rollback.quiet.s``, native mode where
+            tuples carry no generation (a real Storm cluster): time a rollback
+            waits without stragglers before resuming (default 1 s).
         straggler_policy: ``sr3.straggler.policy``, local cluster: ``off``
             (default), ``duplicate`` (race a copy started from the last
             checkpoint) or ``restart`` (kill it, as a crash).

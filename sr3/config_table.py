@@ -176,8 +176,9 @@ _ROWS: Final = (
         "included; older ones are collected unless a savepoint pins them.",
         low=1),
     _seconds("sr3.checkpoint.rollback.quiet.s", "checkpoint", "rollback_quiet_s",
-        1.0, _TOPOLOGY, "Native mode: time a rollback waits "
-        "without stragglers before resuming."),
+        1.0, _TOPOLOGY, "Native mode, where tuples carry no generation (a "
+        "real Storm cluster): time a rollback waits without stragglers before "
+        "resuming."),
     Key("sr3.straggler.policy", "checkpoint", "straggler_policy", TEXT, "off",
         _TOPOLOGY, "Local cluster: what happens to a task that falls behind its "
         "peers: nothing, a duplicate from its last checkpoint that races it, "

@@ -219,17 +219,25 @@ def run_schedule(
     )
     injector = _Injector(lab, schedule.faults)
     started = time.monotonic()
-    ring = RingAccess(lab.config(Sr3Config()))
+    ring: RingAccess | None = None
     try:
+        ring = RingAccess(lab.config(Sr3Config()))
         injector.start()
         report = run_topology(
             path, ring=ring, options=options, kill_node=injector.kill_node
         )
         injector.finish(timeout_s)
         state = final_state(ring, topology)
+    except SR3Error as exc:
+        # a run (or the lab) that gives up on ZooKeeper fails its schedule, with
+        # the error as the reason; the campaign goes on with the next one
+        seconds = time.monotonic() - started
+        reason = f"the run raised {type(exc).__name__}: {exc}"
+        return Outcome(schedule, False, seconds, reason, None)
     finally:
         injector.finish(timeout_s)
-        ring.close()
+        if ring is not None:
+            ring.close()
     seconds = time.monotonic() - started
     reason = _difference(report, state, expected, expected_outputs, injector.errors)
     return Outcome(schedule, not reason, seconds, reason, report)

@@ -17,6 +17,7 @@ from storm_bridge.errors import E_STDOUT, MultilangProtocolError
 
 __all__ = [
     "DEFAULT_STREAM",
+    "GENERATION_KEY",
     "HEARTBEAT_STREAM",
     "LOG_LEVELS",
     "SYSTEM_COMPONENT",
@@ -32,6 +33,12 @@ __all__ = [
 ]
 
 DEFAULT_STREAM: Final = "default"
+#: Extra key of a spout's emit and a bolt's input tuple: the native-mode
+#: rollback generation of the tree (:mod:`storm_bridge.native`). Storm's own
+#: ShellSpout and ShellBolt ignore keys they do not know, so it never reaches
+#: a task there; the local cluster carries it from a spout's emit to every
+#: tuple anchored on it.
+GENERATION_KEY: Final = "sr3_generation"
 HEARTBEAT_STREAM: Final = "__heartbeat"
 SYSTEM_COMPONENT: Final = "__system"
 TICK_STREAM: Final = "__tick"
@@ -64,6 +71,7 @@ class ShellMsg:
         metric_name: Name of a ``metrics`` command.
         metric_params: Parameters of a ``metrics`` command.
         level: Level of a ``log`` command (0 TRACE ... 4 ERROR), 2 when absent.
+        generation: The :data:`GENERATION_KEY` of a spout's emit (None: none).
     """
 
     command: str
@@ -77,6 +85,7 @@ class ShellMsg:
     metric_name: str | None = None
     metric_params: Any = None
     level: int = 2
+    generation: int | None = None
 
 
 def parse_shell_msg(raw: object, *, component: str, task_id: int) -> ShellMsg:
@@ -118,6 +127,7 @@ def parse_shell_msg(raw: object, *, component: str, task_id: int) -> ShellMsg:
         msg = f"sent anchors that are not a list of ids: {anchors_raw!r}"
         raise fail(msg)
     level = raw.get("level")
+    generation = raw.get(GENERATION_KEY)
     problem = None
     if not isinstance(stream, str):
         problem = f"stream {stream!r} is not a string"
@@ -129,6 +139,10 @@ def parse_shell_msg(raw: object, *, component: str, task_id: int) -> ShellMsg:
         problem = f"tuple {_snippet(repr(values))} is not a list"
     elif not all(isinstance(a, str) for a in anchors):
         problem = f"anchors {anchors!r} are not strings"
+    elif generation is not None and (
+        not isinstance(generation, int) or isinstance(generation, bool)
+    ):
+        problem = f"{GENERATION_KEY} {generation!r} is not an int"
     if problem is not None:
         msg = f"{command} command: {problem}"
         raise fail(msg)
@@ -147,6 +161,7 @@ def parse_shell_msg(raw: object, *, component: str, task_id: int) -> ShellMsg:
         level=int(level)
         if isinstance(level, int | float) and not isinstance(level, bool)
         else 2,
+        generation=generation,
     )
 
 
@@ -171,17 +186,29 @@ def handshake_msg(
     return {"pidDir": pid_dir, "conf": dict(conf), "context": dict(context)}
 
 
-def bolt_tuple_msg(
-    tuple_id: str, component: str | None, stream: str, task: int, values: Sequence[Any]
+def bolt_tuple_msg(  # noqa: PLR0913 (BoltMsg's fields)
+    tuple_id: str,
+    component: str | None,
+    stream: str,
+    task: int,
+    values: Sequence[Any],
+    generation: int | None = None,
 ) -> dict[str, Any]:
-    """Return a tuple for a bolt subprocess, as ShellBolt's ``BoltMsg`` is written."""
-    return {
+    """Return a tuple for a bolt subprocess, as ShellBolt's ``BoltMsg`` is written.
+
+    ``generation`` (native mode's rollback generation of the tuple's tree) goes
+    in :data:`GENERATION_KEY` when known.
+    """
+    message: dict[str, Any] = {
         "id": tuple_id,
         "comp": component,
         "stream": stream,
         "task": task,
         "tuple": list(values),
     }
+    if generation is not None:
+        message[GENERATION_KEY] = generation
+    return message
 
 
 def heartbeat_msg(tuple_id: str) -> dict[str, Any]:

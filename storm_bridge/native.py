@@ -15,7 +15,8 @@ tells when the topology is quiescent. Phases of the control record::
 
 * The coordinator is spout task 0 of the replayable spout component first by
   name; it holds an ephemeral znode and runs on a thread of that task.
-* A replayable spout emits with a message id, so Storm tracks each tree. On
+* A replayable spout emits nothing before it sees the first control record,
+  then with a message id, so Storm tracks each tree. On
   PAUSE it stops emitting, waits until every tree it emitted is acked or failed,
   and reports its offset; on RUNNING it goes on. A failed tree (a tuple that
   raised, timed out, or died with a task, stateless or not) bumps the
@@ -27,8 +28,19 @@ tells when the topology is quiescent. Phases of the control record::
   offset (a poison tuple) the rollback replays without it.
 * Stateful bolts see the control record through a ZooKeeper watch: on SNAPSHOT
   they write their keyed state to the ring and report; on RESTORE they restore
-  the committed epoch, then ignore every data tuple until RUNNING (a straggler
-  of a failed tree must not leak into restored state).
+  the committed epoch. A straggler of a failed tree must never leak into
+  restored state: every emit of a replayable spout carries the generation it
+  follows (:data:`~storm_bridge.messages.GENERATION_KEY`), the local cluster
+  passes it on to every tuple anchored on it, and a stateful bolt drops a data
+  tuple of a generation older than its last restore whenever it comes
+  (:meth:`BoltAgent.stale`); once every owner restored and saw only such
+  tuples, spouts resume at once. Storm's own ShellBolt drops the key, so on a
+  Storm cluster the bolts instead ignore every data tuple until RUNNING, which
+  waits ``sr3.checkpoint.rollback.quiet.s`` without one (a fallback bounded by
+  time: a task stalled longer can still leak one).
+* A rollback asked for before the coordinator wrote its first control record
+  (a tree failed, a task restarted) makes that record a ROLLBACK: spouts may
+  have emitted and owners counted already.
 * A stateful bolt or replayable spout task that (re)starts while the protocol
   runs bumps the generation: spouts drain (failed and timed-out trees count),
   every owner restores the committed epoch, spouts seek to its offsets. On real
@@ -180,7 +192,8 @@ class NativeCoordinator:
         clock: Monotonic clock in seconds.
         quiet_s: After every owner restored, how long no owner may have dropped
             a straggler (a data tuple of the rolled-back generation, still in
-            flight) before spouts resume (``sr3.checkpoint.rollback.quiet.s``).
+            flight) before spouts resume (``sr3.checkpoint.rollback.quiet.s``);
+            only where tuples carry no generation (see :meth:`_quiet`).
     """
 
     def __init__(
@@ -241,7 +254,11 @@ class NativeCoordinator:
         if control is None:
             record = self._log.committed()
             epoch = 0 if record is None else record.epoch
-            return self._enter(EpochControl(Phase.RUNNING, epoch, generation))
+            # a rollback asked for before the first record (a tree failed, a
+            # task restarted): spouts may have emitted, owners counted; roll
+            # back rather than adopt a world that never restored
+            phase = Phase.ROLLBACK if generation > 0 else Phase.RUNNING
+            return self._enter(EpochControl(phase, epoch, generation))
         if self._stats is None:
             known = _Stats().to_dict()
             self._stats = _Stats(
@@ -289,14 +306,19 @@ class NativeCoordinator:
         return self._enter(EpochControl(Phase.RUNNING, control.epoch, generation))
 
     def _quiet(self, reports: Mapping[str, Any], now: float) -> bool:
-        """Whether no owner dropped a straggler for ``quiet_s`` (RESTORE).
+        """Whether spouts may resume after the owners restored (RESTORE).
 
         Tuples of failed or timed-out trees may still sit in queues or in a
-        stalled task when the rollback's spouts drained; the owners drop those
-        that reach them until spouts resume. Resuming only once the owners
-        went ``quiet_s`` without a straggler keeps later ones out of the
+        stalled task when the rollback's spouts drained. Where every tuple
+        carries its tree's generation (the owners report ``fenced``), an owner
+        drops the older ones whenever they come, so spouts resume at once.
+        Where tuples carry none (Storm's own ShellBolt drops the key), the
+        owners drop every data tuple until spouts resume, and resuming only
+        once they went ``quiet_s`` without one keeps later ones out of the
         restored state, as long as no task stalls longer than that.
         """
+        if reports and all(dict(r).get("fenced") is True for r in reports.values()):
+            return True
         dropped = sum(as_int(dict(r).get("dropped", 0)) for r in reports.values())
         if dropped != self._dropped[0]:
             self._dropped = (dropped, now)

@@ -9,6 +9,7 @@ what a control record asks of a stateful task. The protocol they follow is in
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -81,6 +82,15 @@ class SpoutAgent:
     def pending(self) -> int:
         """Trees emitted and neither acked nor failed yet."""
         return len(self._pending)
+
+    @property
+    def emit_generation(self) -> int:
+        """The generation an emit now belongs to (carried by its whole tree).
+
+        A spout emits only once it follows a generation; 0 (the generation
+        before any rollback) stands for none.
+        """
+        return 0 if self.generation is None else self.generation
 
     @property
     def requested(self) -> bool:
@@ -200,6 +210,9 @@ class BoltAgent:
 
     SNAPSHOT: Final = "snapshot"
     RESTORE: Final = "restore"
+    #: Verdicts of :meth:`straggler`.
+    STALE: Final = "stale"
+    UNTAGGED: Final = "untagged"
 
     def __init__(self, *, bumped: bool) -> None:
         #: Control records of an older generation are ignored (set after a bump).
@@ -209,6 +222,11 @@ class BoltAgent:
         self._done: set[str] = set()
         #: Generation restored and not yet RUNNING: data tuples are stragglers.
         self.awaiting: int | None = None
+        #: Generation of the last restore: tuples of older trees are stale.
+        self.fence: int | None = None
+        #: Whether data tuples arrived with and without a generation.
+        self._tagged = False
+        self._untagged = False
 
     def action(self, control: EpochControl | None) -> str | None:
         """Return what ``control`` asks of this task now (None: nothing)."""
@@ -216,8 +234,11 @@ class BoltAgent:
             return None
         generation = control.generation
         if self._adopt:
+            # a first start joins generation g: a tree of an older one still in
+            # flight was rolled back before this task took part, and is replayed
             self._adopt = False
             self._synced = generation
+            self.fence = generation
         if self.awaiting == generation and control.phase in RESUMED:
             self.awaiting = None
         if control.step() in self._done:
@@ -234,6 +255,56 @@ class BoltAgent:
         if action == self.RESTORE:
             self._synced = control.generation
             self.awaiting = control.generation
+            self.fence = control.generation
+
+    def stale(self, generation: int | None) -> bool | None:
+        """Whether a data tuple whose tree has ``generation`` predates the restore.
+
+        Every tree a replayable spout emits carries the generation the spout
+        followed, and every tuple anchored on it carries it too. A tuple of an
+        older generation than the one this task last restored is a straggler
+        of a rolled-back tree, however late it comes: it must not touch the
+        restored state. None: the tuple carries no generation (Storm's own
+        ShellBolt passes none on, nor does an unanchored emit); the caller
+        falls back to :meth:`resumed` and the rollback's quiet time.
+        """
+        if generation is None:
+            self._untagged = True
+            return None
+        self._tagged = True
+        return self.fence is not None and generation < self.fence
+
+    def straggler(
+        self, generation: int | None, latest: Callable[[], EpochControl | None]
+    ) -> str | None:
+        """Whether a data tuple is a straggler of a rolled-back generation.
+
+        Args:
+            generation: The generation its tree carries (None: none).
+            latest: Reads the control record fresh (only for a tuple without
+                a generation, between a restore and the spouts' resumption).
+
+        Returns:
+            :data:`STALE` (its generation predates the last restore),
+            :data:`UNTAGGED` (it carries none and came after a restore, before
+            the spouts resumed), or None: process it.
+        """
+        stale = self.stale(generation)
+        if stale is not None:
+            return self.STALE if stale else None
+        if self.awaiting is None:
+            return None
+        # spouts are still paused until RUNNING: check the latest record
+        return None if self.resumed(latest()) else self.UNTAGGED
+
+    @property
+    def fenced(self) -> bool:
+        """Whether every data tuple so far carried its generation (and one did).
+
+        The coordinator then resumes a rollback's spouts without waiting for a
+        quiet time: stragglers are told apart by their generation alone.
+        """
+        return self._tagged and not self._untagged
 
     def resumed(self, control: EpochControl | None) -> bool:
         """Whether a straggler check read shows the rollback's RUNNING."""

@@ -20,6 +20,7 @@ from storm_bridge.barriers import (
     task_index,
     with_barrier,
 )
+from storm_bridge.messages import GENERATION_KEY
 from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
 
 __all__ = ["ReplayableSpout"]
@@ -105,6 +106,23 @@ class ReplayableSpout(Spout):
             need_task_ids=need_task_ids,
         )
 
+    def send_message(self, message: Any) -> None:
+        """Send ``message`` to Storm; a native-mode emit carries its generation.
+
+        The generation (:data:`~storm_bridge.messages.GENERATION_KEY`) lets
+        every owner tell a tuple of a rolled-back tree from a new one
+        (:meth:`storm_bridge.native_agents.BoltAgent.stale`).
+        """
+        agent = getattr(self, "_sr3_agent", None)
+        if (
+            agent is not None
+            and isinstance(message, dict)
+            and message.get("command") == "emit"
+            and message.get("stream") != BARRIER_STREAM
+        ):
+            message = {**message, GENERATION_KEY: agent.emit_generation}
+        super().send_message(message)
+
     def _setup_component(self, storm_conf: Any, context: Any) -> None:
         super()._setup_component(storm_conf, context)
         self._sr3_offset = None
@@ -143,8 +161,9 @@ class ReplayableSpout(Spout):
 
         topology = str(storm_conf["topology.name"])
         store = ZkEpochStore(ring.session, topology)
-        restarted = store.register(SPOUT, self._sr3_name)
-        bumped = restarted and store.control() is not None
+        # a restart bumps even before the first control record: the dead
+        # process may have emitted trees the owners counted
+        bumped = store.register(SPOUT, self._sr3_name)
         agent = SpoutAgent(name=self._sr3_name, bumped=bumped)
         if bumped:
             agent.min_generation = store.bump_generation()
@@ -178,9 +197,10 @@ class ReplayableSpout(Spout):
 
         agent = self._sr3_agent
         control = agent.control
+        # nothing is emitted before the first control record: a task starting
+        # late would otherwise emit during a PAUSE or SNAPSHOT it missed, into
+        # a snapshot whose commit lacks its offset
         if control is None or control.generation < agent.min_generation:
-            if control is None and not agent.bumped and not agent.requested:
-                self.next_tuple()
             return
         if (
             agent.generation is None

@@ -33,6 +33,7 @@ from storm_bridge.barriers import (
 )
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.groupings import IntegerBoxing, key_task_index, route_hash
+from storm_bridge.messages import GENERATION_KEY
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode, require_ring
 
 __all__ = ["StateKeyError", "StatefulBolt"]
@@ -72,6 +73,8 @@ class StatefulBolt(Bolt):
 
     sr3_stateful: ClassVar[bool] = True
     _sr3_current: KeyState | None = None
+    #: Native-mode generation of the tuple read last (None: it carried none).
+    _sr3_tag: int | None = None
     exit_on_exception = False
 
     @classmethod
@@ -221,8 +224,9 @@ class StatefulBolt(Bolt):
         if ring is None:
             return
         store = ZkEpochStore(ring.session, self._sr3_topology)
-        restarted = store.register(OWNER, self._sr3_owner)
-        bumped = restarted and store.control() is not None
+        # a restart bumps even before the first control record: the dead
+        # process's counts are lost, so the spouts must replay
+        bumped = store.register(OWNER, self._sr3_owner)
         agent = BoltAgent(bumped=bumped)
         if bumped:
             agent.min_generation = store.bump_generation()
@@ -279,7 +283,12 @@ class StatefulBolt(Bolt):
         if report is None:
             return {}
         logger.info("owner %s restored epoch %s", self._sr3_owner, report.epoch)
-        return {**report.to_dict(), "dropped": self._sr3_dropped}
+        return {**self._sr3_straggler_report(), **report.to_dict()}
+
+    def _sr3_straggler_report(self) -> dict[str, Any]:
+        agent = self._sr3_agent
+        fenced = agent is not None and agent.fenced
+        return {"dropped": self._sr3_dropped, "fenced": fenced}
 
     def _sr3_route(self, tup: StormTuple) -> int | None:
         """The route to store with ``tup``'s state key (None: the key routes itself)."""
@@ -306,6 +315,15 @@ class StatefulBolt(Bolt):
                 found[(source, stream)] = [names.index(f) for f in grouping["fields"]]
         return found
 
+    def read_command(self) -> Any:
+        """Read a command from Storm, noting a tuple's native-mode generation."""
+        command = super().read_command()
+        if isinstance(command, dict) and "tuple" in command:
+            tag = command.get(GENERATION_KEY)
+            ok = isinstance(tag, int) and not isinstance(tag, bool)
+            self._sr3_tag = tag if ok else None
+        return command
+
     def _run(self) -> None:
         failed = self._sr3_failed
         if failed is not None:
@@ -318,9 +336,12 @@ class StatefulBolt(Bolt):
             self._sr3_dispatch(tup)
             return
         with self._sr3_lock:
-            if self._sr3_straggler(tup):
-                self._sr3_dropped += 1
-                self._sr3_report_dropped()
+            stale = self._sr3_straggler(tup)
+            if stale is not None:
+                if stale == BoltAgent.UNTAGGED:
+                    # only these hold the rollback's spouts back (quiet time)
+                    self._sr3_dropped += 1
+                    self._sr3_report_dropped()
                 if self.auto_ack:
                     self.ack(tup)
                 return
@@ -337,19 +358,23 @@ class StatefulBolt(Bolt):
         if restored is None or now - restored[2] < _DROPPED_REPORT_S:
             return
         step, report, _at = restored
-        report = {**report, "dropped": self._sr3_dropped}
+        report = {**report, **self._sr3_straggler_report()}
         self._sr3_restored = (step, report, now)
         self._sr3_store.report(step, self._sr3_owner, report)
 
-    def _sr3_straggler(self, tup: StormTuple) -> bool:
-        """Whether ``tup`` is a data tuple of a rolled-back generation (native)."""
+    def _sr3_straggler(self, tup: StormTuple) -> str | None:
+        """Whether ``tup`` is a straggler of a rolled-back generation (native).
+
+        Returns:
+            None (process it) or how it is one (:meth:`BoltAgent.straggler`).
+        """
         agent = self._sr3_agent
-        if agent is None or agent.awaiting is None:
-            return False
+        if agent is None or tup.stream == BARRIER_STREAM:
+            return None
         if self.is_heartbeat(tup) or self.is_tick(tup):
-            return False
-        # spouts are still paused until RUNNING: check the latest record
-        return not agent.resumed(self._sr3_store.control(fresh=True))
+            return None
+        latest = functools.partial(self._sr3_store.control, fresh=True)
+        return agent.straggler(self._sr3_tag, latest)
 
     def _sr3_dispatch(self, tup: StormTuple) -> None:
         self._current_tups = [tup]

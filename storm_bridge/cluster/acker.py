@@ -183,6 +183,8 @@ class PendingInput:
         stream: Stream it came on.
         values: Its values (kept for error reports).
         ack_value: XOR of the edge ids of tuples anchored on it.
+        generation: Native-mode rollback generation of its tree (None: unknown),
+            passed on to the tuples anchored on it.
     """
 
     anchors: Anchors
@@ -190,6 +192,7 @@ class PendingInput:
     stream: str
     values: list[object]
     ack_value: int = 0
+    generation: int | None = None
     roots: tuple[int, ...] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -113,13 +113,16 @@ class TupleFlow:
         stream: str,
         values: Sequence[Any],
         anchors: Anchors,
+        generation: int | None = None,
     ) -> None:
         """Hand a tuple to a bolt task; a task that is down loses it.
 
         While checkpointing, a tuple from a channel already past a barrier is
         held back by :attr:`gate` and delivered once the barrier is aligned.
+        ``generation`` is the native-mode generation of its tree (fencing, see
+        :mod:`storm_bridge.native`).
         """
-        args = (target, source, source_task, stream, values, anchors)
+        args = (target, source, source_task, stream, values, anchors, generation)
         if self.gate is not None and self.gate(target, source_task, args):
             return
         self.deliver_now(*args)
@@ -132,6 +135,7 @@ class TupleFlow:
         stream: str,
         values: Sequence[Any],
         anchors: Anchors,
+        generation: int | None = None,
     ) -> None:
         """Hand a tuple to a bolt task without barrier alignment."""
         if self.hold is not None and self.hold(
@@ -140,8 +144,12 @@ class TupleFlow:
             return
         rt = self._tasks[target]
         tuple_id = self._tuple_id(rt)
-        pending = PendingInput(anchors, source, stream, list(values))
-        message = bolt_tuple_msg(tuple_id, source, stream, source_task, values)
+        pending = PendingInput(
+            anchors, source, stream, list(values), generation=generation
+        )
+        message = bolt_tuple_msg(
+            tuple_id, source, stream, source_task, values, generation
+        )
         if self.intercept is not None and self.intercept(
             rt, tuple_id, message, pending
         ):
@@ -193,10 +201,19 @@ class TupleFlow:
             parents.append(parent)
         targets = self._route(rt, msg)
         rt.emits_since_ack += 1
+        # a tuple belongs to the newest generation among its parents' trees
+        known = [p.generation for p in parents if p.generation is not None]
+        generation = max(known) if known else None
         for target in targets:
             anchors = xor_anchors(parents, self._rng) if self._acking else {}
             self.deliver(
-                target, rt.component.name, rt.task_id, msg.stream, msg.values, anchors
+                target,
+                rt.component.name,
+                rt.task_id,
+                msg.stream,
+                msg.values,
+                anchors,
+                generation,
             )
         self._count_emit(rt, targets)
         return targets if msg.task == 0 and msg.need_task_ids else None
@@ -258,14 +275,22 @@ class TupleFlow:
                 edge = new_edge_id(self._rng)
                 init_value ^= edge
                 self.deliver(
-                    target, name, rt.task_id, msg.stream, msg.values, {root: edge}
+                    target,
+                    name,
+                    rt.task_id,
+                    msg.stream,
+                    msg.values,
+                    {root: edge},
+                    msg.generation,
                 )
             rt.pending.put(root, SpoutTuple(msg.msg_id, msg.stream, list(msg.values)))
             self.live_roots.add(root)
             self._settle(self.acker.init(root, init_value, rt.task_id))
         else:
             for target in targets:
-                self.deliver(target, name, rt.task_id, msg.stream, msg.values, {})
+                self.deliver(
+                    target, name, rt.task_id, msg.stream, msg.values, {}, msg.generation
+                )
             if msg.msg_id is not None:  # no ackers: acked as soon as emitted
                 self._counters[name].acked += 1
                 self._notify_spout(rt, "ack", msg.msg_id)
