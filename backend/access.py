@@ -260,7 +260,7 @@ class RingAccess:
         the task keeps the keys ``route`` sends to ``index``: ``route(key,
         stored_route)`` is the task index among ``tasks`` Storm's fields grouping
         sends the key's tuples to, ``stored_route`` the key's route when it is
-        not the key itself (:data:`sr3.state.ROUTE_FIELD`). The report's
+        not the key itself (:data:`sr3.key_state.ROUTE_FIELD`). The report's
         ``used`` says so. The task's next snapshot must be full.
 
         Raises:

@@ -28,7 +28,7 @@ from spark_bridge.errors import ComponentError, UnsupportedTopologyError
 from spark_bridge.routes import EmitRouter
 from spark_bridge.rows import ComponentRef, storm_values
 from sr3.codec import decode_value, encode_value
-from sr3.state import KeyState
+from sr3.key_state import KeyState
 from storm_bridge.barriers import internal_stream
 from storm_bridge.components import StatefulBolt
 from storm_bridge.topology import LoadedTopology, load_topology

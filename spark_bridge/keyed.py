@@ -56,7 +56,7 @@ from spark_bridge.stages import (
 from spark_bridge.statekeys import StateKeys
 from spark_bridge.ticks import is_tick_key
 from sr3.codec import decode_key, decode_value, encode_value
-from sr3.state import ROUTE_FIELD
+from sr3.key_state import ROUTE_FIELD
 
 __all__ = ["KeyedProcessor", "StatefulStage"]
 

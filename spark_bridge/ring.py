@@ -7,7 +7,7 @@ other's committed epoch:
   stateful bolt; a key belongs to the task Storm's fields grouping sends it to
   (Java ``deepHashCode`` of the grouping values modulo the task count), which is
   the task whose Storm snapshot holds it: for a bolt overriding ``state_key``,
-  by the route stored with the key's fields (:data:`sr3.state.ROUTE_FIELD`,
+  by the route stored with the key's fields (:data:`sr3.key_state.ROUTE_FIELD`,
   :func:`storm_bridge.groupings.key_task_index`);
 - spout offsets are recorded by ``<spout>/<task index>``;
 - a commit record (``zk.checkpoints``) names the committed epoch, the offsets
@@ -59,9 +59,9 @@ from sr3.codec import (
     encode_key_group_raw,
 )
 from sr3.config import Sr3Config
+from sr3.key_state import ROUTE_FIELD
 from sr3.keygroups import key_group_of_encoded
 from sr3.manifest import Manifest
-from sr3.state import ROUTE_FIELD
 from storm_bridge.groupings import IntegerBoxing, key_task_index
 from storm_bridge.topology import LoadedTopology
 from zk.checkpoints import CommitRecord

@@ -65,7 +65,7 @@ from spark_bridge.rows import (
 )
 from sr3.codec import decode_value, encode_value
 from sr3.config import KEYS, read_setting
-from sr3.state import KeyState
+from sr3.key_state import KeyState
 from storm_bridge.groupings import IntegerBoxing, key_task_index
 from storm_bridge.topology import LoadedTopology
 
