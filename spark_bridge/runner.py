@@ -49,7 +49,7 @@ from spark_bridge.compiler import Plan, build_frame, plan_topology
 from spark_bridge.errors import QueryFailedError, SparkBridgeError
 from spark_bridge.kafka_jars import spark_kafka_jars
 from spark_bridge.kafka_sink import SparkKafkaSink, deliver_storm_pending
-from spark_bridge.kafka_source import kafka_starts
+from spark_bridge.kafka_start import kafka_starts
 from spark_bridge.metrics import SparkMetricsFeed
 from spark_bridge.ring import (
     RESTORE_SOURCE,
