@@ -41,7 +41,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_bridge.errors import SparkBridgeError
-from spark_bridge.hosting import DEFAULT_STREAM, Host, topology_of
+from spark_bridge.hosting import DEFAULT_STREAM, Host
 from spark_bridge.kafka_jars import E_NO_JARS
 from spark_bridge.kafka_start import KafkaStart, partition_key
 from spark_bridge.rows import (
@@ -54,6 +54,7 @@ from spark_bridge.rows import (
     record_batch,
     storm_values,
 )
+from spark_bridge.worker import topology_of
 from sr3.codec import encode_value
 
 __all__ = ["KafkaRows", "kafka_frame"]

@@ -49,7 +49,7 @@ from backend.chain import FULL, ChainPolicy, OwnerChain
 from backend.committer import EpochCommitter, next_epoch
 from backend.owners import component_owners, owner_name
 from backend.rescale import reshard
-from spark_bridge.hosting import overrides_state_key
+from spark_bridge.component_traits import overrides_state_key
 from spark_bridge.restore import RESTORE_SOURCE, RestoreSource, restore_options
 from sr3.codec import (
     decode_key,

@@ -26,8 +26,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from spark_bridge.errors import ComponentError
-from spark_bridge.hosting import BoltHost, spark_task, topology_of
+from spark_bridge.hosting import BoltHost
 from spark_bridge.rows import DEAD, ComponentRef, Row
+from spark_bridge.worker import spark_task, topology_of
 from sr3.codec import decode_value, encode_key, encode_value
 from sr3.errors import CodecError
 from storm_bridge.groupings import IntegerBoxing, key_task_index, route_hash
