@@ -37,8 +37,8 @@ from spark_bridge.ring import (
     BatchCommitter,
     RestoreSource,
     restore_options,
-    stateful_owners,
 )
+from spark_bridge.ring_owners import stateful_owners
 from sr3.config import Sr3Config
 from storm_bridge.groupings import IntegerBoxing
 from storm_bridge.topology import LoadedTopology

@@ -33,7 +33,7 @@ from sr3.state import KeyedState
 from zk.checkpoints import CommitRecord
 
 if TYPE_CHECKING:
-    from spark_bridge.ring import Owner
+    from spark_bridge.ring_owners import Owner
 
 __all__ = ["RESTORE_SOURCE", "RestoreSource", "restore_options"]
 
