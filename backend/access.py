@@ -5,32 +5,28 @@ A Storm stateful task, a Spark driver or executor, and the CLI open a
 ring secret comes from ``sr3.node.secret`` or the ``SR3_NODE_SECRET``
 environment variable) to read the committed epoch of a topology, restore an
 owner's key groups through star, line or tree recovery, and write snapshots.
+Reading a component's committed state back (:mod:`backend.committed`) and
+collecting what a commit supersedes (:mod:`backend.collector`) are done by the
+helpers it holds.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from backend.owners import OwnerId, component_owners, owner_name, topology_owners
+from backend.collector import ChainCollector
+from backend.committed import CommittedReader, CommittedState
+from backend.owners import component_owners, owner_name
 from backend.rescale import Route, reshard
 from sr3.client import ClientPool
-from sr3.codec import encode_key
 from sr3.config import Sr3Config
-from sr3.errors import (
-    CodecError,
-    CoordinationError,
-    RecoveryError,
-    ShardNotFoundError,
-    SR3Error,
-)
+from sr3.errors import RecoveryError
 from sr3.manifest import Manifest
-from sr3.ports import DropGuard
 from sr3.recovery import Recoverer, RecoveryContext
 from sr3.replication import LiveMembers, ReplicatedStore
 from sr3.snapshot import GcReport, SnapshotReader, SnapshotWriter, WriteReport
@@ -43,18 +39,10 @@ from zk.savepoints import ZkSavepointStore
 
 __all__ = [
     "CommitRecord",
-    "CommittedState",
     "RestoreReport",
     "RingAccess",
     "config_from_conf",
 ]
-
-#: reads of a running topology's committed state: each retry follows a commit
-#: that collected the epoch being read
-_READ_ATTEMPTS = 5
-
-#: a topology's savepoint pins, ``{owner: epochs}``, and the guard they hold under
-_Pins = tuple[dict[str, set[int]], DropGuard]
 
 logger = logging.getLogger(__name__)
 
@@ -116,52 +104,6 @@ class RestoreReport:
         }
 
 
-class CommittedState(Mapping[tuple[Any, ...], dict[str, Any]]):
-    """A component's committed state, ``{key: fields}``, with every state key kept.
-
-    A dict would merge keys Python holds equal (``(1,)``, ``(1.0,)``,
-    ``(True,)``), which the state keeps apart: here they are distinct entries,
-    looked up by the key's encoding, as the state looks them up. A key met
-    twice (two owners of a rescaled component) keeps its last fields. Build a
-    plain dict from it only when such keys cannot occur.
-
-    Args:
-        rows: ``(key, fields)`` pairs.
-    """
-
-    def __init__(self, rows: Iterable[tuple[tuple[Any, ...], dict[str, Any]]]):
-        self._rows: dict[bytes, tuple[tuple[Any, ...], dict[str, Any]]] = {}
-        for key, fields in rows:
-            self._rows[encode_key(key)] = (key, fields)
-
-    def __getitem__(self, key: tuple[Any, ...]) -> dict[str, Any]:
-        try:
-            return self._rows[encode_key(key)][1]
-        except (CodecError, TypeError) as exc:  # no state key looks like it
-            raise KeyError(key) from exc
-
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        return (key for key, _fields in self._rows.values())
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, CommittedState):
-            return self._rows == other._rows
-        if isinstance(other, Mapping):
-            return len(self) == len(other) and all(
-                key in other and other[key] == fields for key, fields in self.items()
-            )
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # mutable fields, as a dict
-
-    def __repr__(self) -> str:
-        rows = ", ".join(f"{key!r}: {fields!r}" for key, fields in self.items())
-        return f"CommittedState({{{rows}}})"
-
-
 class RingAccess:
     """Open handles on ZooKeeper and the ring for one process.
 
@@ -189,6 +131,15 @@ class RingAccess:
             max_shard_bytes=config.ring.max_shard_bytes,
         )
         self._reader = SnapshotReader(store=self.store, manifests=self.manifests)
+        self._committed = CommittedReader(
+            self.checkpoints, self._reader, config.zk.chroot
+        )
+        self._collector = ChainCollector(
+            manifests=self.manifests,
+            writer=self._writer,
+            savepoints=self.savepoints,
+            checkpoints=self.checkpoints,
+        )
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> RingAccess | None:
@@ -309,7 +260,7 @@ class RingAccess:
         the task keeps the keys ``route`` sends to ``index``: ``route(key,
         stored_route)`` is the task index among ``tasks`` Storm's fields grouping
         sends the key's tuples to, ``stored_route`` the key's route when it is
-        not the key itself (:data:`sr3.state.ROUTE_FIELD`). The report's
+        not the key itself (:data:`sr3.key_state.ROUTE_FIELD`). The report's
         ``used`` says so. The task's next snapshot must be full.
 
         Raises:
@@ -354,107 +305,27 @@ class RingAccess:
     ) -> tuple[int, CommittedState]:
         """Return the committed epoch and state of a component, ``{key: fields}``.
 
-        Keys that Python holds equal (``(1,)``, ``(1.0,)``, ``(True,)``) are
-        distinct state keys and stay distinct entries of the returned mapping.
-
-        Raises:
-            RecoveryError: the topology has no committed epoch, or the component
-                no state in it.
-            CoordinationError: ZooKeeper failed.
+        See :meth:`backend.committed.CommittedReader.committed_state`.
         """
-        epoch, items = self._committed_items(topology, component)
-        return epoch, CommittedState(items)
-
-    def _committed_items(
-        self, topology: str, component: str
-    ) -> tuple[int, list[tuple[tuple[Any, ...], dict[str, Any]]]]:
-        """Return :meth:`committed_state` as a list of ``(key, fields)``.
-
-        Keys Python holds equal (``1``, ``1.0``, ``True``) are distinct state
-        keys and stay apart here.
-
-        Raises:
-            RecoveryError: see :meth:`committed_state`.
-            CoordinationError: ZooKeeper failed.
-        """
-        record = self.committed(topology)
-        for _ in range(_READ_ATTEMPTS - 1):
-            try:
-                return self._items_at(topology, component, record)
-            except (CoordinationError, ShardNotFoundError):
-                # a running topology committed a newer epoch and collected the
-                # one being read; read again at the newer epoch
-                newer = self.committed(topology)
-                if newer is None or record is None or newer.epoch == record.epoch:
-                    raise
-                record = newer
-        return self._items_at(topology, component, record)
-
-    def _items_at(
-        self, topology: str, component: str, record: CommitRecord | None
-    ) -> tuple[int, list[tuple[tuple[Any, ...], dict[str, Any]]]]:
-        """Return the component's ``(key, fields)`` at ``record``'s epoch."""
-        if record is None:
-            msg = (
-                f"topology {topology!r} has no committed epoch in "
-                f"{self.config.zk.chroot}; run it first (`sr3 run FILE`)"
-            )
-            raise RecoveryError(msg)
-        owners = component_owners(record.owners, topology, component)
-        if not owners:
-            stateful = topology_owners(record.owners, topology)
-            known = sorted({OwnerId.parse(o).component for o in stateful})
-            msg = (
-                f"component {component!r} of topology {topology!r} has no state "
-                f"in committed epoch {record.epoch}; stateful components: {known}"
-            )
-            raise RecoveryError(msg)
-        found: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-        for owner in owners:
-            manifest = self._reader.manifest(owner, record.epoch)
-            state = KeyedState(manifest.key_group_count)
-            for shard in self._reader.fetch(manifest):
-                state.install(shard.key_groups)
-            found.extend(state.items())
-        return record.epoch, found
+        return self._committed.committed_state(topology, component)
 
     def state_summary(
         self, topology: str, components: Iterable[str]
     ) -> dict[str, dict[str, Any]]:
         """Return ``{component: {"epoch", "keys"}}`` of the committed state.
 
-        A component without state in the committed epoch (a short run) has 0
-        keys at the committed epoch (None when nothing was committed).
-
-        Raises:
-            CoordinationError: ZooKeeper failed.
+        See :meth:`backend.committed.CommittedReader.state_summary`.
         """
-        summary: dict[str, dict[str, Any]] = {}
-        for name in components:
-            try:
-                epoch, state = self._committed_items(topology, name)
-            except RecoveryError:
-                record = self.committed(topology)
-                summary[name] = {"epoch": record and record.epoch, "keys": 0}
-                continue
-            summary[name] = {"epoch": epoch, "keys": len(state)}
-        return summary
+        return self._committed.state_summary(topology, components)
 
     def committed_dump(
         self, topology: str, component: str
     ) -> tuple[int, dict[str, dict[str, Any]]]:
         """Return the committed epoch and state as ``sr3 state dump`` prints it.
 
-        Keys are JSON lists of the key's values, sorted.
-
-        Raises:
-            RecoveryError: nothing committed, or the component has no state.
-            CoordinationError: ZooKeeper failed.
+        See :meth:`backend.committed.CommittedReader.committed_dump`.
         """
-        epoch, state = self._committed_items(topology, component)
-        # JSON keeps 1, 1.0 and true apart, as the state does
-        rows = {json.dumps(list(key)): fields for key, fields in state}
-        return epoch, dict(sorted(rows.items()))
+        return self._committed.committed_dump(topology, component)
 
     def write(
         self,
@@ -488,61 +359,13 @@ class RingAccess:
     def collect_committed(self, owners: Iterable[str], epoch: int) -> None:
         """Forget what committed ``epoch`` made unreachable for ``owners``.
 
-        The manifests before ``epoch`` go (committed ones and those a rollback
-        left behind; ``epoch``'s manifest lists its whole chain), except the
-        epochs a savepoint pins. When ``epoch`` starts a new chain (a full
-        snapshot), shards no remaining manifest references are deleted too,
-        records and replicas. Failures are logged: what is kept is only garbage.
+        See :meth:`backend.collector.ChainCollector.collect_committed`.
         """
-        pins: dict[str, _Pins] = {}
-        for owner in owners:
-            try:
-                keep, guard = self._pinned(owner, pins)
-                epochs = self.manifests.epochs(owner)
-                old = [e for e in epochs if e < epoch and e not in keep]
-                if old:
-                    self.manifests.drop(owner, old, [], guard=guard)
-                if self.manifests.manifest(owner, epoch).base_epoch == epoch:
-                    self._writer.collect_garbage(owner, epoch, keep=keep, guard=guard)
-            except SR3Error as exc:
-                logger.warning("old epochs of %s before %s kept: %s", owner, epoch, exc)
+        self._collector.collect_committed(owners, epoch)
 
     def collect_garbage(self, owner: str, committed_epoch: int) -> GcReport:
         """Drop ``owner``'s epochs before the base of ``committed_epoch``'s chain.
 
-        Shards no remaining manifest references are deleted from the ring. The
-        epochs a savepoint pins stay, with every shard they list.
-
-        Raises:
-            CoordinationError: ZooKeeper failed, or no such epoch.
+        See :meth:`backend.collector.ChainCollector.collect_garbage`.
         """
-        keep, guard = self._pinned(owner, {})
-        return self._writer.collect_garbage(
-            owner, committed_epoch, keep=keep, guard=guard
-        )
-
-    def _pinned(
-        self, owner: str, pins: dict[str, _Pins]
-    ) -> tuple[set[int], DropGuard | None]:
-        """Return ``owner``'s epochs its topology's savepoints and retained commits pin.
-
-        ``pins`` caches each topology's pins for one collection. A drop under
-        the guard stops should a savepoint be taken meanwhile.
-
-        Raises:
-            CoordinationError: ZooKeeper failed.
-        """
-        try:
-            topology = OwnerId.parse(owner).topology
-        except ValueError:
-            return set(), None  # not a task's state (sr3 snapshot put): no savepoints
-        if topology not in pins:
-            pinned, guard = self.savepoints.pins(topology)
-            # commits kept restorable (sr3.checkpoint.retain) are kept alike;
-            # the committer writes them before it collects, so no guard is needed
-            for record in self.checkpoints.retained(topology):
-                for held in record.owners:
-                    pinned.setdefault(held, set()).add(record.epoch)
-            pins[topology] = (pinned, guard)
-        pinned, guard = pins[topology]
-        return pinned.get(owner, set()), guard
+        return self._collector.collect_garbage(owner, committed_epoch)

@@ -61,7 +61,8 @@ from pystorm.bolt import TicklessBatchingBolt
 
 from spark_bridge.errors import UnsupportedTopologyError
 from spark_bridge.kafka_sink import is_kafka_sink, overrides_record
-from spark_bridge.kafka_source import KafkaStart, kafka_frame
+from spark_bridge.kafka_source import kafka_frame
+from spark_bridge.kafka_start import KafkaStart
 from spark_bridge.keyed import KeyedProcessor, StatefulStage
 from spark_bridge.rows import ROW_ARROW_SCHEMA, ROW_SCHEMA, STATE_SCHEMA, ComponentRef
 from spark_bridge.source import (
@@ -288,7 +289,7 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
         extra: Streaming frames of ``ROW_SCHEMA`` rows (e.g. restore rows)
             union-ed with the spout frames before the first bolt.
         kafka: Where each ``KafkaSpout`` starts
-            (:func:`spark_bridge.kafka_source.kafka_starts`); those spouts read
+            (:func:`spark_bridge.kafka_start.kafka_starts`); those spouts read
             through Spark's Kafka source.
 
     Raises:

@@ -18,41 +18,29 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
-from pyspark import TaskContext
 from pystorm.bolt import BatchingBolt
-from pystorm.bolt import Bolt as StormBolt
 from pystorm.component import Tuple as StormTuple
 
+from spark_bridge.component_traits import emits_on_ticks, tick_freq_s
 from spark_bridge.context import storm_conf, storm_context
 from spark_bridge.errors import ComponentError, UnsupportedTopologyError
 from spark_bridge.routes import EmitRouter
-from spark_bridge.rows import ComponentRef, storm_values
+from spark_bridge.rows import storm_values
 from sr3.codec import decode_value, encode_value
-from sr3.state import KeyState
+from sr3.key_state import KeyState
 from storm_bridge.barriers import internal_stream
-from storm_bridge.components import StatefulBolt
-from storm_bridge.topology import LoadedTopology, load_topology
+from storm_bridge.topology import LoadedTopology
 
 __all__ = [
     "BoltHost",
     "Host",
     "Emit",
     "Flushed",
-    "loaded_topology",
-    "overrides_state_key",
-    "emits_on_ticks",
-    "spark_task",
-    "storm_conf",
-    "storm_context",
-    "ticks",
-    "topology_of",
 ]
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_STREAM: Final = "default"
-#: Storm conf key of the tick tuple period (the value a tick tuple carries).
-TICK_FREQ_KEY: Final = "topology.tick.tuple.freq.secs"
 #: Storm conf key: check that emits have as many values as their stream's fields.
 SANITY_CHECK_KEY: Final = "topology.testing.always.try.serialize"
 _LOG_LEVELS: Final = {
@@ -79,79 +67,6 @@ class Emit(NamedTuple):
     values: list[Any]
     offset: Any = None
     route: bytes | None = None
-
-
-def emits_on_ticks(cls: type) -> bool:
-    """Whether a bolt class does anything on a tick tuple.
-
-    A ``BatchingBolt`` processes its batches; another bolt overrides
-    ``process_tick`` (a ``StatefulBolt`` included).
-    """
-    if issubclass(cls, BatchingBolt):
-        return True
-    return getattr(cls, "process_tick", None) is not StormBolt.process_tick
-
-
-def ticks(
-    topology: LoadedTopology, component: str, overrides: Mapping[str, Any]
-) -> bool:
-    """Whether ``component`` gets tick tuples that it acts on, as on Storm.
-
-    Storm ticks a bolt only when its conf sets ``topology.tick.tuple.freq.secs``
-    (the topology's, ``-o`` or the component's ``config=``).
-    """
-    info = topology.components[component]
-    if info.kind != "bolt":
-        return False
-    freq = tick_freq_s(storm_conf(topology, component, overrides))
-    return freq is not None and emits_on_ticks(info.component_cls)
-
-
-def tick_freq_s(conf: Mapping[str, Any]) -> float | None:
-    """Return a task's tick period: ``topology.tick.tuple.freq.secs``.
-
-    None (no tick tuples) when unset, zero or not a number, as the Storm
-    engine reads it.
-    """
-    try:
-        freq = float(conf.get(TICK_FREQ_KEY) or 0)
-    except (TypeError, ValueError):
-        return None
-    return freq if freq > 0 else None
-
-
-def overrides_state_key(cls: type) -> bool:
-    """Whether a stateful bolt class keys its state otherwise than by its grouping.
-
-    Such a bolt's keys carry their route (see :mod:`spark_bridge.statekeys`).
-    """
-    return getattr(cls, "state_key", StatefulBolt.state_key) is not (
-        StatefulBolt.state_key
-    )
-
-
-def spark_task() -> tuple[int, str]:
-    """Return (Spark partition id, micro-batch id) of the running Spark task."""
-    context = TaskContext.get()
-    if context is None:
-        return 0, "?"
-    batch = context.getLocalProperty("streaming.sql.batchId") or "?"
-    return context.partitionId(), batch
-
-
-@functools.cache
-def loaded_topology(path: str, environment: str | None = None) -> LoadedTopology:
-    """Return the topology file at ``path``, loaded once per Python worker.
-
-    ``environment`` picks per-environment parallelism (``par={"prod": 4}``);
-    a worker that ran the topology in another environment loads it again.
-    """
-    return load_topology(path, environment=environment)
-
-
-def topology_of(ref: ComponentRef) -> LoadedTopology:
-    """Return the topology ``ref`` names, in its environment (see above)."""
-    return loaded_topology(ref.topology_path, ref.environment)
 
 
 class _Discard(io.StringIO):

@@ -36,8 +36,8 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
+from spark_bridge.component_traits import overrides_state_key
 from spark_bridge.errors import ComponentError
-from spark_bridge.hosting import overrides_state_key, spark_task, topology_of
 from spark_bridge.rows import (
     EMIT,
     RESTORE,
@@ -55,8 +55,9 @@ from spark_bridge.stages import (
 )
 from spark_bridge.statekeys import StateKeys
 from spark_bridge.ticks import is_tick_key
+from spark_bridge.worker import spark_task, topology_of
 from sr3.codec import decode_key, decode_value, encode_value
-from sr3.state import ROUTE_FIELD
+from sr3.key_state import ROUTE_FIELD
 
 __all__ = ["KeyedProcessor", "StatefulStage"]
 

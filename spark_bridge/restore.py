@@ -28,11 +28,12 @@ from backend.access import RingAccess, config_from_conf
 from spark_bridge.rows import INFO, RESTORE, ROW_SCHEMA
 from sr3.codec import encode_key, encode_value
 from sr3.errors import ConfigError
-from sr3.state import ROUTE_FIELD, KeyedState
+from sr3.key_state import ROUTE_FIELD
+from sr3.state import KeyedState
 from zk.checkpoints import CommitRecord
 
 if TYPE_CHECKING:
-    from spark_bridge.ring import Owner
+    from spark_bridge.ring_owners import Owner
 
 __all__ = ["RESTORE_SOURCE", "RestoreSource", "restore_options"]
 

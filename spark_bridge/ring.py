@@ -4,10 +4,11 @@ The ring layout is the Storm engine's, so either engine continues from the
 other's committed epoch:
 
 - owners are ``<topology>/<component>/<task index>``, one per task of each
-  stateful bolt; a key belongs to the task Storm's fields grouping sends it to
+  stateful bolt (:mod:`spark_bridge.ring_owners`); a key belongs to the task
+  Storm's fields grouping sends it to
   (Java ``deepHashCode`` of the grouping values modulo the task count), which is
   the task whose Storm snapshot holds it: for a bolt overriding ``state_key``,
-  by the route stored with the key's fields (:data:`sr3.state.ROUTE_FIELD`,
+  by the route stored with the key's fields (:data:`sr3.key_state.ROUTE_FIELD`,
   :func:`storm_bridge.groupings.key_task_index`);
 - spout offsets are recorded by ``<spout>/<task index>``;
 - a commit record (``zk.checkpoints``) names the committed epoch, the offsets
@@ -47,10 +48,11 @@ from typing import Any, Final
 from backend.access import RingAccess
 from backend.chain import FULL, ChainPolicy, OwnerChain
 from backend.committer import EpochCommitter, next_epoch
-from backend.owners import component_owners, owner_name
+from backend.owners import component_owners
 from backend.rescale import reshard
-from spark_bridge.hosting import overrides_state_key
+from spark_bridge.component_traits import overrides_state_key
 from spark_bridge.restore import RESTORE_SOURCE, RestoreSource, restore_options
+from spark_bridge.ring_owners import Owner, stored_route
 from sr3.codec import (
     decode_key,
     decode_value,
@@ -58,10 +60,9 @@ from sr3.codec import (
     encode_key_group_delta_raw,
     encode_key_group_raw,
 )
-from sr3.config import Sr3Config
+from sr3.key_state import ROUTE_FIELD
 from sr3.keygroups import key_group_of_encoded
 from sr3.manifest import Manifest
-from sr3.state import ROUTE_FIELD
 from storm_bridge.groupings import IntegerBoxing, key_task_index
 from storm_bridge.topology import LoadedTopology
 from zk.checkpoints import CommitRecord
@@ -71,72 +72,14 @@ __all__ = [
     "RESTORE_SOURCE",
     "BatchCommit",
     "BatchCommitter",
-    "Owner",
     "RestoreSource",
     "restore_options",
-    "stateful_owners",
-    "stored_route",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: ``engine`` recorded in commit records written by the Spark engine.
 ENGINE: Final = "spark"
-
-
-@dataclass(frozen=True)
-class Owner:
-    """One task of a stateful bolt, as the ring knows it.
-
-    Attributes:
-        name: ``<topology>/<component>/<index>``.
-        component: The stateful bolt.
-        index: Task index among the bolt's tasks.
-        tasks: The bolt's task count.
-        key_groups: G of the owner (``sr3.state.key.groups``).
-        mechanism: ``sr3.recovery.mechanism`` of the bolt.
-    """
-
-    name: str
-    component: str
-    index: int
-    tasks: int
-    key_groups: int
-    mechanism: str
-
-
-def stored_route(blob: bytes) -> int | None:
-    """Return the route stored in a key's state blob (None: the key routes itself)."""
-    fields = decode_value(blob)
-    route = fields.get(ROUTE_FIELD) if isinstance(fields, dict) else None
-    return route if isinstance(route, int) else None
-
-
-def stateful_owners(
-    topology: LoadedTopology, stateful: Sequence[str], conf: Mapping[str, Any]
-) -> list[Owner]:
-    """Return the owners of every task of the ``stateful`` bolts.
-
-    Raises:
-        ConfigError: a component's ``sr3.*`` setting is invalid (the message
-            names the key and the accepted values).
-    """
-    owners: list[Owner] = []
-    for component in stateful:
-        info = topology.components[component]
-        settings = Sr3Config.merged(topology.config, conf, info.config or {})
-        owners.extend(
-            Owner(
-                owner_name(topology.name, component, index),
-                component,
-                index,
-                info.tasks,
-                settings.ring.key_group_count,
-                settings.recovery.mechanism,
-            )
-            for index in range(info.tasks)
-        )
-    return owners
 
 
 @dataclass

@@ -8,16 +8,8 @@ batch, so the sink is idempotent. With a ring (:class:`backend.access.RingAccess
 the batch's changed keys are then written to the ring and the batch committed
 in ZooKeeper as an SR3 epoch (:mod:`spark_bridge.ring`) before Spark commits it.
 
-Starting points, as ``sr3 run`` on the Storm engine:
-
-- a Spark checkpoint with progress: Spark resumes from it (its state store);
-  the ring must hold this query's own last commit, else the state moved on
-  under another run and the checkpoint is refused;
-- an empty checkpoint with ``resume``: state is restored from the ring's
-  committed epoch through star, line or tree recovery and the spouts start at
-  its offsets, whichever engine committed it (the engine hand-off);
-- an empty checkpoint without ``resume``: empty state, an empty epoch is
-  committed above every epoch published before.
+Where a run starts (its Spark checkpoint, the ring's committed epoch, or
+empty state) is decided in :mod:`spark_bridge.query_start`.
 
 :func:`final_state` (from :mod:`spark_bridge.sink`, re-exported) folds the
 sink's state rows, newest batch last, into the format of ``sr3 state dump
@@ -26,51 +18,36 @@ sink's state rows, newest batch last, into the format of ``sr3 state dump
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from backend.access import RingAccess
-from backend.chain import ChainPolicy
-from backend.committer import EpochCommitter, StartPoint
-from spark_bridge.compiler import Plan, build_frame, plan_topology
-from spark_bridge.errors import QueryFailedError, SparkBridgeError
+from backend.committer import StartPoint
+from spark_bridge.compiler import build_frame, plan_topology
+from spark_bridge.errors import QueryFailedError
 from spark_bridge.kafka_jars import spark_kafka_jars
 from spark_bridge.kafka_sink import SparkKafkaSink, deliver_storm_pending
-from spark_bridge.kafka_source import kafka_starts
+from spark_bridge.kafka_start import kafka_starts
 from spark_bridge.metrics import SparkMetricsFeed
-from spark_bridge.ring import (
-    RESTORE_SOURCE,
-    BatchCommitter,
-    RestoreSource,
-    restore_options,
-    stateful_owners,
-)
+from spark_bridge.query_start import SPARK_DIR, plan_start
 from spark_bridge.sink import SINK_DIR, BatchSink, build_report, final_state
 from sr3.config import Sr3Config
-from storm_bridge.groupings import IntegerBoxing
-from storm_bridge.topology import LoadedTopology, load_topology
-from zk.checkpoints import CommitRecord
+from storm_bridge.topology import load_topology
 
 __all__ = ["final_state", "run_topology", "spark_session"]
 
 logger = logging.getLogger(__name__)
 
-_SPARK_DIR: Final = "spark"
-_QUERY_FILE: Final = "sr3-query.json"
-_SECRET_FILE: Final = "sr3-secret"  # noqa: S105 (a file name)
 _REPO_ROOT: Final = str(Path(__file__).resolve().parent.parent)
 _PROGRESS_KEPT: Final = "100000"
 
@@ -100,129 +77,6 @@ def spark_session(master: str | None = "local[2]", *, app_name: str) -> SparkSes
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
         .getOrCreate()
     )
-
-
-def _has_progress(spark_dir: Path) -> bool:
-    commits = spark_dir / "commits"
-    return commits.is_dir() and any(
-        p.name.isdigit() for p in commits.iterdir() if p.is_file()
-    )
-
-
-def _query_id(root: Path, *, progress: bool) -> str:
-    path = root / _QUERY_FILE
-    if progress and path.is_file():
-        return str(json.loads(path.read_text(encoding="utf-8"))["query"])
-    query = str(uuid.uuid4())
-    root.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"query": query}), encoding="utf-8")
-    return query
-
-
-def _secret_file(root: Path, ring: RingAccess) -> Path | None:
-    secret = ring.config.node.secret
-    if not secret:
-        return None
-    path = root / _SECRET_FILE
-    path.touch(mode=0o600, exist_ok=True)
-    path.chmod(0o600)
-    path.write_text(secret, encoding="utf-8")
-    return path
-
-
-@dataclass
-class _Start:
-    committer: BatchCommitter | None = None
-    record: CommitRecord | None = None
-    start_offsets: dict[str, Any] | None = None
-    extra: list[DataFrame] = field(default_factory=list)
-    how: str = "empty"
-    query: str | None = None
-
-
-def _start(  # noqa: PLR0913 (the start's inputs)
-    session: SparkSession,
-    topology: LoadedTopology,
-    plan: Plan,
-    conf: Mapping[str, Any],
-    root: Path,
-    ring: RingAccess | None,
-    *,
-    resume: bool,
-    start_from: StartPoint | None = None,
-) -> _Start:
-    progress = _has_progress(root / _SPARK_DIR)
-    if start_from is not None and (ring is None or progress):
-        msg = (
-            f"starting topology {topology.name!r} from {start_from} needs a ring "
-            "and an empty Spark checkpoint; "
-            + (
-                "pass a ring (sr3.zk.hosts)"
-                if ring is None
-                else f"pass a fresh --checkpoint-dir (not {root})"
-            )
-        )
-        raise SparkBridgeError(msg)
-    if ring is None:
-        return _Start(
-            how="spark checkpoint" if progress else "empty",
-            query=_query_id(root, progress=progress),
-        )
-    owners = stateful_owners(topology, plan.stateful, conf)
-    settings = Sr3Config.merged(topology.config, conf)
-    if start_from is not None:
-        # checked before the query id is written: a refused start changes nothing
-        EpochCommitter(ring, topology.name, background=False).start(
-            start_from=start_from, components=plan.stateful
-        )
-    query = _query_id(root, progress=progress)
-    if not progress and not resume and start_from is None:
-        EpochCommitter(ring, topology.name, background=False).start()
-    committer = BatchCommitter(
-        access=ring,
-        topology=topology,
-        owners=owners,
-        query_id=query,
-        policy=ChainPolicy(settings.recovery.max_chain_length),
-        boxing=IntegerBoxing.of({**topology.config, **conf}),
-        retain=settings.checkpoint.retain,
-    )
-    record = committer.open()
-    start = _Start(committer=committer, record=record, query=query)
-    if progress:
-        extra = dict(record.extra) if record is not None else {}
-        if record is not None and record.epoch > 0 and extra.get("query") != query:
-            engine = extra.get("engine", "storm")
-            msg = (
-                f"topology {topology.name!r}: the ring's committed epoch "
-                f"{record.epoch} was written by another run ({engine} engine) "
-                f"after this Spark checkpoint ({root / _SPARK_DIR}); resuming it "
-                "would lose that state. Delete the checkpoint directory (or pass "
-                "another one) to restore from the ring"
-            )
-            raise SparkBridgeError(msg)
-        start.how = "spark checkpoint"
-        return start
-    if record is None or record.epoch == 0 or not record.owners:
-        start.start_offsets = dict(record.offsets) if record is not None else None
-        start.how = "empty"
-        return start
-    start.start_offsets = dict(record.offsets)
-    session.dataSource.register(RestoreSource)
-    ring_conf = {
-        k: v for k, v in ring.config.to_mapping().items() if k != "sr3.node.secret"
-    }
-    options = restore_options(
-        record=record,
-        owners=owners,
-        ring_conf=ring_conf,
-        secret_file=_secret_file(root, ring),
-    )
-    start.extra.append(
-        session.readStream.format(RESTORE_SOURCE).options(**options).load()
-    )
-    start.how = f"ring epoch {record.epoch}"
-    return start
 
 
 def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
@@ -300,7 +154,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     session.conf.set("spark.sql.streaming.numRecentProgressUpdates", _PROGRESS_KEPT)
     root = Path(checkpoint_dir).resolve()
     sink_dir = root / SINK_DIR
-    start = _start(
+    start = plan_start(
         session,
         topology,
         plan,
@@ -344,7 +198,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     )
     query = (
         frame.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(root / _SPARK_DIR))
+        .option("checkpointLocation", str(root / SPARK_DIR))
         .outputMode(plan.output_mode)
         .queryName(f"sr3_{topology.name}_{int(time.time() * 1000)}")
         .start()
@@ -371,7 +225,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     except StreamingQueryException as exc:
         msg = (
             f"topology {topology.name!r} failed on Spark: {_cause(exc)}{exc}; the "
-            f"Spark checkpoint in {root / _SPARK_DIR} lets a fixed run resume"
+            f"Spark checkpoint in {root / SPARK_DIR} lets a fixed run resume"
         )
         raise QueryFailedError(msg) from exc
     finally:

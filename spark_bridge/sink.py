@@ -32,7 +32,7 @@ from spark_bridge.kafka_sink import SparkKafkaSink
 from spark_bridge.ring import ENGINE, BatchCommit, BatchCommitter
 from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
 from sr3.codec import decode_key, decode_value
-from sr3.state import ROUTE_FIELD
+from sr3.key_state import ROUTE_FIELD
 from storm_bridge.outputs import LastOutputs, sink_components
 from storm_bridge.topology import LoadedTopology
 

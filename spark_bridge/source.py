@@ -35,9 +35,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 from pyspark.sql.types import StructType
 
 from spark_bridge.errors import ComponentError, ReplayError
-from spark_bridge.hosting import spark_task, topology_of
 from spark_bridge.rows import EMIT, OFFSET, ROW_SCHEMA, ComponentRef
 from spark_bridge.spout_host import SpoutHost
+from spark_bridge.worker import spark_task, topology_of
 from sr3.codec import encode_value
 from sr3.errors import CodecError
 

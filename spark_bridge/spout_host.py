@@ -12,7 +12,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from spark_bridge.errors import ComponentError
-from spark_bridge.hosting import DEFAULT_STREAM, Emit, Host, spark_task
+from spark_bridge.hosting import DEFAULT_STREAM, Emit, Host
+from spark_bridge.worker import spark_task
 from storm_bridge.topology import LoadedTopology
 
 __all__ = ["SpoutHost"]

@@ -33,15 +33,9 @@ from typing import Any, Final, Protocol
 import pandas as pd
 import pyarrow as pa
 
+from spark_bridge.context import storm_conf
 from spark_bridge.errors import ComponentError
-from spark_bridge.hosting import (
-    BoltHost,
-    Emit,
-    Flushed,
-    spark_task,
-    storm_conf,
-    topology_of,
-)
+from spark_bridge.hosting import BoltHost, Emit, Flushed
 from spark_bridge.keying import (
     GROUP_COLUMN,
     KEYED_ARROW_SCHEMA,
@@ -63,9 +57,10 @@ from spark_bridge.rows import (
     record_batch,
     rows_of,
 )
+from spark_bridge.worker import spark_task, topology_of
 from sr3.codec import decode_value, encode_value
 from sr3.config import KEYS, read_setting
-from sr3.state import KeyState
+from sr3.key_state import KeyState
 from storm_bridge.groupings import IntegerBoxing, key_task_index
 from storm_bridge.topology import LoadedTopology
 

@@ -18,33 +18,36 @@ signalled after their ``/proc/<pid>/cmdline`` proves they are this cluster's.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from spark_bridge.errors import SparkBridgeError
+from spark_bridge.spark_install import (
+    StandaloneClusterError,
+    check_java,
+    spark_home,
+)
+from spark_bridge.standalone_info import (
+    ClusterInfo,
+    command_line,
+    has_pair,
+    replace_pids,
+)
 from sr3.net import free_port
 
-__all__ = [
-    "ClusterInfo",
-    "SparkMissingError",
-    "StandaloneCluster",
-    "StandaloneClusterError",
-    "spark_home",
-]
+# StandaloneClusterError lives in spark_bridge.spark_install; it is re-exported
+# here because sr3_cli/lab_spark.py imports it from this module.
+__all__ = ["StandaloneCluster", "StandaloneClusterError"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,99 +58,6 @@ _STATE: Final = "standalone.json"
 _LOG_TAIL_LINES: Final = 30
 _POLL_S: Final = 0.1
 _PROBE_TIMEOUT_S: Final = 1.0
-
-E_NO_JAVA: Final = (
-    "java not found (neither $JAVA_HOME/bin/java nor `java` on PATH): the Spark "
-    "standalone cluster needs Java 17; install it with "
-    "`apt-get install openjdk-17-jre-headless` or set JAVA_HOME"
-)
-E_NO_PYSPARK: Final = (
-    "pyspark is not installed in {python}: the standalone cluster runs from the "
-    "pip package; install it with `pip install -e .[spark]` or `pip install pyspark`"
-)
-
-
-class StandaloneClusterError(SparkBridgeError):
-    """The standalone master or worker did not start, or is not this cluster's."""
-
-
-class SparkMissingError(StandaloneClusterError):
-    """Java or pyspark, needed to run a standalone cluster, is not installed."""
-
-
-def spark_home() -> Path:
-    """Return ``SPARK_HOME`` of the installed pyspark (its package directory).
-
-    Raises:
-        SparkMissingError: pyspark is not installed or has no ``bin/spark-class``.
-    """
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or spec.origin is None:
-        raise SparkMissingError(E_NO_PYSPARK.format(python=sys.executable))
-    home = Path(spec.origin).resolve().parent
-    if not (home / "bin" / "spark-class").is_file():
-        msg = f"{home} has no bin/spark-class: reinstall pyspark (pip install pyspark)"
-        raise SparkMissingError(msg)
-    return home
-
-
-def _check_java() -> None:
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return
-    if shutil.which("java") is None:
-        raise SparkMissingError(E_NO_JAVA)
-
-
-def _cmdline(pid: int) -> list[str]:
-    """Return the argv of a live, non-zombie ``pid``, else []."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii")
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return []
-    if stat.rpartition(")")[2].split()[0] in ("Z", "X"):
-        return []
-    return raw.decode("utf-8", errors="replace").split("\0")
-
-
-def _has_pair(argv: list[str], flag: str, value: str) -> bool:
-    return any(a == flag and b == value for a, b in zip(argv, argv[1:], strict=False))
-
-
-@dataclass(frozen=True)
-class ClusterInfo:
-    """What ``standalone.json`` records: enough to find and stop the cluster.
-
-    Attributes:
-        master: The master URL, ``spark://127.0.0.1:PORT``.
-        master_port: The master's RPC port.
-        master_webui_port: The master's web UI port (``/json/`` lists workers).
-        worker_port: The worker's RPC port (executors name it in --worker-url).
-        worker_webui_port: The worker's web UI port.
-        work_dir: The worker's work dir.
-        master_pid: The master JVM's pid (None once stopped).
-        worker_pid: The worker JVM's pid (None once stopped).
-    """
-
-    master: str
-    master_port: int
-    master_webui_port: int
-    worker_port: int
-    worker_webui_port: int
-    work_dir: str
-    master_pid: int | None = None
-    worker_pid: int | None = None
-
-    @property
-    def master_webui(self) -> str:
-        """The master's web UI, ``http://127.0.0.1:PORT``."""
-        return f"http://127.0.0.1:{self.master_webui_port}"
-
-    @property
-    def worker_url(self) -> str:
-        """How the worker's executors name it (``--worker-url``)."""
-        return f"spark://Worker@127.0.0.1:{self.worker_port}"
 
 
 class StandaloneCluster:
@@ -267,20 +177,20 @@ class StandaloneCluster:
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
-            argv = _cmdline(int(entry.name))
-            if _EXECUTOR in argv and _has_pair(argv, "--worker-url", worker_url):
+            argv = command_line(int(entry.name))
+            if _EXECUTOR in argv and has_pair(argv, "--worker-url", worker_url):
                 found.append(int(entry.name))
         return sorted(found)
 
     def _is_master(self, pid: int) -> bool:
-        argv = _cmdline(pid)
+        argv = command_line(pid)
         port = str(self._info.master_port) if self._info else ""
-        return _MASTER in argv and _has_pair(argv, "--port", port)
+        return _MASTER in argv and has_pair(argv, "--port", port)
 
     def _is_worker(self, pid: int) -> bool:
-        argv = _cmdline(pid)
+        argv = command_line(pid)
         work_dir = self._info.work_dir if self._info else ""
-        return _WORKER in argv and _has_pair(argv, "--work-dir", work_dir)
+        return _WORKER in argv and has_pair(argv, "--work-dir", work_dir)
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -318,7 +228,7 @@ class StandaloneCluster:
         if self.master_pid is not None and self.worker_pid is not None:
             return self
         self.stop()  # a half-started earlier attempt
-        _check_java()
+        check_java()
         spark_class = str(spark_home() / "bin" / "spark-class")
         self.work_dir.mkdir(parents=True, exist_ok=True)
         master_port = free_port()
@@ -338,7 +248,7 @@ class StandaloneCluster:
                  "--port", str(info.master_port),
                  "--webui-port", str(info.master_webui_port)],
             )  # fmt: skip
-            self._info = info = _replace_pids(info, master_pid=master_pid)
+            self._info = info = replace_pids(info, master_pid=master_pid)
             self._wait_alive("master", master_pid, lambda s: s.get("status") == "ALIVE")
             worker_pid = self._spawn(
                 "worker",
@@ -348,7 +258,7 @@ class StandaloneCluster:
                  "--webui-port", str(info.worker_webui_port),
                  "--work-dir", info.work_dir],
             )  # fmt: skip
-            self._info = info = _replace_pids(info, worker_pid=worker_pid)
+            self._info = info = replace_pids(info, worker_pid=worker_pid)
             self._wait_alive("worker", worker_pid, self._worker_registered)
         except BaseException:
             self.stop()
@@ -429,7 +339,7 @@ class StandaloneCluster:
         # The worker kills its executors on SIGTERM; a SIGKILLed one cannot.
         for pid in self.executor_pids() or executors:
             self._terminate(pid)
-        self._info = _replace_pids(self._info, master_pid=None, worker_pid=None)
+        self._info = replace_pids(self._info, master_pid=None, worker_pid=None)
         if (self.root / _STATE).exists():
             self._save()
 
@@ -440,7 +350,7 @@ class StandaloneCluster:
         info = self._info
         if info is not None and pid in (info.master_pid, info.worker_pid):
             return self._is_master(pid) or self._is_worker(pid)
-        return bool(_cmdline(pid))  # an executor, found by its command line
+        return bool(command_line(pid))  # an executor, found by its command line
 
     def _terminate(self, pid: int) -> None:
         if self._running(pid):
@@ -469,7 +379,3 @@ class StandaloneCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def _replace_pids(info: ClusterInfo, **pids: int | None) -> ClusterInfo:
-    return ClusterInfo(**{**asdict(info), **pids})

@@ -4,7 +4,7 @@ On Storm a fields grouping sends a tuple to the task its grouping values hash
 to, and the bolt keys its state by ``state_key(tup)``: by default those same
 values. A bolt that overrides ``state_key`` (``(user, page)`` behind
 ``fields("user")``) stores each key's *route* with its fields
-(:data:`sr3.state.ROUTE_FIELD`: ``route_hash`` of the grouping values), so a
+(:data:`sr3.key_state.ROUTE_FIELD`: ``route_hash`` of the grouping values), so a
 rescale puts the key on the task its tuples go to
 (:func:`storm_bridge.groupings.key_task_index`). On Spark:
 
@@ -26,8 +26,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from spark_bridge.errors import ComponentError
-from spark_bridge.hosting import BoltHost, spark_task, topology_of
+from spark_bridge.hosting import BoltHost
 from spark_bridge.rows import DEAD, ComponentRef, Row
+from spark_bridge.worker import spark_task, topology_of
 from sr3.codec import decode_value, encode_key, encode_value
 from sr3.errors import CodecError
 from storm_bridge.groupings import IntegerBoxing, key_task_index, route_hash

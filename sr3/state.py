@@ -5,7 +5,8 @@ group, entries are keyed by the *encoded* key (``codec.encode_key``), so install
 and merging blobs never decodes keys. A key group installed from a blob stays
 encoded until a key in it is touched; then its blobs (a base and any deltas) are
 decoded and folded once. Writes record the changed keys of their key group, so an
-incremental snapshot encodes only those keys.
+incremental snapshot encodes only those keys. The view of one key that
+:meth:`KeyedState.for_key` returns is :class:`sr3.key_state.KeyState`.
 
 Checkpoint protocol: ``snapshot()`` captures the changes so far (changes made after
 it are tracked separately), the caller writes the blobs, then ``mark_clean()``
@@ -15,10 +16,9 @@ includes its changes again, so a failed checkpoint loses nothing.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from sr3.codec import (
     BlobKind,
@@ -31,148 +31,16 @@ from sr3.codec import (
     encode_value,
 )
 from sr3.errors import CodecError, StateError
+from sr3.key_state import ROUTE_FIELD, Group, KeyState
 from sr3.keygroups import key_group_of_encoded
 
-__all__ = ["ROUTE_FIELD", "KeyState", "KeyedState", "StateStats"]
+# KeyState lives in sr3.key_state; it is re-exported here because
+# storm_bridge/stateful.py and storm_bridge/kafka/sink.py import it from this
+# module (it is the type of a bolt's ``self.state``).
+__all__ = ["KeyState", "KeyedState", "StateStats"]
 
 Blob = bytes | memoryview
-Group = dict[bytes, dict[str, Any]]
 _EMPTY_FULL = encode_key_group_raw({})
-
-
-#: Field holding a key's route: the hash of the grouping values that send the
-#: key's tuples to their task, kept only for a state key that differs from its
-#: grouping fields, so that a rescale puts the key where its tuples go. Hidden
-#: from the key's view (iteration, ``len``, :meth:`KeyedState.items`).
-ROUTE_FIELD: Final = "\x00route"
-
-_MISSING: Final = object()
-#: Values a caller may mutate in place: reading one marks its key changed.
-_MUTABLE = (list, dict, bytearray)
-#: Values a shallow copy of a key's fields leaves safe from in-place changes.
-_SCALARS: Final = frozenset({int, float, str, bytes, bool, type(None)})
-
-
-class KeyState(MutableMapping[str, Any]):
-    """The state of one key: a dict of field name to value.
-
-    Writes (``[]=``, ``del``, ``setdefault``, ``pop``, ``update``, ``clear``) mark
-    the key changed. Reading a list, dict or bytearray also marks it, because the
-    caller may mutate it in place; reading other values does not. A key whose last
-    field is removed is deleted. Values must be msgpack-able (tuples come back as
-    lists); a snapshot names the key and field of any that is not.
-
-    Attributes:
-        key: The key this view is scoped to.
-        route: The key's route (see :data:`ROUTE_FIELD`), stored with its fields;
-            None when the key is its own route.
-    """
-
-    __slots__ = ("_encoded", "_group", "_marks", "key", "route")
-
-    def __init__(  # noqa: PLR0913 (a view on one entry of a key group)
-        self,
-        key: tuple[Any, ...],
-        encoded: bytes,
-        group: Group,
-        marks: set[bytes],
-        route: int | None = None,
-    ) -> None:
-        self.key = key
-        self._encoded = encoded
-        self._group = group
-        self._marks = marks
-        self.route = route
-
-    def __getitem__(self, name: str) -> Any:
-        fields = self._group.get(self._encoded)
-        if fields is None:
-            raise KeyError(name)
-        value = fields[name]
-        if isinstance(value, _MUTABLE):
-            self._marks.add(self._encoded)
-        return value
-
-    def get(self, name: str, default: Any = None) -> Any:
-        """Return the field's value, or ``default`` when absent."""
-        fields = self._group.get(self._encoded)
-        if fields is None:
-            return default
-        value = fields.get(name, _MISSING)
-        if value is _MISSING:
-            return default
-        if isinstance(value, _MUTABLE):
-            self._marks.add(self._encoded)
-        return value
-
-    def __setitem__(self, name: str, value: Any) -> None:
-        fields = self._group.get(self._encoded)
-        if fields is None:
-            fields = self._group[self._encoded] = {}
-        if self.route is not None:
-            fields[ROUTE_FIELD] = self.route
-        fields[name] = value
-        self._marks.add(self._encoded)
-
-    def __delitem__(self, name: str) -> None:
-        fields = self._group.get(self._encoded)
-        if fields is None:
-            raise KeyError(name)
-        del fields[name]
-        if not fields or (len(fields) == 1 and ROUTE_FIELD in fields):
-            del self._group[self._encoded]
-        self._marks.add(self._encoded)
-
-    def setdefault(self, name: str, default: Any = None) -> Any:
-        """Return the field's value, first setting it to ``default`` when absent."""
-        value = self.get(name, _MISSING)
-        if value is _MISSING:
-            self[name] = value = default
-        return value
-
-    def clear(self) -> None:
-        """Remove every field: the key is deleted."""
-        if self._group.pop(self._encoded, None) is not None:
-            self._marks.add(self._encoded)
-
-    def __contains__(self, name: object) -> bool:
-        fields = self._group.get(self._encoded)
-        return fields is not None and name in fields
-
-    def __iter__(self) -> Iterator[str]:
-        fields = self._group.get(self._encoded, {})
-        if ROUTE_FIELD in fields:
-            return (name for name in fields if name != ROUTE_FIELD)
-        return iter(fields)
-
-    def __len__(self) -> int:
-        fields = self._group.get(self._encoded, {})
-        return len(fields) - (ROUTE_FIELD in fields)
-
-    def saved(self) -> dict[str, Any] | None:
-        """Return a copy of this key's fields (None when absent) for :meth:`restore`.
-
-        Values that could be mutated in place are copied deeply. The copy holds
-        the key's route (:data:`ROUTE_FIELD`) too: it is the stored entry.
-        """
-        fields = self._group.get(self._encoded)
-        if fields is None:
-            return None
-        if all(type(v) in _SCALARS for v in fields.values()):
-            return dict(fields)
-        return copy.deepcopy(fields)
-
-    def restore(self, saved: dict[str, Any] | None) -> None:
-        """Put back what :meth:`saved` returned: undo a failed tuple's changes."""
-        if saved is None:
-            if self._group.pop(self._encoded, None) is not None:
-                self._marks.add(self._encoded)
-            return
-        self._group[self._encoded] = saved
-        self._marks.add(self._encoded)
-
-    def __repr__(self) -> str:
-        return f"KeyState({self.key!r}, {dict(self)!r})"
 
 
 @dataclass(frozen=True)
@@ -253,7 +121,7 @@ class KeyedState:
         Args:
             key: The state key.
             route: The key's route when it is not the key itself (see
-                :data:`ROUTE_FIELD`); written with the key's fields.
+                :data:`~sr3.key_state.ROUTE_FIELD`); written with the key's fields.
 
         Raises:
             StateError: the key cannot be encoded, or its key group is not held here.
@@ -351,8 +219,8 @@ class KeyedState:
     ) -> Iterator[tuple[tuple[Any, ...], int | None, dict[str, Any]]]:
         """Yield every ``(key, route, {field: value})`` (see :meth:`items`).
 
-        ``route`` is the key's stored route (:data:`ROUTE_FIELD`), None when the
-        key routes itself.
+        ``route`` is the key's stored route (:data:`~sr3.key_state.ROUTE_FIELD`),
+        None when the key routes itself.
         """
         for kg in self.key_groups_present():
             group = self._decoded.get(kg)

@@ -7,12 +7,14 @@ naming no node) is refused here, while the last committed state is still intact.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from backend.committer import StartPoint
 from sr3.config import KEYS, Sr3Config
 from sr3.config_table import unknown_key_message, unknown_keys
 from sr3.errors import ConfigError
@@ -26,6 +28,7 @@ __all__ = [
     "parse_conf",
     "parse_kill",
     "parse_node_kill",
+    "start_point",
 ]
 
 #: Every ``sr3.*`` key ``sr3 run -o`` accepts: the rows of :data:`sr3.config.KEYS`
@@ -149,3 +152,10 @@ def parse_conf(items: list[str]) -> dict[str, Any]:
             conf[key] = raw
     check_conf(conf)
     return conf
+
+
+def start_point(args: argparse.Namespace) -> StartPoint | None:
+    """Return where ``--from-savepoint``/``--from-epoch`` start the run, or None."""
+    if args.from_savepoint is None and args.from_epoch is None:
+        return None
+    return StartPoint(savepoint=args.from_savepoint, epoch=args.from_epoch)

@@ -23,6 +23,8 @@ from sr3_cli.run_checks import (
     parse_kill,
     parse_node_kill,
 )
+from sr3_cli.run_report import print_run_report
+from sr3_cli.run_target import run_target
 from storm_bridge.sparse.run import Kill, StormRunOptions, Supervisors, run_on_storm
 from storm_bridge.wiring import RingAccess
 
@@ -82,8 +84,6 @@ def _lab_storm(lab: Lab | None) -> Any:
 
 def run_apache_storm(args: argparse.Namespace) -> int:
     """Run ``args.file`` on Apache Storm; print the report; return the exit code."""
-    from sr3_cli.topology_cmd import _print_report, _target  # noqa: PLC0415 (cycle)
-
     if args.no_checkpoints:
         msg = "--no-checkpoints: on Apache Storm, runs always checkpoint (native)"
         raise ConfigError(msg)
@@ -107,7 +107,7 @@ def run_apache_storm(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         resume=args.resume,
     )
-    with _target(args) as target:
+    with run_target(args) as target:
         lab = target.lab
         cluster = _lab_storm(lab)
         nimbus = args.nimbus or (cluster.nimbus if cluster is not None else None)
@@ -140,7 +140,7 @@ def run_apache_storm(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(report)
     else:
-        _print_report(report)
+        print_run_report(report)
         print(f"on Apache Storm: Nimbus {report['nimbus']}, {report['topology_id']}")
     if args.until_idle and not report["idle"]:
         print(f"sr3 run: not idle: {report['busy']}", file=sys.stderr)

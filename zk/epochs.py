@@ -11,15 +11,14 @@ these znodes (see :mod:`zk.paths`)::
     /topologies/<name>/native/reports/<step>/<task>  one report per task and step
 
 The protocol itself lives in :mod:`storm_bridge.native`; this module only reads
-and writes the records, translating kazoo errors into ``CoordinationError``.
+and writes the records, translating kazoo errors into ``CoordinationError``. The
+control record's type is :class:`zk.epoch_control.EpochControl`.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -28,81 +27,17 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from sr3.codec import pack_meta, unpack_meta
 from sr3.errors import CodecError, CoordinationError
 from zk.client import ZkSession
+from zk.epoch_control import EpochControl, Phase, step_name
 from zk.paths import unquote_name
 
-__all__ = ["EpochControl", "Phase", "ZkEpochStore"]
+# EpochControl, Phase and step_name live in zk.epoch_control; they are
+# re-exported here because storm_bridge/native.py, storm_bridge/native_agents.py
+# and storm_bridge/sparse/monitor.py import them from this module.
+__all__ = ["EpochControl", "Phase", "ZkEpochStore", "step_name"]
 
 logger = logging.getLogger(__name__)
 
 _CAS_ATTEMPTS = 50
-
-
-class Phase(enum.Enum):
-    """Phase of the native protocol (see :mod:`storm_bridge.native`)."""
-
-    RUNNING = "running"
-    PAUSE = "pause"
-    SNAPSHOT = "snapshot"
-    ROLLBACK = "rollback"
-    RESTORE = "restore"
-
-
-@dataclass(frozen=True)
-class EpochControl:
-    """What the coordinator asks of every task.
-
-    Attributes:
-        phase: The current phase.
-        epoch: The epoch being checkpointed (PAUSE, SNAPSHOT) or the last one
-            opened (other phases); epochs are never reused.
-        generation: Rollback counter the phase belongs to.
-        offsets: Spout offsets of the epoch (SNAPSHOT).
-        stats: Coordinator statistics (commits, pause durations, rollbacks).
-    """
-
-    phase: Phase
-    epoch: int
-    generation: int
-    offsets: Mapping[str, Any] = field(default_factory=dict)
-    stats: Mapping[str, Any] = field(default_factory=dict)
-
-    def step(self) -> str:
-        """Return the name of the reports this phase waits for."""
-        return step_name(self.phase, self.generation, self.epoch)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Return a msgpack-friendly dict."""
-        return {
-            "phase": self.phase.value,
-            "epoch": self.epoch,
-            "generation": self.generation,
-            "offsets": dict(self.offsets),
-            "stats": dict(self.stats),
-        }
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> EpochControl:
-        """Build from :meth:`to_dict` output.
-
-        Raises:
-            CodecError: a field is missing or invalid.
-        """
-        try:
-            return cls(
-                phase=Phase(raw["phase"]),
-                epoch=int(raw["epoch"]),
-                generation=int(raw["generation"]),
-                offsets=dict(raw.get("offsets") or {}),
-                stats=dict(raw.get("stats") or {}),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            msg = f"malformed native epoch control {dict(raw)!r}: {exc}"
-            raise CodecError(msg) from exc
-
-
-def step_name(phase: Phase, generation: int, epoch: int) -> str:
-    """Return the report directory name of a phase: ``<phase>-<gen>-<epoch>``."""
-    return f"{phase.value}-{generation}-{epoch}"
 
 
 class ZkEpochStore:

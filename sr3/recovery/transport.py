@@ -33,7 +33,7 @@ from typing import Any
 from sr3 import wire
 from sr3.buffers import fresh_buffer
 from sr3.checksum import crc32
-from sr3.client import authenticate
+from sr3.client_connection import authenticate
 from sr3.config import NodeConfig
 from sr3.errors import (
     ChecksumError,

@@ -1,11 +1,11 @@
-"""One Apache Kafka broker (KRaft, combined broker and controller) from fetched jars.
+"""One Apache Kafka broker (KRaft, combined broker and controller) as a child JVM.
 
-``scripts/fetch-jars.sh`` resolves the release ``jvm/kafka/pom.xml`` pins from
-Maven Central into ``.cache/kafka-<version>/`` (``libs/`` is the broker's
-classpath, ``config/log4j2.xml`` its logging). :class:`KafkaBroker` formats a
-storage directory once (``kafka.tools.StorageTool format --standalone`` with a
-generated cluster id) and runs ``kafka.Kafka server.properties`` on two free
-loopback ports. Layout of the broker's root dir::
+It runs the fetched Kafka :class:`~sr3_cli.daemons.kafka_home.KafkaHome` with
+the configuration :mod:`sr3_cli.daemons.kafka_config` renders.
+:class:`KafkaBroker` formats a storage directory once
+(``kafka.tools.StorageTool format --standalone`` with a generated cluster id)
+and runs ``kafka.Kafka server.properties`` on two free loopback ports. Layout of
+the broker's root dir::
 
     broker.json        bootstrap address, ports, pid, cluster id
     server.properties  the broker's configuration
@@ -21,186 +21,39 @@ they are this broker's.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import logging
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
 import time
-import uuid
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Final
 
-from sr3.errors import SR3Error
 from sr3.net import free_port
+from sr3_cli.daemons.kafka_config import BrokerInfo, new_cluster_id, server_properties
+from sr3_cli.daemons.kafka_home import (
+    KafkaBrokerError,
+    KafkaHome,
+    java_binary,
+    pinned_version,
+)
 from sr3_cli.processes import alive, command_line
 
-__all__ = [
-    "BrokerInfo",
-    "KafkaBroker",
-    "KafkaBrokerError",
-    "KafkaHome",
-    "KafkaMissingError",
-    "new_cluster_id",
-]
+# KafkaBrokerError lives in kafka_home (KafkaMissingError derives from it); it
+# is re-exported here because sr3_cli/lab_kafka.py imports it from this module.
+__all__ = ["KafkaBroker", "KafkaBrokerError"]
 
 logger = logging.getLogger(__name__)
 
-REPO_ROOT: Final = Path(__file__).resolve().parents[2]
-POM: Final = REPO_ROOT / "jvm" / "kafka" / "pom.xml"
 _MAIN: Final = "kafka.Kafka"
 _STORAGE_TOOL: Final = "kafka.tools.StorageTool"
 _STATE: Final = "broker.json"
 _POLL_S: Final = 0.1
 _LOG_TAIL_LINES: Final = 30
-
-E_NOT_FETCHED: Final = (
-    "Apache Kafka {version} is not fetched: {missing} is missing. Run "
-    "`scripts/fetch-jars.sh` (or `scripts/bootstrap.sh`), which resolves it from "
-    "Maven Central into {home}"
-)
-E_NO_JAVA: Final = (
-    "java not found ({where}): Apache Kafka {version} brokers need Java 17+; "
-    "install it with `apt-get install openjdk-17-jre-headless` or set JAVA_HOME"
-)
-
-
-class KafkaBrokerError(SR3Error):
-    """The Kafka broker did not start, stop, or is not this lab's."""
-
-
-class KafkaMissingError(KafkaBrokerError):
-    """Kafka's jars or Java, needed to run a broker, are missing."""
-
-
-def pinned_version(pom: Path = POM) -> str:
-    """Return the Kafka release ``jvm/kafka/pom.xml`` pins.
-
-    Raises:
-        KafkaMissingError: the pom is missing or has no ``<kafka.version>``.
-    """
-    try:
-        text = pom.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"cannot read {pom} ({exc}): it pins the Apache Kafka release"
-        raise KafkaMissingError(msg) from exc
-    match = re.search(r"<kafka\.version>\s*([^<\s]+)\s*</kafka\.version>", text)
-    if match is None:
-        msg = f"{pom} has no <kafka.version>; restore the property"
-        raise KafkaMissingError(msg)
-    return match.group(1)
-
-
-@dataclass(frozen=True)
-class KafkaHome:
-    """A fetched Kafka: ``libs/`` (the classpath) and ``config/log4j2.xml``.
-
-    Attributes:
-        root: The directory (``.cache/kafka-<version>``).
-        version: The Kafka release in it.
-    """
-
-    root: Path
-    version: str
-
-    @classmethod
-    def locate(cls, cache_dir: Path | None = None) -> KafkaHome:
-        """Return the fetched home of the pinned release, checked complete.
-
-        Args:
-            cache_dir: Where the fetch script writes (default ``SR3_CACHE_DIR``
-                or ``<repo>/.cache``).
-
-        Raises:
-            KafkaMissingError: not fetched; the message names the missing jar
-                and the command that fetches it.
-        """
-        version = pinned_version()
-        cache = cache_dir or Path(
-            os.environ.get("SR3_CACHE_DIR") or REPO_ROOT / ".cache"
-        )
-        root = (
-            cache if cache.is_absolute() else REPO_ROOT / cache
-        ) / f"kafka-{version}"
-        for needed in (f"libs/kafka_2.13-{version}.jar", "config/log4j2.xml"):
-            if not (root / needed).is_file():
-                raise KafkaMissingError(
-                    E_NOT_FETCHED.format(
-                        version=version, missing=root / needed, home=root
-                    )
-                )
-        return cls(root, version)
-
-    @property
-    def classpath(self) -> str:
-        """The JVM classpath: every jar of ``libs/``."""
-        return str(self.root / "libs" / "*")
-
-
-def java_binary(version: str) -> str:
-    """Return ``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH.
-
-    Raises:
-        KafkaMissingError: that java does not exist.
-    """
-    home = os.environ.get("JAVA_HOME")
-    if home:
-        java = Path(home) / "bin" / "java"
-        if java.is_file() and os.access(java, os.X_OK):
-            return str(java)
-        where = f"JAVA_HOME={home} has no executable bin/java"
-        raise KafkaMissingError(E_NO_JAVA.format(where=where, version=version))
-    found = shutil.which("java")
-    if found is None:
-        where = "JAVA_HOME is unset and `java` is not on PATH"
-        raise KafkaMissingError(E_NO_JAVA.format(where=where, version=version))
-    return found
-
-
-def new_cluster_id() -> str:
-    """Return a Kafka cluster id: 16 random bytes, base64url, no padding."""
-    while True:
-        raw = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
-        if not raw.startswith("-"):  # Kafka's Uuid avoids ids a CLI reads as flags
-            return raw
-
-
-@dataclass(frozen=True)
-class BrokerInfo:
-    """What ``broker.json`` records: enough to find, restart and stop the broker.
-
-    Attributes:
-        port: The PLAINTEXT listener clients use.
-        controller_port: The KRaft controller listener.
-        cluster_id: The id the storage was formatted with.
-        pid: The broker JVM's pid (None once stopped).
-        node_id: The KRaft ``node.id`` (1 for a single broker).
-        voters: ``controller.quorum.voters`` of a multi-node cluster
-            (``1@127.0.0.1:PORT,2@...``); None: a standalone single node.
-    """
-
-    port: int
-    controller_port: int
-    cluster_id: str
-    pid: int | None = None
-    node_id: int = 1
-    voters: str | None = None
-
-    @property
-    def replicas(self) -> int:
-        """How many nodes the cluster has (the voters; 1 standalone)."""
-        return 1 if self.voters is None else self.voters.count(",") + 1
-
-    @property
-    def bootstrap(self) -> str:
-        """The bootstrap address, ``127.0.0.1:PORT``."""
-        return f"127.0.0.1:{self.port}"
 
 
 class KafkaBroker:
@@ -337,7 +190,9 @@ class KafkaBroker:
         self.root.mkdir(parents=True, exist_ok=True)
         info = self._info or BrokerInfo(free_port(), free_port(), new_cluster_id())
         properties = self.root / "server.properties"
-        properties.write_text(self._properties(info), encoding="utf-8")
+        properties.write_text(
+            server_properties(info, self.root / "data"), encoding="utf-8"
+        )
         if not (self.root / "data" / "meta.properties").is_file():
             self._format(java, info, properties, deadline)
         out = (self.root / "broker.out").open("ab")
@@ -417,58 +272,6 @@ class KafkaBroker:
             "-cp",
             self.home.classpath,
         ]
-
-    def _properties(self, info: BrokerInfo) -> str:
-        # a cluster of 3 keeps every internal topic on all nodes and needs 2 in
-        # sync: one node may die without stopping transactions or commits
-        replicas = info.replicas
-        min_isr = 2 if replicas >= 3 else 1
-        quorum = (
-            {
-                "controller.quorum.voters": info.voters,
-                # the controller fences a dead broker (and moves its partition
-                # leaders) after 3 s without heartbeats, not Kafka's 9 s
-                "broker.session.timeout.ms": 3000,
-                "broker.heartbeat.interval.ms": 500,
-            }
-            if info.voters
-            else {
-                "controller.quorum.bootstrap.servers": (
-                    f"127.0.0.1:{info.controller_port}"
-                )
-            }
-        )
-        settings: dict[str, Any] = {
-            "process.roles": "broker,controller",
-            "node.id": info.node_id,
-            **quorum,
-            "listeners": (
-                f"PLAINTEXT://127.0.0.1:{info.port},"
-                f"CONTROLLER://127.0.0.1:{info.controller_port}"
-            ),
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{info.port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": (
-                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
-            ),
-            "log.dirs": self.root / "data",
-            "num.partitions": 1,
-            # a missing topic is an error a user should see, not a silent create
-            "auto.create.topics.enable": "false",
-            "default.replication.factor": replicas,
-            "min.insync.replicas": min_isr,
-            "offsets.topic.replication.factor": replicas,
-            "transaction.state.log.replication.factor": replicas,
-            "transaction.state.log.min.isr": min_isr,
-            "share.coordinator.state.topic.replication.factor": replicas,
-            "share.coordinator.state.topic.min.isr": min_isr,
-            "group.initial.rebalance.delay.ms": 0,
-            "log.retention.check.interval.ms": 5000,
-        }
-        lines = ["# Written by sr3_cli.daemons.kafka; rewritten at every start."]
-        lines += [f"{key}={value}" for key, value in settings.items()]
-        return "\n".join(lines) + "\n"
 
     def _format(
         self, java: str, info: BrokerInfo, properties: Path, deadline: float

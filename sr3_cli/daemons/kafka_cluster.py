@@ -26,14 +26,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from sr3.net import free_port
-from sr3_cli.daemons.kafka import (
-    BrokerInfo,
-    KafkaBroker,
-    KafkaBrokerError,
-    KafkaHome,
-    new_cluster_id,
-    pinned_version,
-)
+from sr3_cli.daemons.kafka import KafkaBroker
+from sr3_cli.daemons.kafka_config import BrokerInfo, new_cluster_id
+from sr3_cli.daemons.kafka_home import KafkaBrokerError, KafkaHome, pinned_version
 
 __all__ = ["KafkaCluster"]
 

@@ -32,7 +32,8 @@ from storm_bridge.sparse.submit import NimbusSession
 from storm_bridge.sparse.workers import worker_processes
 from storm_bridge.wiring import RingAccess
 from tests.integration.conftest import WaitUntil, running_lab
-from zk.epochs import Phase, ZkEpochStore
+from zk.epoch_control import Phase
+from zk.epochs import ZkEpochStore
 
 pytestmark = [pytest.mark.zk, pytest.mark.apache_storm, pytest.mark.slow]
 

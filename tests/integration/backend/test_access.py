@@ -69,7 +69,7 @@ def test_committed_state_follows_a_commit_that_collects_the_epoch_read(
 
     try:
         write(1, 10)
-        committed = ring.committed
+        committed = ring.checkpoints.committed
         raced = []
 
         def commit_then_read(topology: str) -> CommitRecord | None:
@@ -80,7 +80,7 @@ def test_committed_state_follows_a_commit_that_collects_the_epoch_read(
                 ring.collect_garbage("race/c/0", 2)
             return record
 
-        monkeypatch.setattr(ring, "committed", commit_then_read)
+        monkeypatch.setattr(ring.checkpoints, "committed", commit_then_read)
         epoch, state = ring.committed_state("race", "c")
     finally:
         ring.close()

@@ -19,7 +19,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from sr3_cli.daemons.kafka import KafkaBroker, KafkaBrokerError
+from sr3_cli.daemons.kafka import KafkaBroker
+from sr3_cli.daemons.kafka_home import KafkaBrokerError
 
 NewTopicFactory = Callable[..., str]
 

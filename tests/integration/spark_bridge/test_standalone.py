@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from spark_bridge import final_state
-from spark_bridge.standalone import SparkMissingError, StandaloneCluster
+from spark_bridge.spark_install import SparkMissingError
+from spark_bridge.standalone import StandaloneCluster
 from storm_bridge.topology import load_topology
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

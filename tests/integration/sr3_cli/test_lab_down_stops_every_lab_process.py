@@ -84,10 +84,10 @@ def test_lab_down_with_a_stale_lab_json_stops_the_processes_started_since(
 def test_lab_down_without_lab_json_stops_its_spark_daemons_too(
     tmp_path: Path, zk_server: object
 ) -> None:
-    from spark_bridge.standalone import (  # noqa: PLC0415 (pyspark only here)
+    from spark_bridge.spark_install import (  # noqa: PLC0415 (pyspark only here)
         SparkMissingError,
-        StandaloneCluster,
     )
+    from spark_bridge.standalone import StandaloneCluster  # noqa: PLC0415
 
     root = tmp_path / "lab"
     with running_lab(root, nodes=1) as lab:

@@ -8,7 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_bridge.kafka_source import KafkaRows, KafkaStart
+from spark_bridge.kafka_source import KafkaRows
+from spark_bridge.kafka_start import KafkaStart
 from spark_bridge.rows import EMIT, OFFSET, ComponentRef, rows_of
 from sr3.codec import decode_value
 from storm_bridge.kafka import KafkaRecordError

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from sr3.state import ROUTE_FIELD, KeyedState
+from sr3.key_state import ROUTE_FIELD
+from sr3.state import KeyedState
 from storm_bridge.groupings import (
     IntegerBoxing,
     fields_task_index,

@@ -7,16 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from sr3_cli.daemons.kafka import (
-    BrokerInfo,
-    KafkaBroker,
+from sr3_cli.daemons.kafka import KafkaBroker
+from sr3_cli.daemons.kafka_cluster import KafkaCluster
+from sr3_cli.daemons.kafka_config import BrokerInfo, new_cluster_id, server_properties
+from sr3_cli.daemons.kafka_home import (
     KafkaBrokerError,
     KafkaHome,
     KafkaMissingError,
-    new_cluster_id,
     pinned_version,
 )
-from sr3_cli.daemons.kafka_cluster import KafkaCluster
 
 
 def test_a_missing_jar_is_named_with_the_command_that_fetches_it(
@@ -40,9 +39,8 @@ def test_cluster_ids_are_16_bytes_of_base64url_not_read_as_flags() -> None:
 def test_the_broker_listens_on_loopback_only_and_creates_no_topic_itself(
     tmp_path: Path,
 ) -> None:
-    broker = KafkaBroker(tmp_path, home=KafkaHome(tmp_path, "4.1.1"))
-    text = broker._properties(
-        BrokerInfo(port=9000, controller_port=9001, cluster_id="x")
+    text = server_properties(
+        BrokerInfo(port=9000, controller_port=9001, cluster_id="x"), tmp_path / "data"
     )
     settings = dict(line.split("=", 1) for line in text.splitlines()[1:])
     assert settings["listeners"] == (
@@ -63,11 +61,9 @@ def test_a_node_of_three_joins_a_static_quorum_with_three_replicas(
     tmp_path: Path,
 ) -> None:
     voters = "1@127.0.0.1:9001,2@127.0.0.1:9003,3@127.0.0.1:9005"
-    broker = KafkaBroker(tmp_path, home=KafkaHome(tmp_path, "4.1.1"))
     info = BrokerInfo(9002, 9003, "x", node_id=2, voters=voters)
-    settings = dict(
-        line.split("=", 1) for line in broker._properties(info).splitlines()[1:]
-    )
+    text = server_properties(info, tmp_path / "data")
+    settings = dict(line.split("=", 1) for line in text.splitlines()[1:])
     assert settings["node.id"] == "2"
     assert settings["controller.quorum.voters"] == voters
     assert "controller.quorum.bootstrap.servers" not in settings

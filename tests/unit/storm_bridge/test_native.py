@@ -18,7 +18,7 @@ from storm_bridge.native import (
     require_ring,
 )
 from zk.checkpoints import CommitRecord
-from zk.epochs import EpochControl, Phase
+from zk.epoch_control import EpochControl, Phase
 
 SPOUTS = {"lines/0", "lines/1"}
 OWNERS = {"wc/count/0", "wc/count/1"}

@@ -1,0 +1,78 @@
+"""What the Spark bridge reads off a component class and its conf before hosting it.
+
+Whether a bolt acts on tick tuples (:func:`ticks`, as Storm ticks it only when
+``topology.tick.tuple.freq.secs`` is set), and whether a stateful bolt keys its
+state otherwise than by its grouping (:func:`overrides_state_key`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from pystorm.bolt import BatchingBolt
+from pystorm.bolt import Bolt as StormBolt
+
+from spark_bridge.context import storm_conf
+from storm_bridge.components import StatefulBolt
+from storm_bridge.topology import LoadedTopology
+
+__all__ = [
+    "TICK_FREQ_KEY",
+    "emits_on_ticks",
+    "overrides_state_key",
+    "tick_freq_s",
+    "ticks",
+]
+
+#: Storm conf key of the tick tuple period (the value a tick tuple carries).
+TICK_FREQ_KEY: Final = "topology.tick.tuple.freq.secs"
+
+
+def emits_on_ticks(cls: type) -> bool:
+    """Whether a bolt class does anything on a tick tuple.
+
+    A ``BatchingBolt`` processes its batches; another bolt overrides
+    ``process_tick`` (a ``StatefulBolt`` included).
+    """
+    if issubclass(cls, BatchingBolt):
+        return True
+    return getattr(cls, "process_tick", None) is not StormBolt.process_tick
+
+
+def ticks(
+    topology: LoadedTopology, component: str, overrides: Mapping[str, Any]
+) -> bool:
+    """Whether ``component`` gets tick tuples that it acts on, as on Storm.
+
+    Storm ticks a bolt only when its conf sets ``topology.tick.tuple.freq.secs``
+    (the topology's, ``-o`` or the component's ``config=``).
+    """
+    info = topology.components[component]
+    if info.kind != "bolt":
+        return False
+    freq = tick_freq_s(storm_conf(topology, component, overrides))
+    return freq is not None and emits_on_ticks(info.component_cls)
+
+
+def tick_freq_s(conf: Mapping[str, Any]) -> float | None:
+    """Return a task's tick period: ``topology.tick.tuple.freq.secs``.
+
+    None (no tick tuples) when unset, zero or not a number, as the Storm
+    engine reads it.
+    """
+    try:
+        freq = float(conf.get(TICK_FREQ_KEY) or 0)
+    except (TypeError, ValueError):
+        return None
+    return freq if freq > 0 else None
+
+
+def overrides_state_key(cls: type) -> bool:
+    """Whether a stateful bolt class keys its state otherwise than by its grouping.
+
+    Such a bolt's keys carry their route (see :mod:`spark_bridge.statekeys`).
+    """
+    return getattr(cls, "state_key", StatefulBolt.state_key) is not (
+        StatefulBolt.state_key
+    )
