@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from spark_bridge.kafka_sink import is_kafka_sink
-from spark_bridge.kafka_source import is_kafka_spout
+from spark_bridge.kafka_start import is_kafka_spout
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
 from sr3_cli import lab_netns
