@@ -10,15 +10,20 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
-from sr3.errors import SR3Error
+from sr3.errors import CoordinationError, SR3Error
 from sr3.ports import Membership, MembershipChange, NodeInfo
 
 __all__ = ["RingWatch"]
 
 logger = logging.getLogger(__name__)
+
+#: How long a run's start waits for ZooKeeper to take the membership watch.
+START_WAIT_S: Final = 30.0
 
 
 @dataclass
@@ -90,13 +95,28 @@ class RingWatch:
         #: Killed ring nodes whose departure has not been handled yet.
         self._pending: dict[str, _KilledNode] = {}
 
-    def start(self) -> None:
+    def start(self, *, wait_s: float = START_WAIT_S, pause_s: float = 0.5) -> None:
         """Start watching (the first membership call runs now, in this thread).
 
+        A ZooKeeper that is restarting, or a session that expired meanwhile, is
+        waited for up to ``wait_s``: the client reconnects with a new session and
+        the watch is set then (a chaos ``restart-zk`` early in a run used to end
+        the run here).
+
         Raises:
-            CoordinationError: the watch could not be set.
+            CoordinationError: the watch could not be set within ``wait_s``.
         """
-        self._membership.watch(self._changed)
+        deadline = self._clock() + wait_s
+        while True:
+            try:
+                self._membership.watch(self._changed)
+            except CoordinationError as exc:
+                if self._clock() + pause_s > deadline:
+                    raise
+                logger.warning("ring membership watch not set (%s); retrying", exc)
+                time.sleep(pause_s)
+            else:
+                return
 
     def killing(self, node: str) -> None:
         """Count ``node``, about to be killed, as pending until its registration left.

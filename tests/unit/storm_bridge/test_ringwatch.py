@@ -10,6 +10,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 
+import pytest
+
+from sr3.errors import CoordinationError
 from sr3.ports import MembersCallback, NodeInfo
 from storm_bridge.ringwatch import RingWatch
 
@@ -135,3 +138,37 @@ def test_a_node_not_in_the_ring_is_not_awaited() -> None:
     watch.killing("n9")
     assert watch.wait_handled(deadline=0.0)
     assert left == []
+
+
+class FlakyMembership(MemoryMembership):
+    """Refuses the first ``failures`` watches, as a restarting ZooKeeper does."""
+
+    def __init__(self, failures: int, *nodes: NodeInfo) -> None:
+        super().__init__(*nodes)
+        self.failures = failures
+
+    def watch(self, callback: MembersCallback) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            msg = "watch members: ZooKeeper session expired"
+            raise CoordinationError(msg)
+        super().watch(callback)
+
+
+def test_start_waits_out_a_zookeeper_restart() -> None:
+    membership = FlakyMembership(2, node("node-1", 1))
+    watch = RingWatch(membership, lambda _n: None, time.monotonic, lambda: True)
+
+    watch.start(pause_s=0.01)
+
+    assert membership.failures == 0
+    assert len(membership.watches) == 1
+
+
+def test_start_gives_up_after_its_wait() -> None:
+    membership = FlakyMembership(1_000, node("node-1", 1))
+    watch = RingWatch(membership, lambda _n: None, time.monotonic, lambda: True)
+
+    with pytest.raises(CoordinationError, match="session expired"):
+        watch.start(wait_s=0.05, pause_s=0.01)
+    assert membership.watches == []
