@@ -269,7 +269,9 @@ def test_tasks_that_never_start(make_cluster: Callable[..., LocalCluster]) -> No
     assert cluster.state is ClusterState.STOPPED
     died = cluster.events(EventKind.TASK_DIED)
     assert any("ImportError: broken on purpose" in e.data["stderr"] for e in died)
-    assert all(c.restarts >= 2 for c in cluster.counters().values())
+    # every task was restarted at least once within the 2 s (the supervisor's
+    # backoff decides how many more times: that depends on the machine's load)
+    assert all(c.restarts >= 1 for c in cluster.counters().values())
 
 
 def test_conf_must_be_serializable(make_cluster: Callable[..., LocalCluster]) -> None:

@@ -39,8 +39,11 @@ def test_ticks_a_bolt_never_acks_hold_back_neither_epochs_nor_the_end(
     finally:
         ring.close()
     assert report.idle is True, report.busy
-    assert report.checkpoints["abandoned"] == 0
     assert [r["cause"] for r in report.recoveries] == ["total:0"]
+    # the only epoch given up is the one open when the task died: a task-scope
+    # recovery abandons it (docs/local-recovery.md); never one waiting on a tick
+    task_scope = sum(1 for r in report.recoveries if r.get("scope") == "task")
+    assert report.checkpoints["abandoned"] <= task_scope
     sums: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     for n in range(count):
