@@ -5,9 +5,10 @@
 and the venv's pandas. Tests must not stop the session.
 
 ``make test TEST_WORKERS=2`` runs the suite on two xdist workers (``--dist
-loadgroup``; CI runs it serially): every test of a machine-wide shared service (the Spark session, the Apache Storm
-cluster and its ``_build/`` jar, the network-namespace lab) is put in one group,
-so those run on one worker, one at a time, and start once.
+loadgroup``; CI runs it serially): every test of a machine-wide shared service
+(the Spark session, the Apache Storm cluster and its ``_build/`` jar, the
+network-namespace lab) is put in one group, so those run on one worker, one at
+a time, and start once.
 """
 
 from __future__ import annotations
