@@ -215,7 +215,10 @@ def test_spark_sends_invalid_records_to_the_dead_letter_topic(
     new_topic: NewTopicFactory,
     tmp_path: Path,
 ) -> None:
-    lines, counts, dead = new_topic("lines", 2), new_topic("counts", 2), new_topic("dl")
+    lines, counts = new_topic("lines", 2), new_topic("counts", 2)
+    # one partition: the dead letters are keyless, and read_all waits for every
+    # partition to be read to its end (an empty one never reports a position)
+    dead = new_topic("dl", 1)
     text = corpus(60, seed=8)
     bad = [b"\xff\xfe", b"\xc3("]  # not UTF-8: invalid for sr3.kafka.format=text
     values = [t.encode() for t in text]
