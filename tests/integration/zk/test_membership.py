@@ -210,15 +210,19 @@ def test_member_survives_a_zookeeper_restart(
 ) -> None:
     # The session outlives an outage shorter than its timeout: ZooKeeper keeps
     # sessions in its data dir, and the client reconnects (every 0.5 s at most)
-    # with the same session id. 10 s timeout > 5 s outage + restart + reconnect.
-    session = zk_connect(session_timeout_s=10.0)
+    # with the same session id. 20 s timeout > 5 s outage + restart + reconnect,
+    # including an attempt that reached the server while it was starting and waited
+    # for an answer (kazoo gives it a session timeout over the host count).
+    session = zk_connect(session_timeout_s=20.0)
     membership = ZkMembership(session)
     membership.register(N1)
     sid = session.session_id
 
     zk_restart(5.0, while_down=lambda: wait_until(lambda: not session.connected))
 
-    wait_until(lambda: session.connected, what="the client to reconnect")
+    wait_until(
+        lambda: session.connected, timeout_s=35.0, what="the client to reconnect"
+    )
     assert session.session_id == sid
     stat = session.client.exists(session.paths.member("n1"))
     assert stat is not None
