@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -145,8 +145,11 @@ class EpochStore(Protocol):
     def reports(self, step: str) -> dict[str, Any]:
         """Return the reports of a step by task."""
 
-    def drop_steps(self, keep: str) -> None:
-        """Delete the reports of every other step."""
+    def steps(self) -> list[str]:
+        """Return the names of the steps whose reports are kept."""
+
+    def drop_steps(self, keep: Collection[str]) -> None:
+        """Delete the reports of every step not in ``keep``."""
 
 
 class CommitLog(Protocol):
@@ -219,6 +222,7 @@ class NativeCoordinator:
         self._since = clock()
         self._pause_started = self._since
         self._stats: _Stats | None = None
+        self._restore_step = ""
 
     def _enter(self, control: EpochControl) -> EpochControl:
         stats = self._stats or _Stats()
@@ -230,7 +234,11 @@ class NativeCoordinator:
             stats.to_dict(),
         )
         self._store.set_control(control)
-        self._store.drop_steps(keep=control.step())
+        if control.phase is Phase.RESTORE:
+            self._restore_step = control.step()
+        # the generation's restore reports stay until the next restore, so a
+        # run report can name each owner's mechanism after the phase has passed
+        self._store.drop_steps(keep={control.step(), self._restore_step})
         self._since = self._clock()
         if control.phase is Phase.PAUSE:
             self._pause_started = self._since

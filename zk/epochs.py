@@ -18,7 +18,7 @@ control record's type is :class:`zk.epoch_control.EpochControl`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import partial
 from typing import Any
 
@@ -247,8 +247,18 @@ class ZkEpochStore:
             for path, (data, _stat) in found.items()
         }
 
-    def drop_steps(self, keep: str) -> None:
-        """Delete the reports of every step but ``keep``.
+    def steps(self) -> list[str]:
+        """Return the names of the steps whose reports are kept.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        parent = self._paths.native_reports(self._topology)
+        with self._session.translate("list native report steps", parent):
+            return sorted(unquote_name(n) for n in self._session.children(parent))
+
+    def drop_steps(self, keep: Collection[str]) -> None:
+        """Delete the reports of every step not in ``keep``.
 
         Raises:
             CoordinationError: ZooKeeper failed.
@@ -257,7 +267,7 @@ class ZkEpochStore:
         client = self._session.client
         with self._session.translate("drop old native reports", parent):
             for name in self._session.children(parent):
-                if unquote_name(name) != keep:
+                if unquote_name(name) not in keep:
                     try:
                         client.delete(f"{parent}/{name}", recursive=True)
                     except NoNodeError:

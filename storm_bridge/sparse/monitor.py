@@ -17,13 +17,17 @@ from typing import Any, Final
 
 from sr3.errors import SR3Error
 from storm_bridge.wiring import RingAccess
-from zk.epochs import Phase, ZkEpochStore
+from zk.epochs import EpochControl, Phase, ZkEpochStore
 
 __all__ = ["ControlMonitor"]
 
 logger = logging.getLogger(__name__)
 
 _POLL_S: Final = 0.1
+
+
+#: Phases a generation reaches only once every owner restored.
+_AFTER_RESTORE: Final = frozenset({Phase.RUNNING, Phase.PAUSE, Phase.SNAPSHOT})
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ class ControlMonitor:
         self._seen: list[_Seen] = []
         self._commits: list[_Commit] = []
         self._restores: dict[int, dict[str, Any]] = {}
+        self._restores_done: set[int] = set()
         record = ring.committed(topology)
         self._base_epoch = -1 if record is None else record.epoch
         self._stop = threading.Event()
@@ -105,11 +110,30 @@ class ControlMonitor:
                     self._commits.append(
                         _Commit(now, record.epoch, dict(record.offsets), generation)
                     )
-        if control is not None and control.phase is Phase.RESTORE:
-            reports = self.store.reports(control.step())
-            with self._lock:
-                # owners report one by one; keep every report seen
-                self._restores.setdefault(control.generation, {}).update(reports)
+        if control is not None and control.generation > 0:
+            self._read_restores(control)
+
+    def _read_restores(self, control: EpochControl) -> None:
+        """Keep the owners' restore reports of ``control``'s generation.
+
+        The coordinator keeps a generation's restore step until the next
+        rollback, so reports are read even when the RESTORE phase passed
+        between two polls; owners report one by one, so they are re-read while
+        the phase lasts and once after it.
+        """
+        gen = control.generation
+        with self._lock:
+            if gen in self._restores_done:
+                return
+        prefix = f"{Phase.RESTORE.value}-{gen}-"
+        reports: dict[str, Any] = {}
+        for step in self.store.steps():
+            if step.startswith(prefix):
+                reports.update(self.store.reports(step))
+        with self._lock:
+            self._restores.setdefault(gen, {}).update(reports)
+            if control.phase in _AFTER_RESTORE:
+                self._restores_done.add(gen)
 
     def first_seen_at(self) -> float | None:
         """When the protocol's first control record was seen."""
@@ -174,7 +198,14 @@ class ControlMonitor:
                 ),
                 None,
             )
-            restores = self._restores.get(new_gen, {}) if new_gen is not None else {}
+            # a second bump (a worker's tasks re-registering) restarts the
+            # rollback: the generation that resumed is the one that restored
+            restored_gen = next(
+                (s.generation for s in later if s.phase is Phase.RUNNING), new_gen
+            )
+            restores = (
+                self._restores.get(restored_gen, {}) if restored_gen is not None else {}
+            )
         timeline = {
             "detect_s": _span(at, detected),
             "restore_s": _span(detected, running),
@@ -185,7 +216,7 @@ class ControlMonitor:
         return {
             "cause": cause,
             "at_s": round(at - started, 3),
-            "generation": new_gen,
+            "generation": restored_gen,
             "mechanism": ",".join(mechanisms) or "none",
             "used": ",".join(used) or "none",
             "timeline": timeline,

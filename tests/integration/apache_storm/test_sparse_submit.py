@@ -162,6 +162,10 @@ def test_sr3_run_on_storm_exact_after_a_task_kill(
     assert report["checkpoints"]["mode"] == "native"
     assert [r["cause"] for r in report["recoveries"]] == ["count:0"]
     assert report["recoveries"][0]["timeline"]["detect_s"] is not None
+    # every owner's restore report is read, however short the RESTORE phase was
+    restores = report["recoveries"][0]["restores"]
+    assert restores, report["recoveries"][0]
+    assert report["recoveries"][0]["mechanism"] != "none"
     assert committed_counts(ring, "wordcount") == expected_counts()
     assert "wordcount" not in NimbusSession(apache_storm.nimbus).topologies()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ class MemoryStore:
         self.current: EpochControl | None = None
         self.gen = 0
         self.tasks: dict[str, set[str]] = {SPOUT: set(SPOUTS), OWNER: set(OWNERS)}
-        self.steps: dict[str, dict[str, Any]] = {}
+        self.by_step: dict[str, dict[str, Any]] = {}
 
     def control(self, *, fresh: bool = False) -> EpochControl | None:
         return self.current
@@ -55,14 +56,17 @@ class MemoryStore:
         return set(self.tasks[kind])
 
     def reports(self, step: str) -> dict[str, Any]:
-        return dict(self.steps.get(step, {}))
+        return dict(self.by_step.get(step, {}))
 
-    def drop_steps(self, keep: str) -> None:
-        self.steps = {k: v for k, v in self.steps.items() if k == keep}
+    def steps(self) -> list[str]:
+        return sorted(self.by_step)
+
+    def drop_steps(self, keep: Collection[str]) -> None:
+        self.by_step = {k: v for k, v in self.by_step.items() if k in keep}
 
     def report_all(self, tasks: set[str], payload: dict[str, Any]) -> None:
         assert self.current is not None
-        step = self.steps.setdefault(self.current.step(), {})
+        step = self.by_step.setdefault(self.current.step(), {})
         for task in tasks:
             step[task] = dict(payload)
 
@@ -112,7 +116,7 @@ def test_an_epoch_pauses_snapshots_commits_and_resumes(machine: Machine) -> None
     clock.now += 1.0
     paused = coordinator.step()
     assert (paused.phase, paused.epoch, paused.generation) == (Phase.PAUSE, 5, 0)
-    store.steps[paused.step()] = {"lines/0": {"offset": 10}}
+    store.by_step[paused.step()] = {"lines/0": {"offset": 10}}
     assert coordinator.step().phase is Phase.PAUSE  # lines/1 still draining
     store.report_all({"lines/1"}, {"offset": 11})
     snapshot = coordinator.step()
@@ -148,7 +152,7 @@ def test_a_bumped_generation_rolls_back_without_committing(machine: Machine) -> 
         5,
         1,
     )
-    assert store.steps == {}  # the snapshot's reports are gone
+    assert store.by_step == {}  # the snapshot's reports are gone
     store.report_all({"lines/0"}, {})
     assert coordinator.step().phase is Phase.ROLLBACK
     store.report_all({"lines/1"}, {})
@@ -162,6 +166,32 @@ def test_a_bumped_generation_rolls_back_without_committing(machine: Machine) -> 
     assert [r.epoch for r in log.records] == [4]
     clock.now += 1.0
     assert coordinator.step().epoch == 6
+
+
+def test_the_owners_restore_reports_outlive_the_restore_phase(
+    machine: Machine,
+) -> None:
+    # A run report reads each owner's mechanism from them after RESTORE passed.
+    coordinator, store, _log, clock = machine
+    coordinator.step()
+    store.bump_generation()
+    coordinator.step()
+    store.report_all(SPOUTS, {})
+    restore = coordinator.step()
+    assert restore.phase is Phase.RESTORE
+    store.report_all(OWNERS, {"mechanism": "star", "dropped": 0})
+    clock.now += 2.0
+    assert coordinator.step().phase is Phase.RUNNING
+    clock.now += 1.0
+    assert coordinator.step().phase is Phase.PAUSE
+    assert restore.step() in store.steps()
+    assert {r["mechanism"] for r in store.reports(restore.step()).values()} == {"star"}
+    store.bump_generation()
+    assert coordinator.step().phase is Phase.ROLLBACK
+    assert restore.step() in store.steps()
+    store.report_all(SPOUTS, {})
+    assert coordinator.step().phase is Phase.RESTORE  # the next restore drops them
+    assert restore.step() not in store.steps()
 
 
 def test_a_second_bump_restarts_the_rollback(machine: Machine) -> None:
