@@ -18,6 +18,7 @@ from typing import Any, Final
 from sr3.errors import ConfigError
 from sr3_cli.argtypes import nonempty
 from sr3_cli.cluster import Cluster, add_cluster_args, cluster_config, open_cluster
+from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.output import JSON_HELP, emit_json
 from storm_bridge.rebalance_plan import (
     ComponentInfo,
@@ -85,8 +86,69 @@ def _summary(topology: str, result: dict[str, Any]) -> str:
     )
 
 
+def _lab_nimbus(args: argparse.Namespace) -> str | None:
+    """The Nimbus of the lab named on the command line, if it runs Storm."""
+    lab_dir = resolve_lab_dir(getattr(args, "lab", None))
+    if lab_dir is None or not (lab_dir / "lab.json").exists():
+        return None
+    from sr3_cli.lab_storm import storm_cluster  # noqa: PLC0415 (Storm on demand)
+
+    cluster = storm_cluster(Lab.load(lab_dir))
+    return None if cluster is None else str(cluster.nimbus)
+
+
+def _on_storm(args: argparse.Namespace, nimbus: str) -> int:
+    """``sr3 rebalance`` of a topology running on real Storm (Nimbus's rebalance)."""
+    from storm_bridge.sparse.rebalance import (  # noqa: PLC0415 (streamparse on demand)
+        rebalance_on_storm,
+    )
+    from storm_bridge.sparse.submit import NimbusSession  # noqa: PLC0415
+
+    targets = parse_targets(args.executors)
+    result = rebalance_on_storm(
+        NimbusSession(nimbus),
+        args.topology,
+        targets,
+        workers=args.workers,
+        wait_s=args.wait,
+    )
+    if args.json:
+        emit_json({"result": result})
+        return 0
+    moves = ", ".join(
+        f"{c} {t['from']}->{t['to']} executors" for c, t in result["targets"].items()
+    )
+    if args.workers is not None:
+        moves = ", ".join(filter(None, [moves, f"{args.workers} workers"]))
+    if result["done"]:
+        print(
+            f"rebalanced {args.topology} on Storm ({nimbus}): {moves} in "
+            f"{result['seconds']:.2f} s; its moved tasks restarted and restored "
+            "their last committed epoch"
+        )
+    else:
+        print(f"rebalance of {args.topology} on Storm ({nimbus}) requested: {moves}")
+    return 0
+
+
+def _storm_runs(nimbus: str, topology: str) -> bool:
+    from storm_bridge.apache.nimbus import (  # noqa: PLC0415 (streamparse on demand)
+        NimbusUnreachableError,
+    )
+    from storm_bridge.sparse.submit import NimbusSession  # noqa: PLC0415
+
+    try:
+        return topology in NimbusSession(nimbus).topologies()
+    except NimbusUnreachableError:
+        return False
+
+
 def rebalance(args: argparse.Namespace) -> int:
     """``sr3 rebalance``: ask the running run to change task counts; wait for it.
+
+    A topology on real Storm (``--nimbus``, or the lab's Storm cluster running
+    it) is rebalanced by Nimbus, as ``storm rebalance`` does: executors within
+    the component's fixed task count, and ``-n`` workers.
 
     Raises:
         RebalanceRequestError: a bad request (unknown topology or component,
@@ -95,14 +157,20 @@ def rebalance(args: argparse.Namespace) -> int:
         RebalanceBusyError: another rebalance of the topology is under way.
         ConfigError: ``-n`` given, or the wait ran out.
     """
+    if args.wait < 0:
+        msg = f"-w {args.wait}: the wait must be >= 0 seconds"
+        raise ConfigError(msg)
+    if args.nimbus is not None:
+        return _on_storm(args, args.nimbus)
+    nimbus = _lab_nimbus(args)
+    if nimbus is not None and _storm_runs(nimbus, args.topology):
+        return _on_storm(args, nimbus)
     if args.workers is not None:
         msg = (
             "-n (workers) does not apply to the local cluster: its tasks are "
-            "processes of the `sr3 run`; give task counts with -e COMPONENT=N"
+            "processes of the `sr3 run`; give task counts with -e COMPONENT=N "
+            "(-n applies to a topology on Storm: --nimbus HOST:PORT)"
         )
-        raise ConfigError(msg)
-    if args.wait < 0:
-        msg = f"-w {args.wait}: the wait must be >= 0 seconds"
         raise ConfigError(msg)
     targets = parse_targets(args.executors)
     with open_cluster(cluster_config(args), create=False) as cluster:
@@ -151,7 +219,10 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         description="Change the task count of stateful components of a topology "
         "running under `sr3 run` (in another shell), while it runs, exactly once. "
         "A component may have 1 up to its key-group count (sr3.state.key.groups) "
-        "tasks. Only the component's keys pause, for one epoch's hand-over.",
+        "tasks. Only the component's keys pause, for one epoch's hand-over. On "
+        "real Storm (--nimbus, or the lab's Storm cluster), -e sets executors "
+        "within the component's topology.tasks and -n workers, as `storm "
+        "rebalance` does.",
     )
     parser.add_argument("topology", type=nonempty, help="topology (the file's stem)")
     parser.add_argument(
@@ -178,7 +249,15 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         dest="workers",
         type=int,
         default=None,
-        help="Storm's worker count: does not apply to the local cluster",
+        help="Storm's worker count (a topology on Storm only)",
+    )
+    parser.add_argument(
+        "--nimbus",
+        default=None,
+        metavar="HOST:PORT",
+        help="rebalance a topology running on this Storm cluster, as `storm "
+        "rebalance` does (default: the lab's Storm cluster when it runs the "
+        "topology, else the local cluster's `sr3 run`)",
     )
     add_cluster_args(parser)
     parser.add_argument("--json", action="store_true", help=JSON_HELP)

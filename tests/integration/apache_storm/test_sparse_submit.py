@@ -353,3 +353,89 @@ def test_sparse_submit_exact_after_worker_and_ring_node_kills(
         timeout_s=60,
         what=f"{name} gone from sparse list",
     )
+
+
+#: Word count whose count has 4 tasks on 2 executors: room for `storm rebalance`.
+_TASKS_TOPOLOGY = """
+from streamparse import Grouping, Topology
+from wordcount import Count, Lines, Split
+
+
+class WordCountTasks(Topology):
+    lines = Lines.spec(par=2)
+    split = Split.spec(inputs={lines: Grouping.SHUFFLE}, par=2)
+    count = Count.spec(
+        inputs={split: Grouping.fields("word")}, par=2, config={"topology.tasks": 4}
+    )
+"""
+
+
+def _epoch(ring: RingAccess, topology: str) -> int:
+    record = ring.committed(topology)
+    return -1 if record is None else record.epoch
+
+
+def sr3_cli(args: Sequence[str], nimbus: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "sr3_cli", *args], cwd=REPO, env=_env(nimbus),
+        capture_output=True, text=True, timeout=_TIMEOUT_S, check=False,
+    )  # fmt: skip
+
+
+def test_sr3_rebalance_on_storm_moves_executors_and_keeps_state_exact(
+    apache_storm: ApacheStormCluster,
+    ring_lab: Lab,
+    ring: RingAccess,
+    tmp_path: Path,
+    wait_until: WaitUntil,
+) -> None:
+    src = tmp_path / "wc"
+    src.mkdir()
+    (src / "wordcount.py").write_text(WORDCOUNT.read_text())
+    (src / "wordcount_tasks.py").write_text(_TASKS_TOPOLOGY)
+    nimbus = apache_storm.nimbus
+    # long enough that Storm restarts the moved executors while lines still flow
+    lines = 8000
+    settings = {**STORM_CONF, "wordcount.lines": lines}
+    conf = [arg for k, v in settings.items() for arg in ("-o", f"{k}={v}")]
+    run = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-m", "sr3_cli", "run", str(src / "wordcount_tasks.py"),
+         "--lab", str(ring_lab.root), "--until-idle", "--json", "--timeout", "240",
+         "--engine", "apache-storm", "--nimbus", nimbus, *conf],
+        cwd=REPO, env=_env(nimbus), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        wait_until(
+            lambda: run.poll() is not None or _epoch(ring, "wordcount_tasks") >= 1,
+            timeout_s=180.0,
+            what="the first committed epoch of wordcount_tasks",
+        )
+        assert run.poll() is None, "the run ended before the rebalance"
+        # Storm's limit: one executor per task, tasks fixed at submission
+        over = sr3_cli(
+            ["rebalance", "wordcount_tasks", "-e", "count=5", "--nimbus", nimbus],
+            nimbus,
+        )
+        assert over.returncode == 2, over.stderr
+        assert "topology.tasks" in over.stderr and "count=4" in over.stderr
+        moved = sr3_cli(
+            ["rebalance", "wordcount_tasks", "-e", "count=4", "-w", "150", "--json",
+             "--nimbus", nimbus],
+            nimbus,
+        )  # fmt: skip
+        assert moved.returncode == 0, moved.stderr[-3000:]
+        result = json.loads(moved.stdout)["result"]
+        assert result["targets"] == {"count": {"from": 2, "to": 4}}
+        assert result["done"] is True
+        out, err = run.communicate(timeout=300)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 0, err[-3000:]
+    report = json.loads(out)
+    assert report["idle"] is True
+    # the new executors' tasks started over and the topology rolled back once
+    assert report["checkpoints"]["rollbacks"] >= 1, report["checkpoints"]
+    assert committed_counts(ring, "wordcount_tasks") == expected_counts(lines)
