@@ -124,8 +124,19 @@ def main() -> None:
     parser.add_argument(
         "-o", dest="conf", action="append", default=[], metavar="KEY=VALUE"
     )
+    parser.add_argument(
+        "--report",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="render the tables and plot of a campaign already run "
+        "(`sr3 chaos --json > FILE`) instead of running one",
+    )
     args = parser.parse_args()
-    report = campaign(args.schedules, args.seed, args.conf)
+    if args.report is not None:
+        report = json.loads(args.report.read_text())
+    else:
+        report = campaign(args.schedules, args.seed, args.conf)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "chaos.json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
