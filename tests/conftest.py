@@ -64,6 +64,31 @@ _JVM_MARKERS: Final = frozenset({"spark", "apache_storm", "netns"})
 _JVM_FIXTURES: Final = frozenset({"spark", "apache_storm", "storm_cluster_factory"})
 
 
+#: Seconds spent per test module (setup, call and teardown), for the summary.
+_MODULE_SECONDS: dict[str, float] = {}
+_SLOWEST_MODULES: Final = 25
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Add each phase's duration to its module's total."""
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print the slowest modules: where the suite's time budget goes."""
+    if not _MODULE_SECONDS:
+        return
+    total = sum(_MODULE_SECONDS.values())
+    terminalreporter.section(f"slowest {_SLOWEST_MODULES} modules")
+    ranked = sorted(_MODULE_SECONDS.items(), key=lambda kv: kv[1], reverse=True)
+    for module, seconds in ranked[:_SLOWEST_MODULES]:
+        terminalreporter.write_line(
+            f"{seconds:8.1f}s {100 * seconds / total:5.1f}%  {module}"
+        )
+    terminalreporter.write_line(f"{total:8.1f}s in all {len(ranked)} modules")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Put every test of a shared JVM service in one ``--dist loadgroup`` group."""
     for item in items:
