@@ -226,6 +226,8 @@ class _Run:
         self.started = clock()
         self.kill_times: dict[str, float] = {}
         self.killed_tasks: list[tuple[int, float]] = []
+        #: Kills and freezes of a task a live rebalance removed, as reported.
+        self.skipped: list[str] = []
         self._wakeup = threading.Event()
         self.ring_watch = RingWatch(
             ring.membership,
@@ -254,9 +256,28 @@ class _Run:
         """Wait until every killed ring node left the ring and was rolled back."""
         return self.ring_watch.wait_handled(deadline)
 
+    def _task_id(self, flag: str, component: str, index: int) -> int | None:
+        """The task id of ``component:index`` now; None once a rebalance removed it.
+
+        The index was checked against the component's task count at the start;
+        a live rebalance (``sr3 rebalance``) may have lowered that count since.
+        """
+        ids = self.cluster.task_ids(component)
+        if index < len(ids):
+            return ids[index]
+        note = (
+            f"{flag} {component}:{index} skipped: {component!r} has {len(ids)} "
+            "tasks now (a rebalance lowered its count)"
+        )
+        logger.warning("%s", note)
+        self.skipped.append(note)
+        return None
+
     def _freeze(self, freeze: TaskFreeze) -> None:
         """SIGSTOP a task's process now and SIGCONT that same process later."""
-        task_id = self.cluster.task_ids(freeze.component)[freeze.index]
+        task_id = self._task_id("--freeze", freeze.component, freeze.index)
+        if task_id is None:
+            return
         pid = self.cluster.task_pid(task_id)
         if pid is None:
             logger.warning(
@@ -287,7 +308,9 @@ class _Run:
             if isinstance(kill, TaskFreeze):
                 self._freeze(kill)
             elif isinstance(kill, TaskKill):
-                task_id = self.cluster.task_ids(kill.component)[kill.index]
+                task_id = self._task_id("--kill", kill.component, kill.index)
+                if task_id is None:
+                    continue
                 self.kill_times[f"{kill.component}:{kill.index}"] = self.clock()
                 self.killed_tasks.append((task_id, self.clock()))
                 self.cluster.kill_task(task_id)
@@ -590,7 +613,7 @@ def run_topology(
                 {**view, "stragglers": cluster.straggler_events()},
                 [],
             )
-        errors = [str(e) for e in cluster.errors()]
+        errors = [str(e) for e in cluster.errors()] + run.skipped
         errors += [e.message for e in cluster.events(EventKind.COMPONENT_ERROR)]
         outputs = cluster.outputs()
     finally:
