@@ -37,6 +37,7 @@ NODES = 3
 AT_SAVEPOINT = 150
 PAST_SAVEPOINT = 300
 ALL = 450
+BEYOND = 520
 FAST = {"sr3.checkpoint.interval.s": 0.2, "sr3.idle.quiet.s": 0.5}
 #: after the savepoint, the old logic's counts and the new logic's over the rest
 REPROCESSED = counts(0, AT_SAVEPOINT) + counts(AT_SAVEPOINT, ALL, factor=10)
@@ -136,8 +137,8 @@ def test_reprocessing_from_a_savepoint_with_changed_logic(
 
 
 @pytest.mark.spark
-def test_a_savepoint_taken_on_storm_starts_on_spark(
-    spark: Any, ring: RingAccess, saved: dict[str, Any], tmp_path: Path
+def test_a_savepoint_taken_on_storm_starts_on_spark_and_back(
+    spark: Any, lab: Lab, ring: RingAccess, saved: dict[str, Any], tmp_path: Path
 ) -> None:
     from spark_bridge.runner import run_topology as run_spark  # noqa: PLC0415
 
@@ -153,6 +154,21 @@ def test_a_savepoint_taken_on_storm_starts_on_spark(
     assert report["idle"], report
     assert report["started_from"].startswith("ring epoch"), report["started_from"]
     assert state(ring) == dict(REPROCESSED)
+    # and back: a savepoint of the epoch Spark committed starts the Storm engine,
+    # at another parallelism, over the words after it
+    point = sr3_json(lab, "savepoint", "create", NAME, "--name", "from-spark")
+    try:
+        storm(
+            ring,
+            BEYOND,
+            conf={"spwc.factor": 10},
+            environment="p3",
+            start_from=StartPoint(savepoint="from-spark"),
+        )
+        assert point["record"]["epoch"] < ring.committed(NAME).epoch
+        assert state(ring) == dict(REPROCESSED + counts(ALL, BEYOND, factor=10))
+    finally:
+        sr3(lab, "savepoint", "delete", NAME, "from-spark")
 
 
 def test_bad_starts_are_refused_and_change_nothing(
