@@ -12,6 +12,9 @@ Target tasks are always sorted ascending first (Storm's ``Ordering.natural()``).
 * NONE: a uniformly random task per tuple (Storm's ``NoneGrouper``).
 * ALL: every task. DIRECT: the emitter picks the task (:class:`DirectGrouper`
   only marks the subscription).
+* CUSTOM_OBJECT naming Storm's ``PartialKeyGrouping`` (no arguments): one of
+  the first value's two candidate tasks, the less loaded one per sender
+  (:mod:`storm_bridge.partial_key`). Other Java classes cannot run here.
 
 How JSON integers become Java objects changed with Storm 2.6 (json-simple to
 json-smart), and with it the hash of negative integers: see :class:`IntegerBoxing`.
@@ -30,6 +33,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sr3.config import read_setting
+from storm_bridge.partial_key import (
+    PARTIAL_KEY_CLASS,
+    BalancedSelector,
+    two_task_assignment,
+)
 
 __all__ = [
     "AllGrouper",
@@ -41,6 +49,7 @@ __all__ = [
     "GroupingSpec",
     "IntegerBoxing",
     "NoneGrouper",
+    "PartialKeyGrouper",
     "ShuffleGrouper",
     "fields_task_index",
     "java_hash",
@@ -265,10 +274,23 @@ class GroupingSpec:
     Attributes:
         kind: The grouping type.
         fields: Grouping fields of a FIELDS grouping; empty means global.
+        java_class: The class a CUSTOM_OBJECT grouping names.
+        java_args: Its constructor arguments (Thrift passes primitives only).
     """
 
     kind: GroupingKind
     fields: tuple[str, ...] = ()
+    java_class: str | None = None
+    java_args: tuple[Any, ...] = ()
+
+    @property
+    def is_partial_key(self) -> bool:
+        """Whether this is Storm's ``PartialKeyGrouping``, as Thrift can name it."""
+        return (
+            self.kind is GroupingKind.CUSTOM_OBJECT
+            and self.java_class == PARTIAL_KEY_CLASS
+            and not self.java_args
+        )
 
     @property
     def is_global(self) -> bool:
@@ -372,6 +394,20 @@ class NoneGrouper(Grouper):
         return [self.target_tasks[self._rng.randrange(len(self.target_tasks))]]
 
 
+class PartialKeyGrouper(Grouper):
+    """Storm's ``PartialKeyGrouping()``: keyed by the first value, two candidates."""
+
+    def __init__(self, target_tasks: Sequence[int]) -> None:
+        super().__init__(target_tasks)
+        self._selector = BalancedSelector()
+
+    def choose_tasks(self, values: Sequence[Any]) -> list[int]:  # noqa: D102
+        if not values:  # Storm sends an empty tuple nowhere
+            return []
+        candidates = two_task_assignment(self.target_tasks, values[0])
+        return [self._selector.choose(candidates)]
+
+
 class DirectGrouper(Grouper):
     """Marks a DIRECT subscription: only ``emitDirect`` reaches it."""
 
@@ -391,8 +427,9 @@ def make_grouper(
     """Return the grouper Storm's ``GrouperFactory.mkGrouper`` builds for ``spec``.
 
     Raises:
-        ValueError: the grouping is a Java custom grouping (not runnable without a
-            JVM) or names fields the stream does not have.
+        ValueError: the grouping is a Java custom grouping other than
+            ``PartialKeyGrouping()`` (not runnable without a JVM) or names fields
+            the stream does not have.
     """
     kind = spec.kind
     if kind is GroupingKind.FIELDS:
@@ -412,8 +449,10 @@ def make_grouper(
         return NoneGrouper(target_tasks, rng)
     if kind is GroupingKind.DIRECT:
         return DirectGrouper(target_tasks)
+    if spec.is_partial_key:
+        return PartialKeyGrouper(target_tasks)
     msg = (
-        f"{kind.value} groupings are Java classes; "
-        "the local multilang cluster cannot run them"
+        f"{kind.value} groupings are Java classes; the local multilang cluster "
+        f"runs only {PARTIAL_KEY_CLASS} (no arguments) among them"
     )
     raise ValueError(msg)

@@ -241,10 +241,20 @@ def _find_topology_class(
     return chosen[0]
 
 
+def _java_arg(arg: Any) -> Any:
+    """The one value a Thrift ``JavaObjectArg`` union sets."""
+    values = [v for v in vars(arg).values() if v is not None]
+    return values[0] if values else None
+
+
 def _grouping_spec(grouping: Any) -> GroupingSpec:
     for attr, kind in _THRIFT_GROUPING_KINDS.items():
         value = getattr(grouping, attr, None)
         if value is not None:
+            if kind is GroupingKind.CUSTOM_OBJECT:
+                args = tuple(_java_arg(a) for a in value.args_list or ())
+                return GroupingSpec(kind, java_class=value.full_class_name,
+                                    java_args=args)  # fmt: skip
             fields = tuple(value) if kind is GroupingKind.FIELDS else ()
             return GroupingSpec(kind, fields)
     msg = f"grouping {grouping!r} sets no Storm grouping type"

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from storm_bridge.apache import ApacheStormCluster
-from storm_bridge.groupings import IntegerBoxing, fields_task_index
+from storm_bridge.groupings import IntegerBoxing, PartialKeyGrouper, fields_task_index
 from storm_bridge.sparse.package import build_jar
 from storm_bridge.sparse.submit import (
     NimbusSession,
@@ -281,6 +281,35 @@ def test_all_grouping_reaches_every_task(runs: tuple[ProbeRun, ProbeRun]) -> Non
     side_ids = sorted(i for i in probe.emitted() if i.startswith("s"))
     assert storm.routes("everyone") == {i: [0, 1] for i in side_ids}
     assert local.routes("everyone") == storm.routes("everyone")
+
+
+def _keyed_routes(run: ProbeRun) -> dict[str, list[int]]:
+    """Untracked ``keyed`` tuple id -> the ``partial`` task indexes it reached."""
+    routes: dict[str, list[int]] = {}
+    for r in run.of("partial"):
+        routes.setdefault(r["values"][1], []).append(r["index"])
+    return {k: sorted(v) for k, v in sorted(routes.items())}
+
+
+def test_partial_key_grouping_sends_each_tuple_to_the_same_task(
+    runs: tuple[ProbeRun, ProbeRun],
+) -> None:
+    local, storm = runs
+    keyed = {f"k{n}": probe.keyed_tuple(n) for n in range(probe.COUNT)}
+    routes = _keyed_routes(storm)
+    assert sorted(routes) == sorted(keyed)
+    # each key on at most two tasks, the tasks balanced from the one sender
+    per_key: dict[str, set[int]] = {}
+    for tup_id, tasks in routes.items():
+        per_key.setdefault(keyed[tup_id][0], set()).update(tasks)
+    assert all(len(tasks) <= 2 for tasks in per_key.values()), per_key
+    assert {i for v in routes.values() for i in v} == {0, 1, 2}
+    # Storm's choices are the ones storm_bridge predicts (task index = position)
+    grouper = PartialKeyGrouper([0, 1, 2])
+    order = sorted(keyed, key=lambda tup_id: int(tup_id[1:]))
+    predicted = {i: grouper.choose_tasks(keyed[i]) for i in order}
+    assert predicted == routes
+    assert _keyed_routes(local) == routes
 
 
 def test_direct_emit_from_python_kills_the_worker_on_storm(

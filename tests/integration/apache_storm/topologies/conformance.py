@@ -11,6 +11,10 @@ flushed line by line:
 * bolts: ``start`` (pid), ``tuple`` (stream, source, values as received),
   ``tick`` and ``heartbeat`` records, and ``raised`` before ``process`` raises.
 
+A third stream, ``keyed`` (``key``, ``id``), repeats :data:`KEYS` without
+message ids (so no acking records) for the partial-key grouping, which keys by
+the first value: the same sequence from one sender, so the same tasks on both.
+
 Direct emits are probed apart, by ``conformance_direct.py``: on Storm 2.8.3
 they kill the worker. Values over :data:`DIGEST_OVER` characters are recorded
 by length and SHA-256.
@@ -25,6 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from streamparse import Bolt, Grouping, Spout, Stream, Topology
+
+#: Storm's class, as streamparse can name it (``storm_bridge.partial_key_grouping``
+#: spells the same; the probe stays plain streamparse).
+PARTIAL_KEY = "org.apache.storm.grouping.PartialKeyGrouping"
 
 #: Tuples on the default stream; every third id also goes out on ``side``.
 COUNT = 60
@@ -95,6 +103,11 @@ def side_tuple(n: int) -> list[Any]:
     return [f"s{n}", f"side-{n}-ß"]
 
 
+def keyed_tuple(n: int) -> list[Any]:
+    """Fields ``key``, ``id`` of the untracked tuple ``k<n>`` on ``keyed``."""
+    return [KEYS[n % len(KEYS)], f"k{n}"]
+
+
 def emitted() -> dict[str, list[Any]]:
     """Every tuple the spout emits, by id."""
     tuples = {f"d{n}": default_tuple(n) for n in range(COUNT)}
@@ -139,6 +152,7 @@ class ProbeSpout(Spout):
     outputs = [
         Stream(["id", "key", "group", "value"]),
         Stream(["id", "word"], name="side"),
+        Stream(["key", "id"], name="keyed"),
     ]
 
     def initialize(self, storm_conf, context):
@@ -156,6 +170,7 @@ class ProbeSpout(Spout):
         if n % SIDE_EVERY == 0:
             self.emit(side_tuple(n), tup_id=f"s{n}", stream="side")
             self.recorder.write("emit", id=f"s{n}")
+        self.emit(keyed_tuple(n), stream="keyed")
 
     def ack(self, tup_id):
         self.recorder.write("ack", id=tup_id)
@@ -226,3 +241,6 @@ class Conformance(Topology):
         config={"topology.tick.tuple.freq.secs": 1},
     )
     raiser = RaiseBolt.spec(inputs={spout: Grouping.SHUFFLE}, par=1)
+    partial = RecordBolt.spec(
+        inputs={spout["keyed"]: Grouping.custom_object(PARTIAL_KEY, [])}, par=3
+    )
