@@ -81,7 +81,10 @@ def java_to_string(value: Any) -> str:
     """Return Java's ``toString()`` of a JSON-decoded first value.
 
     Strings are themselves, integers their decimal digits, booleans
-    ``true``/``false``, floats as ``Double.toString`` (``1.0E300``).
+    ``true``/``false``, floats as ``Double.toString`` (``1.0E300``). Not
+    reproduced: the rare doubles Java 17 writes with one more digit, and a
+    decimal Storm >= 2.6 reads as ``BigDecimal`` (JSON text over 18
+    characters) written with an exponent.
 
     Raises:
         ValueError: ``None`` (Storm's grouping throws a NullPointerException,
