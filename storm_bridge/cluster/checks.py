@@ -48,9 +48,9 @@ def _java_grouping_refusal(
         return (
             f"{topology.path}: {_where(component, sub)} of {PARTIAL_KEY_CLASS} "
             f"with arguments {list(spec.java_args)}; Storm has no such constructor "
-            "(Thrift cannot pass it a Fields), so it keys by the first value: use "
-            "storm_bridge.partial_key_grouping() (no arguments) and "
-            "emit the key first"
+            "(Thrift cannot pass it a Fields): use "
+            "storm_bridge.partial_key_grouping('field', ...), which sends it "
+            "serialized"
         )
     named = f" ({spec.java_class})" if spec.java_class else ""
     return (
@@ -65,8 +65,8 @@ def check_runnable(topology: LoadedTopology) -> None:
 
     Raises:
         TopologyError: a subscription uses a Java custom grouping other than
-            ``PartialKeyGrouping()``, or a
-            ``StatefulBolt`` keyed by its grouping (no ``state_key`` override)
+            Storm's ``PartialKeyGrouping`` (as ``partial_key_grouping`` sends
+            it), or a ``StatefulBolt`` keyed by its grouping (no ``state_key`` override)
             subscribes without a fields grouping, so its tuples have no key.
     """
     for component in topology.components.values():

@@ -399,6 +399,23 @@ def test_partial_key_grouping_sends_each_tuple_to_the_same_task(
     assert _keyed_routes(local) == routes
 
 
+def test_partial_key_grouping_on_fields_sends_each_tuple_to_the_same_task(
+    runs: tuple[ProbeRun, ProbeRun],
+) -> None:
+    # key and group: every Java boxing json-smart produces, hashed into the key
+    local, storm = runs
+    routes = storm.routes("partial_fields")
+    assert sorted(routes) == sorted(f"d{n}" for n in range(probe.COUNT))
+    assert {i for v in routes.values() for i in v} == {0, 1, 2}
+    tuples = probe.emitted()
+    grouper = PartialKeyGrouper([0, 1, 2], output_fields=["id", "key", "group",
+                                "value"], group_fields=["key", "group"],
+                                boxing=IntegerBoxing.INTEGER)  # fmt: skip
+    order = sorted(routes, key=lambda tup_id: int(tup_id[1:]))
+    assert {i: grouper.choose_tasks(tuples[i]) for i in order} == routes
+    assert local.routes("partial_fields") == routes
+
+
 def test_direct_emit_from_python_kills_the_worker_on_storm(
     direct_runs: tuple[ProbeRun, ProbeRun],
 ) -> None:

@@ -131,4 +131,4 @@ def test_partial_key_grouping_with_fields_is_refused(
         check_runnable(load_topology(write_topology(body)))
     message = str(caught.value)
     assert "['word']" in message
-    assert "storm_bridge.partial_key_grouping()" in message
+    assert "storm_bridge.partial_key_grouping('field', ...)" in message

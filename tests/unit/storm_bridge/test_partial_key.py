@@ -9,17 +9,28 @@ part of what is compared.
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from storm_bridge.groupings import GroupingKind, GroupingSpec, make_grouper
+from storm_bridge.groupings import (
+    GroupingKind,
+    GroupingSpec,
+    IntegerBoxing,
+    PartialKeyGrouper,
+    make_grouper,
+)
+from storm_bridge.java_serial import partial_key_fields, serialize_partial_key
 from storm_bridge.partial_key import (
     PARTIAL_KEY_CLASS,
+    first_value_key,
     java_random_ints,
     java_to_string,
+    partial_key_grouping,
     two_task_assignment,
 )
+from storm_bridge.topology import load_topology
 
 PARTIAL_KEY = GroupingSpec(GroupingKind.CUSTOM_OBJECT, java_class=PARTIAL_KEY_CLASS)
 
@@ -78,7 +89,7 @@ def test_targets_are_sorted_as_storm_sorts_them() -> None:
 
 
 def test_a_hot_key_alternates_between_its_two_candidates() -> None:
-    candidates = two_task_assignment(list(range(8)), "hot")
+    candidates = two_task_assignment(list(range(8)), first_value_key("hot"))
     assert len(set(candidates)) == 2
     chosen = _sender(list(range(8)), ["hot"] * 10)
     assert set(chosen) == set(candidates)
@@ -114,3 +125,75 @@ def test_other_java_groupings_are_still_refused() -> None:
     other = GroupingSpec(GroupingKind.CUSTOM_OBJECT, java_class="org.example.Mine")
     with pytest.raises(ValueError, match="PartialKeyGrouping"):
         make_grouper(other, [1, 2], output_fields=["k"], rng=random.Random(0))
+
+
+VECTORS = Path(__file__).resolve().parent / "vectors"
+
+
+@pytest.mark.parametrize(
+    ("fields", "hex_file"),
+    [
+        (["word"], "partial_key_word.hex"),
+        ("k0 key group ключ a b c d e f g h i j k l m".split(), "partial_key_many.hex"),
+    ],
+)
+def test_serialized_grouping_is_byte_identical_to_storms(
+    fields: list[str], hex_file: str
+) -> None:
+    expected = bytes.fromhex((VECTORS / hex_file).read_text().strip())
+    assert serialize_partial_key(fields) == expected
+    assert partial_key_fields(expected) == tuple(fields)
+
+
+def test_other_serialized_objects_are_not_taken_for_it() -> None:
+    data = serialize_partial_key(["word"])
+    assert partial_key_fields(data[:-1]) is None
+    assert partial_key_fields(data.replace(b"Fields", b"Fieldz")) is None
+    assert partial_key_fields(b"\xac\xed\x00\x05junk") is None
+
+
+def test_a_field_named_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="duplicate field names"):
+        partial_key_grouping("word", "word")
+
+
+def _fields_sender(
+    tasks: list[int], fields: list[str], group: list[str], rows: list[list[Any]]
+) -> list[int]:
+    grouper = PartialKeyGrouper(
+        tasks, output_fields=fields, group_fields=group, boxing=IntegerBoxing.INTEGER
+    )
+    return [grouper.choose_tasks(row)[0] for row in rows]
+
+
+def test_a_sender_on_fields_picks_the_tasks_storm_picks() -> None:
+    # Integer boxing: Storm >= 2.6's json-smart types (M: BigDecimal in Java)
+    keys = ["k0", "k1", "k0", "k0", "k0", "k2", "ключ", "𝄞5", "k0", "k1"]
+    rows = [[f"d{n}", key, "x"] for n, key in enumerate(keys)]
+    assert _fields_sender([3, 4, 5], ["id", "key", "group"], ["key"], rows) == [
+        4, 5, 4, 5, 4, 5, 3, 3, 4, 3,
+    ]  # fmt: skip
+    groups = [-1, -1, 2**32, 0.5, 0.12345678901234568, None, True, [1, "two", None]]
+    rows = [[chr(97 + n), "k", g] for n, g in enumerate(groups)]
+    rows += [["i", None, None], ["j", "k", 7]]
+    assert _fields_sender([2, 5, 9, 11], ["id", "key", "group"], ["key", "group"],
+                          rows) == [5, 9, 2, 2, 9, 11, 11, 5, 9, 2]  # fmt: skip
+    rows = [["x", n] for n in (1, 1, 1, 2, 2, 3)]
+    assert _fields_sender([1, 2, 3], ["a", "b"], ["b"], rows) == [3, 2, 3, 1, 1, 1]
+
+
+def test_the_helper_runs_through_the_loader(write_topology: Any) -> None:
+    body = """
+from streamparse import Topology
+from storm_bridge import partial_key_grouping
+from {helpers} import CountBolt, WordSpout
+
+class P(Topology):
+    word_spout = WordSpout.spec()
+    count_bolt = CountBolt.spec(inputs={{word_spout: partial_key_grouping("word")}})
+"""
+    topology = load_topology(write_topology(body))
+    (sub,) = topology.components["count_bolt"].inputs
+    assert sub.grouping.is_partial_key
+    assert sub.grouping.fields == ("word",)
+    assert sub.grouping.kind is GroupingKind.CUSTOM_SERIALIZED

@@ -14,6 +14,9 @@ flushed line by line:
 A third stream, ``keyed`` (``key``, ``id``), repeats :data:`KEYS` without
 message ids (so no acking records) for the partial-key grouping, which keys by
 the first value: the same sequence from one sender, so the same tasks on both.
+``partial_fields`` takes the default stream by a partial-key grouping on
+``key`` and ``group`` (``storm_bridge.partial_key_grouping("key", "group")``,
+a Java-serialized ``PartialKeyGrouping(Fields)``: the one sr3 import here).
 
 A second spout, ``loaded`` (``topology.max.spout.pending`` 3), sends
 :data:`LATE_IDS` on its ``slow`` stream to ``laggard``, which sleeps past twice
@@ -35,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from streamparse import Bolt, Grouping, Spout, Stream, Topology
+
+from storm_bridge import partial_key_grouping
 
 #: Storm's class, as streamparse can name it (``storm_bridge.partial_key_grouping``
 #: spells the same; the probe stays plain streamparse).
@@ -297,4 +302,7 @@ class Conformance(Topology):
     quick = RecordBolt.spec(inputs={loaded: Grouping.SHUFFLE}, par=1)
     partial = RecordBolt.spec(
         inputs={spout["keyed"]: Grouping.custom_object(PARTIAL_KEY, [])}, par=3
+    )
+    partial_fields = RecordBolt.spec(
+        inputs={spout: partial_key_grouping("key", "group")}, par=3
     )
