@@ -55,6 +55,12 @@ def _modified_utf8(text: str) -> bytes:
     return bytes(out)
 
 
+def _from_modified_utf8(data: bytes) -> str:
+    # NUL is two bytes, a non-BMP character two 3-byte surrogates (CESU-8)
+    text = data.replace(b"\xc0\x80", b"\x00").decode("utf-8", "surrogatepass")
+    return text.encode("utf-16-be", "surrogatepass").decode("utf-16-be")
+
+
 def _utf(text: str) -> bytes:
     data = _modified_utf8(text)
     if len(data) > _MAX_UTF:
@@ -232,7 +238,7 @@ def partial_key_fields(data: bytes) -> tuple[str, ...] | None:
                 return None
             (length,) = struct.unpack_from(">H", data, at + 1)
             raw = data[at + 3 : at + 3 + length]
-            names.append(raw.decode("utf-8", "surrogatepass").replace("\xc0\x80", "\0"))
+            names.append(_from_modified_utf8(raw))
             at += 3 + length
         fields = tuple(names)
         return fields if serialize_partial_key(fields) == data else None

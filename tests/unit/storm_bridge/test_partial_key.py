@@ -197,3 +197,9 @@ class P(Topology):
     assert sub.grouping.is_partial_key
     assert sub.grouping.fields == ("word",)
     assert sub.grouping.kind is GroupingKind.CUSTOM_SERIALIZED
+
+
+def test_field_names_read_back_in_java_modified_utf8() -> None:
+    # NUL as two bytes, a non-BMP character as two 3-byte surrogates
+    names = ("a\x00b", "𝄞x", "ключ", "日本")
+    assert partial_key_fields(serialize_partial_key(names)) == names
