@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from storm_bridge.components import ReplayableSpout, StatefulBolt, StateKeyError
+from storm_bridge.partial_key import partial_key_grouping
 
 if TYPE_CHECKING:
     from storm_bridge.kafka import KafkaSink, KafkaSpout
@@ -15,6 +16,7 @@ __all__ = [
     "ReplayableSpout",
     "StateKeyError",
     "StatefulBolt",
+    "partial_key_grouping",
 ]
 
 #: Exports imported on first use: confluent-kafka loads only in tasks that use Kafka.

@@ -12,6 +12,10 @@ Target tasks are always sorted ascending first (Storm's ``Ordering.natural()``).
 * NONE: a uniformly random task per tuple (Storm's ``NoneGrouper``).
 * ALL: every task. DIRECT: the emitter picks the task (:class:`DirectGrouper`
   only marks the subscription).
+* Storm's ``PartialKeyGrouping``, as CUSTOM_OBJECT (no arguments: keyed by the
+  first value) or CUSTOM_SERIALIZED (with ``Fields``): one of the key's two
+  candidate tasks, the less loaded one per sender
+  (:mod:`storm_bridge.partial_key`). Other Java classes cannot run here.
 
 How JSON integers become Java objects changed with Storm 2.6 (json-simple to
 json-smart), and with it the hash of negative integers: see :class:`IntegerBoxing`.
@@ -30,6 +34,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sr3.config import read_setting
+from storm_bridge.partial_key import (
+    PARTIAL_KEY_CLASS,
+    BalancedSelector,
+    first_value_key,
+    two_task_assignment,
+)
 
 __all__ = [
     "AllGrouper",
@@ -41,6 +51,7 @@ __all__ = [
     "GroupingSpec",
     "IntegerBoxing",
     "NoneGrouper",
+    "PartialKeyGrouper",
     "ShuffleGrouper",
     "fields_task_index",
     "java_hash",
@@ -265,10 +276,26 @@ class GroupingSpec:
     Attributes:
         kind: The grouping type.
         fields: Grouping fields of a FIELDS grouping; empty means global.
+        java_class: The class a CUSTOM_OBJECT grouping names, or the one a
+            CUSTOM_SERIALIZED grouping was recognised as (else None).
+        java_args: Its constructor arguments (Thrift passes primitives only).
+            A recognised serialized ``PartialKeyGrouping`` keeps its fields in
+            ``fields``.
     """
 
     kind: GroupingKind
     fields: tuple[str, ...] = ()
+    java_class: str | None = None
+    java_args: tuple[Any, ...] = ()
+
+    @property
+    def is_partial_key(self) -> bool:
+        """Whether this is Storm's ``PartialKeyGrouping``, in a form it can run."""
+        if self.java_class != PARTIAL_KEY_CLASS:
+            return False
+        if self.kind is GroupingKind.CUSTOM_OBJECT:
+            return not self.java_args
+        return self.kind is GroupingKind.CUSTOM_SERIALIZED
 
     @property
     def is_global(self) -> bool:
@@ -334,12 +361,20 @@ class FieldsGrouper(Grouper):
         self._group_fields = tuple(group_fields)
         self._boxing = boxing
 
-    def choose_tasks(self, values: Sequence[Any]) -> list[int]:  # noqa: D102
+    def select(self, values: Sequence[Any]) -> list[Any]:
+        """Return the grouping fields' values of a tuple.
+
+        Raises:
+            ValueError: the tuple is too short for the grouping fields.
+        """
         if self._positions and max(self._positions) >= len(values):
             wanted = list(self._group_fields)
             msg = f"tuple {list(values)!r} has no value for grouping fields {wanted}"
             raise ValueError(msg)
-        selected = [values[p] for p in self._positions]
+        return [values[p] for p in self._positions]
+
+    def choose_tasks(self, values: Sequence[Any]) -> list[int]:  # noqa: D102
+        selected = self.select(values)
         return [
             self.target_tasks[
                 fields_task_index(selected, len(self.target_tasks), self._boxing)
@@ -372,6 +407,44 @@ class NoneGrouper(Grouper):
         return [self.target_tasks[self._rng.randrange(len(self.target_tasks))]]
 
 
+class PartialKeyGrouper(Grouper):
+    """Storm's ``PartialKeyGrouping``: two candidate tasks per key, balanced.
+
+    Without ``group_fields`` the key is the first value's ``toString()``; with
+    them, the big-endian ``hashCode`` of each selected value (0 for null).
+    """
+
+    def __init__(
+        self,
+        target_tasks: Sequence[int],
+        *,
+        output_fields: Sequence[str] = (),
+        group_fields: Sequence[str] = (),
+        boxing: IntegerBoxing = IntegerBoxing.LONG,
+    ) -> None:
+        super().__init__(target_tasks)
+        self._selector = BalancedSelector()
+        self._fields = (
+            FieldsGrouper(target_tasks, output_fields=output_fields,
+                          group_fields=group_fields, boxing=boxing)
+            if group_fields else None
+        )  # fmt: skip
+        self._boxing = boxing
+
+    def choose_tasks(self, values: Sequence[Any]) -> list[int]:  # noqa: D102
+        if not values:  # Storm sends an empty tuple nowhere
+            return []
+        if self._fields is None:
+            key = first_value_key(values[0])
+        else:
+            selected = self._fields.select(values)
+            key = b"".join(
+                struct.pack(">i", java_hash(v, self._boxing)) for v in selected
+            )
+        candidates = two_task_assignment(self.target_tasks, key)
+        return [self._selector.choose(candidates)]
+
+
 class DirectGrouper(Grouper):
     """Marks a DIRECT subscription: only ``emitDirect`` reaches it."""
 
@@ -391,8 +464,9 @@ def make_grouper(
     """Return the grouper Storm's ``GrouperFactory.mkGrouper`` builds for ``spec``.
 
     Raises:
-        ValueError: the grouping is a Java custom grouping (not runnable without a
-            JVM) or names fields the stream does not have.
+        ValueError: the grouping is a Java custom grouping other than
+            ``PartialKeyGrouping()`` (not runnable without a JVM) or names fields
+            the stream does not have.
     """
     kind = spec.kind
     if kind is GroupingKind.FIELDS:
@@ -412,8 +486,15 @@ def make_grouper(
         return NoneGrouper(target_tasks, rng)
     if kind is GroupingKind.DIRECT:
         return DirectGrouper(target_tasks)
+    if spec.is_partial_key:
+        return PartialKeyGrouper(
+            target_tasks,
+            output_fields=output_fields,
+            group_fields=spec.fields,
+            boxing=boxing,
+        )
     msg = (
-        f"{kind.value} groupings are Java classes; "
-        "the local multilang cluster cannot run them"
+        f"{kind.value} groupings are Java classes; the local multilang cluster "
+        f"runs only {PARTIAL_KEY_CLASS} (no arguments) among them"
     )
     raise ValueError(msg)

@@ -30,6 +30,8 @@ from thriftpy2.transport import TMemoryBuffer
 
 from storm_bridge.errors import TopologyError
 from storm_bridge.groupings import GroupingKind, GroupingSpec
+from storm_bridge.java_serial import partial_key_fields
+from storm_bridge.partial_key import PARTIAL_KEY_CLASS
 
 __all__ = [
     "STATEFUL_MARKER",
@@ -241,10 +243,24 @@ def _find_topology_class(
     return chosen[0]
 
 
+def _java_arg(arg: Any) -> Any:
+    """The one value a Thrift ``JavaObjectArg`` union sets."""
+    values = [v for v in vars(arg).values() if v is not None]
+    return values[0] if values else None
+
+
 def _grouping_spec(grouping: Any) -> GroupingSpec:
     for attr, kind in _THRIFT_GROUPING_KINDS.items():
         value = getattr(grouping, attr, None)
         if value is not None:
+            if kind is GroupingKind.CUSTOM_OBJECT:
+                args = tuple(_java_arg(a) for a in value.args_list or ())
+                return GroupingSpec(kind, java_class=value.full_class_name,
+                                    java_args=args)  # fmt: skip
+            if kind is GroupingKind.CUSTOM_SERIALIZED:
+                fields = partial_key_fields(bytes(value))
+                if fields is not None:
+                    return GroupingSpec(kind, fields, java_class=PARTIAL_KEY_CLASS)
             fields = tuple(value) if kind is GroupingKind.FIELDS else ()
             return GroupingSpec(kind, fields)
     msg = f"grouping {grouping!r} sets no Storm grouping type"

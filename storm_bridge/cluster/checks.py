@@ -13,6 +13,7 @@ from typing import Final
 from storm_bridge.components import StatefulBolt
 from storm_bridge.errors import TopologyError
 from storm_bridge.groupings import GroupingKind
+from storm_bridge.partial_key import PARTIAL_KEY_CLASS
 from storm_bridge.topology import ComponentInfo, InputInfo, LoadedTopology
 
 __all__ = ["check_runnable"]
@@ -39,25 +40,41 @@ def _where(component: ComponentInfo, sub: InputInfo) -> str:
     )
 
 
+def _java_grouping_refusal(
+    topology: LoadedTopology, component: ComponentInfo, sub: InputInfo
+) -> str:
+    spec = sub.grouping
+    if spec.java_class == PARTIAL_KEY_CLASS:
+        return (
+            f"{topology.path}: {_where(component, sub)} of {PARTIAL_KEY_CLASS} "
+            f"with arguments {list(spec.java_args)}; Storm has no such constructor "
+            "(Thrift cannot pass it a Fields): use "
+            "storm_bridge.partial_key_grouping('field', ...), which sends it "
+            "serialized"
+        )
+    named = f" ({spec.java_class})" if spec.java_class else ""
+    return (
+        f"{topology.path}: {_where(component, sub)}{named}, a Java class the local "
+        f"multilang cluster cannot run; use a shuffle, fields or partial-key "
+        "grouping (storm_bridge.partial_key_grouping())"
+    )
+
+
 def check_runnable(topology: LoadedTopology) -> None:
     """Refuse what the local multilang cluster cannot run correctly.
 
     Raises:
-        TopologyError: a subscription uses a Java custom grouping, or a
-            ``StatefulBolt`` keyed by its grouping (no ``state_key`` override)
+        TopologyError: a subscription uses a Java custom grouping other than
+            Storm's ``PartialKeyGrouping`` (as ``partial_key_grouping`` sends
+            it), or a ``StatefulBolt`` keyed by its grouping (no ``state_key`` override)
             subscribes without a fields grouping, so its tuples have no key.
     """
     for component in topology.components.values():
         keyed = _keyed_by_grouping(component)
         for sub in component.inputs:
             kind = sub.grouping.kind
-            if kind in _JAVA_GROUPINGS:
-                msg = (
-                    f"{topology.path}: {_where(component, sub)}, a Java class the "
-                    "local multilang cluster cannot run; use a shuffle or fields "
-                    "grouping"
-                )
-                raise TopologyError(msg)
+            if kind in _JAVA_GROUPINGS and not sub.grouping.is_partial_key:
+                raise TopologyError(_java_grouping_refusal(topology, component, sub))
             if keyed and kind is not GroupingKind.FIELDS:
                 msg = (
                     f"{topology.path}: {_where(component, sub)}, but it is a "

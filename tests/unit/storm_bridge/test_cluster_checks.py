@@ -94,7 +94,8 @@ def test_custom_groupings_are_refused_up_front(write_topology: WriteTopology) ->
     assert "'count_bolt'" in message
     assert "'word_spout'" in message
     assert "CUSTOM_OBJECT" in message
-    assert "shuffle or fields grouping" in message
+    assert "org.example.Mine" in message
+    assert "shuffle, fields or partial-key grouping" in message
 
 
 def test_the_example_topologies_run(write_topology: WriteTopology) -> None:
@@ -107,3 +108,27 @@ def test_the_local_cluster_refuses_before_starting(
     body = STATEFUL.replace("{tally}", "Tally").replace("{grouping}", "Grouping.ALL")
     with pytest.raises(TopologyError, match="'tally'"):
         LocalCluster(write_topology(body))
+
+
+def test_partial_key_grouping_runs(write_topology: WriteTopology) -> None:
+    body = CUSTOM.replace(
+        'Grouping.custom_object("org.example.Mine", [])', "partial_key_grouping()"
+    ).replace(
+        "from streamparse import Grouping, Topology",
+        "from streamparse import Grouping, Topology\n"
+        "from storm_bridge import partial_key_grouping",
+    )
+    check_runnable(load_topology(write_topology(body)))
+
+
+def test_partial_key_grouping_with_fields_is_refused(
+    write_topology: WriteTopology,
+) -> None:
+    body = CUSTOM.replace(
+        "org.example.Mine", "org.apache.storm.grouping.PartialKeyGrouping"
+    ).replace("[])", '["word"])')
+    with pytest.raises(TopologyError) as caught:
+        check_runnable(load_topology(write_topology(body)))
+    message = str(caught.value)
+    assert "['word']" in message
+    assert "storm_bridge.partial_key_grouping('field', ...)" in message

@@ -11,6 +11,18 @@ flushed line by line:
 * bolts: ``start`` (pid), ``tuple`` (stream, source, values as received),
   ``tick`` and ``heartbeat`` records, and ``raised`` before ``process`` raises.
 
+A third stream, ``keyed`` (``key``, ``id``), repeats :data:`KEYS` without
+message ids (so no acking records) for the partial-key grouping, which keys by
+the first value: the same sequence from one sender, so the same tasks on both.
+``partial_fields`` takes the default stream by a partial-key grouping on
+``key`` and ``group`` (``storm_bridge.partial_key_grouping("key", "group")``,
+a Java-serialized ``PartialKeyGrouping(Fields)``: the one sr3 import here).
+
+A second spout, ``loaded`` (``topology.max.spout.pending`` 3), sends
+:data:`LATE_IDS` on its ``slow`` stream to ``laggard``, which sleeps past twice
+the message timeout on the first: it times out, and so does the second, queued
+behind it; the others go to ``quick`` and are acked.
+
 Direct emits are probed apart, by ``conformance_direct.py``: on Storm 2.8.3
 they kill the worker. Values over :data:`DIGEST_OVER` characters are recorded
 by length and SHA-256.
@@ -21,10 +33,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from streamparse import Bolt, Grouping, Spout, Stream, Topology
+
+from storm_bridge import partial_key_grouping
+
+#: Storm's class, as streamparse can name it (``storm_bridge.partial_key_grouping``
+#: spells the same; the probe stays plain streamparse).
+PARTIAL_KEY = "org.apache.storm.grouping.PartialKeyGrouping"
 
 #: Tuples on the default stream; every third id also goes out on ``side``.
 COUNT = 60
@@ -37,6 +56,14 @@ LARGE_ID = "d13"
 LARGE_CHARS = 1 << 20
 DIGEST_OVER = 4096
 TIMEOUT_S = 6
+
+#: The loaded spout's tuples ``l0`` ... ``l7``; those on its ``slow`` stream
+#: time out, the first by its own lag, the second waiting behind it.
+LOAD_COUNT = 8
+LATE_IDS = ("l2", "l5")
+LAG_S = 2 * TIMEOUT_S + 4
+#: Above the lag: the laggard answers no heartbeat while it sleeps.
+SUBPROCESS_TIMEOUT_S = 60
 
 KEYS = ("k0", "ключ1", "キー2", "emoji😀3", "k4", "𝄞5", "k6")
 #: Second grouping field: every Java boxing Storm's JSON parser can produce.
@@ -95,6 +122,11 @@ def side_tuple(n: int) -> list[Any]:
     return [f"s{n}", f"side-{n}-ß"]
 
 
+def keyed_tuple(n: int) -> list[Any]:
+    """Fields ``key``, ``id`` of the untracked tuple ``k<n>`` on ``keyed``."""
+    return [KEYS[n % len(KEYS)], f"k{n}"]
+
+
 def emitted() -> dict[str, list[Any]]:
     """Every tuple the spout emits, by id."""
     tuples = {f"d{n}": default_tuple(n) for n in range(COUNT)}
@@ -139,6 +171,7 @@ class ProbeSpout(Spout):
     outputs = [
         Stream(["id", "key", "group", "value"]),
         Stream(["id", "word"], name="side"),
+        Stream(["key", "id"], name="keyed"),
     ]
 
     def initialize(self, storm_conf, context):
@@ -156,6 +189,7 @@ class ProbeSpout(Spout):
         if n % SIDE_EVERY == 0:
             self.emit(side_tuple(n), tup_id=f"s{n}", stream="side")
             self.recorder.write("emit", id=f"s{n}")
+        self.emit(keyed_tuple(n), stream="keyed")
 
     def ack(self, tup_id):
         self.recorder.write("ack", id=tup_id)
@@ -190,6 +224,40 @@ class RecordBolt(Bolt):
         self.recorder.write("tick", stream=tup.stream, source=tup.component)
 
 
+class LoadSpout(Spout):
+    """Emits ``l0`` ... ``l7`` with ids, :data:`LATE_IDS` on ``slow``."""
+
+    outputs = [Stream(["id"]), Stream(["id"], name="slow")]
+
+    def initialize(self, storm_conf, context):
+        self.recorder = _Recorder(storm_conf, context)
+        self.next_n = 0
+
+    def next_tuple(self):
+        if self.next_n >= LOAD_COUNT:
+            return
+        tup_id = f"l{self.next_n}"
+        self.next_n += 1
+        stream = "slow" if tup_id in LATE_IDS else "default"
+        self.emit([tup_id], tup_id=tup_id, stream=stream)
+        self.recorder.write("emit", id=tup_id)
+
+    def ack(self, tup_id):
+        self.recorder.write("ack", id=tup_id)
+
+    def fail(self, tup_id):
+        self.recorder.write("fail", id=tup_id)
+
+
+class LagBolt(RecordBolt):
+    """Sleeps :data:`LAG_S` on the first of :data:`LATE_IDS`, then acks."""
+
+    def process(self, tup):
+        super().process(tup)
+        if tup.values[0] == LATE_IDS[0]:
+            time.sleep(LAG_S)
+
+
 class RaiseBolt(RecordBolt):
     """Raises in ``process`` for :data:`RAISE_ID`, never acks :data:`SWALLOW_ID`.
 
@@ -213,7 +281,10 @@ class RaiseBolt(RecordBolt):
 
 
 class Conformance(Topology):
-    config = {"topology.message.timeout.secs": TIMEOUT_S}
+    config = {
+        "topology.message.timeout.secs": TIMEOUT_S,
+        "topology.subprocess.timeout.secs": SUBPROCESS_TIMEOUT_S,
+    }
     spout = ProbeSpout.spec(par=1)
     fields_one = RecordBolt.spec(inputs={spout: Grouping.fields("key")}, par=3)
     fields_two = RecordBolt.spec(inputs={spout: Grouping.fields("key", "group")}, par=3)
@@ -226,3 +297,12 @@ class Conformance(Topology):
         config={"topology.tick.tuple.freq.secs": 1},
     )
     raiser = RaiseBolt.spec(inputs={spout: Grouping.SHUFFLE}, par=1)
+    loaded = LoadSpout.spec(par=1, config={"topology.max.spout.pending": 3})
+    laggard = LagBolt.spec(inputs={loaded["slow"]: Grouping.SHUFFLE}, par=1)
+    quick = RecordBolt.spec(inputs={loaded: Grouping.SHUFFLE}, par=1)
+    partial = RecordBolt.spec(
+        inputs={spout["keyed"]: Grouping.custom_object(PARTIAL_KEY, [])}, par=3
+    )
+    partial_fields = RecordBolt.spec(
+        inputs={spout: partial_key_grouping("key", "group")}, par=3
+    )
