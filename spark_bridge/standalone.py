@@ -1,4 +1,4 @@
-"""A loopback Spark standalone cluster (one master, one worker) from the pip pyspark.
+"""A Spark standalone cluster (a master, its workers) from the pip pyspark.
 
 The pip package has no ``sbin/start-master.sh``, so both daemons are started
 with ``$SPARK_HOME/bin/spark-class``, which ``exec``s java: the pids we get are
@@ -6,8 +6,18 @@ the JVMs'. Layout of the cluster's root dir::
 
     standalone.json   url, ports, pids and work dir (written by start())
     master.log        the master's stdout and stderr
-    worker.log        the worker's stdout and stderr
-    work/             the worker's work dir: work/<app-id>/<executor-id>/stderr
+    worker.log        the (first) worker's stdout and stderr; worker2.log, ...
+    work/             the (first) worker's work dir: work/<app-id>/<executor-id>/
+                      stderr; work2/, ... for the others
+
+By default every daemon binds 127.0.0.1 and there is one worker. Each daemon
+can be given a :class:`~spark_bridge.standalone_info.DaemonSpot` instead: the
+address it binds and announces (``--host`` and ``SPARK_LOCAL_IP``, which the
+executors a worker launches inherit) and a command prefix (``ip netns exec NS``
+on a netns lab host, :mod:`sr3_cli.lab_spark`). A driver reaching such a
+cluster must bind an address the workers' hosts reach back
+(``SPARK_LOCAL_IP``, from which ``spark.driver.host`` and
+``spark.driver.bindAddress`` default).
 
 A cluster started with ``detached=True`` (``sr3 lab up --spark``) outlives this
 process; :meth:`StandaloneCluster.attach` rebuilds it from ``standalone.json``
@@ -26,8 +36,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
@@ -39,15 +48,16 @@ from spark_bridge.spark_install import (
 )
 from spark_bridge.standalone_info import (
     ClusterInfo,
+    DaemonSpot,
+    WorkerInfo,
     command_line,
     has_pair,
-    replace_pids,
 )
 from sr3.net import free_port
 
 # StandaloneClusterError lives in spark_bridge.spark_install; it is re-exported
 # here because sr3_cli/lab_spark.py imports it from this module.
-__all__ = ["StandaloneCluster", "StandaloneClusterError"]
+__all__ = ["DaemonSpot", "StandaloneCluster", "StandaloneClusterError"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +71,7 @@ _PROBE_TIMEOUT_S: Final = 1.0
 
 
 class StandaloneCluster:
-    """A Spark standalone master and ONE worker on 127.0.0.1, as child JVMs.
+    """A Spark standalone master and its workers, as child JVMs.
 
     Args:
         root: Holds ``standalone.json``, the logs and the worker's ``work/``.
@@ -73,6 +83,9 @@ class StandaloneCluster:
         start_timeout_s: How long :meth:`start` waits for the master, then for
             the worker to be ALIVE (each; default 60 s).
         stop_timeout_s: Grace between SIGTERM and SIGKILL (default 10 s).
+        master_at: Where the master runs (default: 127.0.0.1, here).
+        workers_at: Where each worker runs, one worker per entry (default: one
+            on 127.0.0.1, here); each offers ``cores`` and ``memory``.
         env: Extra environment of the daemons, inherited by the executors the
             worker launches and their Python workers (e.g. ``PYTHONPATH``: in
             standalone mode the driver's ``PYTHONPATH`` does not reach them).
@@ -87,6 +100,8 @@ class StandaloneCluster:
         detached: bool = False,
         start_timeout_s: float = 60.0,
         stop_timeout_s: float = 10.0,
+        master_at: DaemonSpot | None = None,
+        workers_at: Sequence[DaemonSpot] | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.root = Path(root).resolve()
@@ -96,6 +111,11 @@ class StandaloneCluster:
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.env = dict(env or {})
+        self.master_at = master_at or DaemonSpot()
+        self.workers_at = tuple(workers_at or (DaemonSpot(),))
+        if not self.workers_at:
+            msg = f"a standalone cluster in {self.root} needs at least one worker"
+            raise StandaloneClusterError(msg)
         self._info: ClusterInfo | None = None
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
 
@@ -119,7 +139,7 @@ class StandaloneCluster:
 
     @property
     def url(self) -> str:
-        """The master URL for ``--master``: ``spark://127.0.0.1:PORT``."""
+        """The master URL for ``--master``: ``spark://HOST:PORT``."""
         return self.info.master
 
     @property
@@ -130,17 +150,25 @@ class StandaloneCluster:
 
     @property
     def worker_pid(self) -> int | None:
-        """The worker JVM's pid while it runs, else None."""
-        pid = self._info.worker_pid if self._info else None
-        return pid if pid is not None and self._is_worker(pid) else None
+        """The (first) worker JVM's pid while it runs, else None."""
+        pids = self.worker_pids()
+        return pids[0] if pids else None
+
+    def worker_pids(self) -> list[int | None]:
+        """Each worker JVM's pid while it runs, else None (in worker order)."""
+        workers = self._info.workers if self._info else ()
+        return [w.pid if w.pid and self._is_worker(w.pid) else None for w in workers]
 
     @property
     def work_dir(self) -> Path:
-        """The worker's work dir (executors' logs in ``<app-id>/<exec-id>/``)."""
-        return self.root / "work"
+        """The first worker's work dir (executors' logs in ``<app-id>/<exec-id>/``)."""
+        return self._work_dir(0)
+
+    def _work_dir(self, index: int) -> Path:
+        return self.root / ("work" if index == 0 else f"work{index + 1}")
 
     def log_path(self, daemon: str) -> Path:
-        """Return the log of ``"master"`` or ``"worker"``."""
+        """Return the log of ``"master"`` or ``"worker"`` (``"worker2"``, ...)."""
         return self.root / f"{daemon}.log"
 
     def log_tail(self, daemon: str, lines: int = _LOG_TAIL_LINES) -> str:
@@ -154,31 +182,38 @@ class StandaloneCluster:
     def status(self) -> dict[str, Any]:
         """Return a JSON-able summary: url, web UI, pids (None if dead), executors."""
         info = self.info
+        pids = self.worker_pids()
         return {
             "master": info.master,
             "master_webui": info.master_webui,
             "master_pid": self.master_pid,
-            "worker_pid": self.worker_pid,
+            "worker_pid": pids[0],
+            "workers": [
+                {"host": w.host, "port": w.port, "pid": pid, "work_dir": w.work_dir}
+                for w, pid in zip(info.workers, pids, strict=True)
+            ],
             "executor_pids": self.executor_pids(),
             "work_dir": info.work_dir,
             "root": str(self.root),
         }
 
     def executor_pids(self) -> list[int]:
-        """Return the pids of the executor JVMs this cluster's worker launched.
+        """Return the pids of the executor JVMs this cluster's workers launched.
 
         An executor is a ``CoarseGrainedExecutorBackend`` whose ``--worker-url``
-        is this worker's, found by scanning ``/proc/*/cmdline``.
+        is one of these workers', found by scanning ``/proc/*/cmdline``.
         """
         if self._info is None:
             return []
-        worker_url = self._info.worker_url
+        urls = {w.url for w in self._info.workers}
         found = []
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             argv = command_line(int(entry.name))
-            if _EXECUTOR in argv and has_pair(argv, "--worker-url", worker_url):
+            if _EXECUTOR in argv and any(
+                has_pair(argv, "--worker-url", u) for u in urls
+            ):
                 found.append(int(entry.name))
         return sorted(found)
 
@@ -189,8 +224,8 @@ class StandaloneCluster:
 
     def _is_worker(self, pid: int) -> bool:
         argv = command_line(pid)
-        work_dir = self._info.work_dir if self._info else ""
-        return _WORKER in argv and has_pair(argv, "--work-dir", work_dir)
+        dirs = [w.work_dir for w in self._info.workers] if self._info else []
+        return _WORKER in argv and any(has_pair(argv, "--work-dir", d) for d in dirs)
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -207,8 +242,8 @@ class StandaloneCluster:
         path = Path(root) / _STATE
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
-            info = ClusterInfo(**raw)
-        except (OSError, ValueError, TypeError) as exc:
+            info = ClusterInfo.from_json(raw)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
             msg = f"no standalone cluster recorded in {path}: {exc}"
             raise StandaloneClusterError(msg) from exc
         cluster = cls(Path(root), detached=True)
@@ -216,7 +251,7 @@ class StandaloneCluster:
         return cluster
 
     def start(self) -> StandaloneCluster:
-        """Start the master, then the worker; return once the worker is ALIVE.
+        """Start the master, then the workers; return once every worker is ALIVE.
 
         Calling it on a running cluster does nothing.
 
@@ -225,41 +260,51 @@ class StandaloneCluster:
             StandaloneClusterError: a daemon exited or was not ALIVE in time;
                 the message quotes its log tail.
         """
-        if self.master_pid is not None and self.worker_pid is not None:
+        if self.master_pid is not None and all(self.worker_pids()):
             return self
         self.stop()  # a half-started earlier attempt
         check_java()
         spark_class = str(spark_home() / "bin" / "spark-class")
-        self.work_dir.mkdir(parents=True, exist_ok=True)
         master_port = free_port()
+        host = self.master_at.host
+        workers = []
+        for index, spot in enumerate(self.workers_at):
+            self._work_dir(index).mkdir(parents=True, exist_ok=True)
+            work_dir = str(self._work_dir(index))
+            workers.append(WorkerInfo(spot.host, free_port(), free_port(), work_dir))
         info = ClusterInfo(
-            master=f"spark://127.0.0.1:{master_port}",
+            master=f"spark://{host}:{master_port}",
             master_port=master_port,
             master_webui_port=free_port(),
-            worker_port=free_port(),
-            worker_webui_port=free_port(),
-            work_dir=str(self.work_dir),
+            workers=tuple(workers),
+            master_host=host,
         )
         self._info = info
         try:
             master_pid = self._spawn(
-                "master",
-                [spark_class, _MASTER, "--host", "127.0.0.1",
+                "master", self.master_at,
+                [spark_class, _MASTER, "--host", host,
                  "--port", str(info.master_port),
                  "--webui-port", str(info.master_webui_port)],
             )  # fmt: skip
-            self._info = info = replace_pids(info, master_pid=master_pid)
+            self._info = info = info.with_master_pid(master_pid)
             self._wait_alive("master", master_pid, lambda s: s.get("status") == "ALIVE")
-            worker_pid = self._spawn(
-                "worker",
-                [spark_class, _WORKER, info.master, "--host", "127.0.0.1",
-                 "--port", str(info.worker_port), "--cores", str(self.cores),
-                 "--memory", self.memory,
-                 "--webui-port", str(info.worker_webui_port),
-                 "--work-dir", info.work_dir],
-            )  # fmt: skip
-            self._info = info = replace_pids(info, worker_pid=worker_pid)
-            self._wait_alive("worker", worker_pid, self._worker_registered)
+            for index, (spot, worker) in enumerate(
+                zip(self.workers_at, workers, strict=True)
+            ):
+                name = "worker" if index == 0 else f"worker{index + 1}"
+                worker_pid = self._spawn(
+                    name, spot,
+                    [spark_class, _WORKER, info.master, "--host", worker.host,
+                     "--port", str(worker.port), "--cores", str(self.cores),
+                     "--memory", self.memory,
+                     "--webui-port", str(worker.webui_port),
+                     "--work-dir", worker.work_dir],
+                )  # fmt: skip
+                self._info = info = info.with_worker_pid(index, worker_pid)
+            for index, worker in enumerate(info.workers):
+                name = "worker" if index == 0 else f"worker{index + 1}"
+                self._wait_alive(name, worker.pid or 0, _registered(worker))
         except BaseException:
             self.stop()
             raise
@@ -267,13 +312,13 @@ class StandaloneCluster:
         logger.info("Spark standalone cluster up at %s (%s)", info.master, self.root)
         return self
 
-    def _spawn(self, daemon: str, argv: list[str]) -> int:
+    def _spawn(self, daemon: str, spot: DaemonSpot, argv: list[str]) -> int:
         env = {**os.environ, **self.env}
         env["SPARK_HOME"] = argv[0].rsplit("/bin/", 1)[0]
-        env["SPARK_LOCAL_IP"] = "127.0.0.1"
+        env["SPARK_LOCAL_IP"] = spot.host
         with self.log_path(daemon).open("ab") as log:
-            proc = subprocess.Popen(
-                argv,
+            proc = subprocess.Popen(  # noqa: S603 (spark-class, our arguments)
+                [*spot.prefix, *argv],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -284,11 +329,6 @@ class StandaloneCluster:
         self._procs[proc.pid] = proc
         logger.info("Spark %s pid %s starting", daemon, proc.pid)
         return proc.pid
-
-    def _worker_registered(self, state: dict[str, Any]) -> bool:
-        port = self.info.worker_port
-        workers = state.get("workers", [])
-        return any(w.get("port") == port and w.get("state") == "ALIVE" for w in workers)
 
     def _wait_alive(
         self, daemon: str, pid: int, ready: Callable[[dict[str, Any]], bool]
@@ -305,7 +345,7 @@ class StandaloneCluster:
                 )
                 raise StandaloneClusterError(msg)
             try:
-                with urllib.request.urlopen(url, timeout=_PROBE_TIMEOUT_S) as reply:  # noqa: S310 (loopback http)
+                with urllib.request.urlopen(url, timeout=_PROBE_TIMEOUT_S) as reply:  # noqa: S310 (the master's http)
                     state = json.loads(reply.read())
             except (OSError, ValueError):
                 state = {}
@@ -322,24 +362,25 @@ class StandaloneCluster:
 
     def _save(self) -> None:
         tmp = self.root / (_STATE + ".tmp")
-        tmp.write_text(json.dumps(asdict(self.info), indent=2), encoding="utf-8")
+        tmp.write_text(json.dumps(self.info.to_json(), indent=2), encoding="utf-8")
         tmp.replace(self.root / _STATE)
 
     def stop(self) -> None:
-        """Stop worker, then master (SIGTERM, then SIGKILL), then stray executors.
+        """Stop workers, then master (SIGTERM, then SIGKILL), then stray executors.
 
         Idempotent; does nothing on a cluster never started.
         """
         if self._info is None:
             return
         executors = self.executor_pids()
-        for pid in (self._info.worker_pid, self._info.master_pid):
+        daemons = [w.pid for w in self._info.workers] + [self._info.master_pid]
+        for pid in daemons:
             if pid is not None:
                 self._terminate(pid)
-        # The worker kills its executors on SIGTERM; a SIGKILLed one cannot.
+        # A worker kills its executors on SIGTERM; a SIGKILLed one cannot.
         for pid in self.executor_pids() or executors:
             self._terminate(pid)
-        self._info = replace_pids(self._info, master_pid=None, worker_pid=None)
+        self._info = self._info.stopped()
         if (self.root / _STATE).exists():
             self._save()
 
@@ -348,7 +389,8 @@ class StandaloneCluster:
         if proc is not None:  # our child: maybe still the spark-class shell
             return proc.poll() is None
         info = self._info
-        if info is not None and pid in (info.master_pid, info.worker_pid):
+        daemons = [w.pid for w in info.workers] + [info.master_pid] if info else []
+        if pid in daemons:
             return self._is_master(pid) or self._is_worker(pid)
         return bool(command_line(pid))  # an executor, found by its command line
 
@@ -379,3 +421,17 @@ class StandaloneCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def _registered(worker: WorkerInfo) -> Callable[[dict[str, Any]], bool]:
+    """Return whether the master's ``/json/`` state lists ``worker`` ALIVE."""
+
+    def ready(state: dict[str, Any]) -> bool:
+        return any(
+            w.get("host") == worker.host
+            and w.get("port") == worker.port
+            and w.get("state") == "ALIVE"
+            for w in state.get("workers", [])
+        )
+
+    return ready

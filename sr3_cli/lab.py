@@ -8,7 +8,8 @@ Layout of a lab dir::
     zk/               ZooKeeper's data dir and log
     nodes/<id>/       each node's data dir and node.log
     spark/            with ``sr3 lab up --spark``: a Spark standalone master and
-                      worker (logs, work dir); lab.json's ``spark.master`` is its URL
+                      worker(s) (logs, work dirs); lab.json's ``spark.master`` is
+                      its URL (in a netns lab: master on h1, workers on h2, h3)
     storm/            with ``sr3 lab up --storm``: a real Apache Storm cluster (Nimbus,
                       supervisors, their workers; :mod:`sr3_cli.lab_storm`);
                       lab.json's ``storm.nimbus`` is Nimbus's Thrift address
@@ -185,7 +186,7 @@ class Lab(LabState):
     # --- Spark standalone cluster ----------------------------------------------
 
     def start_spark(self, *, cores: int = 2, memory: str = "2g") -> str:
-        """Start the lab's Spark master and worker unless they run; return its URL.
+        """Start the lab's Spark master and workers unless they run; return its URL.
 
         Raises:
             SR3Error: java or pyspark is missing, or a daemon did not start (the
@@ -195,7 +196,7 @@ class Lab(LabState):
             return lab_spark.start_spark(self, cores=cores, memory=memory)
 
     def stop_spark(self) -> None:
-        """Stop the lab's Spark worker, master and executors, if any."""
+        """Stop the lab's Spark workers, master and executors, if any."""
         with self.locked():
             lab_spark.stop_spark(self)
 

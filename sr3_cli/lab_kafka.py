@@ -9,6 +9,11 @@ only under the lab's lock; topics ``sr3 lab topic`` creates on three brokers
 get replication factor 3 and ``min.insync.replicas`` 2; ``sr3 lab down``
 (:meth:`Lab.stop`) stops it; ``sr3 status --json`` shows it under ``kafka``.
 Topologies reach it with ``sr3.kafka.bootstrap``.
+
+In a netns lab (``sr3 lab up --netns --kafka``) the single broker runs on
+``h1`` (:data:`sr3_cli.lab_netns.CONTROL_DAEMONS`), listening on and
+advertising that host's address, so clients on every host and in the root
+namespace reach it across the bridge; a multi-broker cluster is loopback-only.
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from sr3.errors import ConfigError
+from sr3_cli import lab_netns
 from sr3_cli.daemons.kafka import KafkaBroker, KafkaBrokerError
 from sr3_cli.daemons.kafka_cluster import KafkaCluster
 from sr3_cli.lab import Lab, resolve_lab_dir
 
 __all__ = [
     "create_topic",
+    "kafka_daemons",
     "kafka_broker",
     "kafka_status",
     "lab_up",
@@ -71,7 +78,10 @@ def start_kafka(lab: Lab, *, brokers: int = 1) -> LabKafka:
             raise KafkaBrokerError(msg)
         if current is not None and current.running():
             return current
-        kafka = current or _new_kafka(lab.root / "kafka", brokers)
+        kafka = current or _new_kafka(lab, lab.root / "kafka", brokers)
+        if isinstance(kafka, KafkaBroker):  # restarted: on its host again
+            where = lab_netns.daemon_placements(lab, ["kafka"]).get("kafka")
+            kafka.command_prefix = tuple(where.prefix) if where else ()
         # recorded first: should this command die while the JVMs start,
         # `sr3 lab down` still finds them through broker.json / cluster.json
         lab.kafka = {"dir": str(kafka.root), "brokers": brokers, "bootstrap": None}
@@ -89,7 +99,14 @@ def start_kafka(lab: Lab, *, brokers: int = 1) -> LabKafka:
         return kafka
 
 
-def _new_kafka(root: Path, brokers: int) -> LabKafka:
+def _new_kafka(lab: Lab, root: Path, brokers: int) -> LabKafka:
+    where = lab_netns.daemon_placements(lab, ["kafka"]).get("kafka")
+    if where is not None and brokers > 1:
+        msg = (
+            f"lab {lab.root} runs on netns hosts, where only one Kafka broker "
+            "runs (on h1): drop --kafka-brokers, or run a loopback lab"
+        )
+        raise ConfigError(msg)
     if brokers == 1:
         if (root / "cluster.json").exists():
             msg = (
@@ -97,7 +114,11 @@ def _new_kafka(root: Path, brokers: int) -> LabKafka:
                 "with its size, or `sr3 lab down --purge` first"
             )
             raise KafkaBrokerError(msg)
-        return KafkaBroker(root, detached=True)
+        if where is None:
+            return KafkaBroker(root, detached=True)
+        return KafkaBroker(
+            root, detached=True, host=where.address, command_prefix=where.prefix
+        )
     if (root / "broker.json").exists():
         msg = (
             f"{root} holds a single Kafka broker: use --kafka-brokers 1, or "
@@ -114,6 +135,11 @@ def stop_kafka(lab: Lab) -> None:
         if broker is not None:
             broker.stop()
         lab.kafka = None
+
+
+def kafka_daemons(lab: Lab) -> list[str]:
+    """Return ``["kafka"]`` when the lab runs a Kafka broker, else []."""
+    return ["kafka"] if lab.kafka is not None else []
 
 
 def kafka_status(lab: Lab) -> dict[str, Any] | None:

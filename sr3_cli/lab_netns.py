@@ -9,10 +9,16 @@ them::
     {"prefix": "sr3ab12", "network": "10.77.18.0/24", "shape": "rate=100mbit",
      "hosts": {"h1": "10.77.18.1", "h2": "10.77.18.2", ...}}
 
-Placement is a rule, not a record: ZooKeeper runs on ``h1``; ring node
-``node-i`` on host ``h(2 + (i-1) mod (N-1))`` (on ``h1`` when N is 1), so a
-node restarted by ``sr3 lab restart`` comes back on its host. Every process
-there binds and announces the host's address.
+Placement is a rule, not a record: ZooKeeper and the control daemons
+(Storm's Nimbus, the Spark master, the Kafka broker: :data:`CONTROL_DAEMONS`)
+run on ``h1``; ring node ``node-i``, Storm's ``supervisor-i`` and Spark's
+``spark-worker-i`` on host ``h(2 + (i-1) mod (N-1))`` (on ``h1`` when N is 1),
+as on the Vagrant lab's worker VMs, so a node restarted by ``sr3 lab restart``
+comes back on its host. Every process there binds and announces the host's
+address. Clients in the root namespace (the ``sr3`` CLI, a Spark driver)
+reach the hosts through the bridge's address, ``gateway``, which is also
+the address a Spark driver binds so executors connect back
+(:func:`driver_address`).
 
 All names start with the lab's prefix (``sr3`` and four hex digits of the lab
 dir's path), so ``sr3 lab down`` removes the namespaces, their processes, the
@@ -36,9 +42,11 @@ from sr3_cli.netns import LinkShape
 
 __all__ = [
     "Placement",
+    "CONTROL_DAEMONS",
     "ROOT_HOST",
     "build",
     "daemon_placements",
+    "driver_address",
     "fail",
     "heal",
     "host_names",
@@ -55,6 +63,8 @@ __all__ = [
 
 #: The name `--from` gives the root namespace (the CLI's and clients' side).
 ROOT_HOST: Final = "root"
+#: The daemons that run on ``h1``, with ZooKeeper (the rest: on worker hosts).
+CONTROL_DAEMONS: Final = ("nimbus", "spark-master", "kafka")
 #: The /16 every lab's /24 is taken from.
 _SUPERNET: Final = ipaddress.ip_network("10.77.0.0/16")
 _BRIDGE_HOST: Final = 254
@@ -196,8 +206,13 @@ def node_placement(lab: _NetnsLab, node_id: str) -> Placement | None:
     return Placement(_ns(lab.netns["prefix"], host), lab.netns["hosts"][host])
 
 
+def daemon_host(record: dict[str, Any], name: str) -> str:
+    """Return the host daemon ``name`` runs on: h1 for :data:`CONTROL_DAEMONS`."""
+    return "h1" if name in CONTROL_DAEMONS else node_host(record, name)
+
+
 def daemon_placements(lab: _NetnsLab, names: list[str]) -> dict[str, Placement]:
-    """Return where each daemon runs: ``nimbus`` on h1, others as :func:`node_host`.
+    """Return where each daemon runs (:func:`daemon_host`).
 
     Empty in a loopback lab.
     """
@@ -206,9 +221,35 @@ def daemon_placements(lab: _NetnsLab, names: list[str]) -> dict[str, Placement]:
     record = lab.netns
     found = {}
     for name in names:
-        host = "h1" if name == "nimbus" else node_host(record, name)
+        host = daemon_host(record, name)
         found[name] = Placement(_ns(record["prefix"], host), record["hosts"][host])
     return found
+
+
+def worker_hosts(lab: _NetnsLab) -> int:
+    """Return how many worker hosts the lab has (1 in a loopback lab)."""
+    if lab.netns is None:
+        return 1
+    return max(1, len(lab.netns["hosts"]) - 1)
+
+
+def driver_address(lab: _NetnsLab, master: str | None) -> str | None:
+    """Return the address a Spark driver binds to use ``master``, or None.
+
+    Not None only for a ``spark://`` master on one of this netns lab's hosts:
+    the driver runs in the root namespace, and executors on the hosts connect
+    back to the bridge's address (the lab's ``gateway``).
+    """
+    if lab.netns is None or not master or not master.startswith("spark://"):
+        return None
+    host = master.removeprefix("spark://").rsplit(":", 1)[0]
+    try:
+        inside = ipaddress.ip_address(host) in ipaddress.ip_network(
+            lab.netns["network"]
+        )
+    except ValueError:
+        return None
+    return str(lab.netns["gateway"]) if inside else None
 
 
 def fail(lab: _NetnsLab, host: str) -> list[int]:
@@ -277,7 +318,8 @@ def teardown(root: Path, record: dict[str, Any] | None) -> None:
 def hosts_status(lab: _NetnsLab, names: list[str]) -> list[dict[str, Any]] | None:
     """Return each host, its address and what runs there, or None (loopback lab).
 
-    ``names`` are the ring nodes and the daemons (``nimbus``, ``supervisor-<i>``).
+    ``names`` are the ring nodes and the daemons (``nimbus``, ``supervisor-<i>``,
+    ``spark-master``, ``spark-worker-<i>``, ``kafka``).
     """
     if lab.netns is None:
         return None
@@ -285,7 +327,7 @@ def hosts_status(lab: _NetnsLab, names: list[str]) -> list[dict[str, Any]] | Non
     roles: dict[str, list[str]] = {host: [] for host in record["hosts"]}
     roles["h1"].append("zookeeper")
     for name in sorted(names):
-        roles["h1" if name == "nimbus" else node_host(record, name)].append(name)
+        roles[daemon_host(record, name)].append(name)
     present = set(netns.namespaces(record["prefix"] + "-"))
     return [
         {

@@ -1,25 +1,60 @@
 """The lab's Spark standalone cluster: ``sr3 lab up --spark``, and its stop.
 
-A master and a worker (:class:`spark_bridge.standalone.StandaloneCluster`) run
+A master and workers (:class:`spark_bridge.standalone.StandaloneCluster`) run
 in the lab's ``spark/`` dir; lab.json records them in its ``spark`` section
-(:attr:`Lab.spark`: master URL, web UI, pids, cores, memory, dir), changed only
-under the lab's lock. pyspark is imported only when a Spark cluster is asked for.
+(:attr:`Lab.spark`: master URL, web UI, pids, workers, cores, memory, dir),
+changed only under the lab's lock. pyspark is imported only when a Spark
+cluster is asked for.
+
+On loopback there is one worker. In a netns lab (``sr3 lab up --netns
+--spark``) the master runs on ``h1`` and one worker on each of the first
+:data:`NETNS_WORKERS` worker hosts (``spark-worker-<i>``, placed by
+:mod:`sr3_cli.lab_netns` as Storm's supervisors), each bound to its host's
+address; the section's ``driver_host`` is the address a driver in the root
+namespace binds (``sr3 run --engine spark`` does so by itself).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
+
+from sr3_cli import lab_netns
 
 if TYPE_CHECKING:
     from spark_bridge.standalone import StandaloneCluster
     from sr3_cli.lab_state import LabState
 
-__all__ = ["spark_cluster", "start_spark", "stop_spark"]
+__all__ = [
+    "NETNS_WORKERS",
+    "spark_cluster",
+    "spark_daemons",
+    "spark_status",
+    "start_spark",
+    "stop_spark",
+]
+
+#: Spark workers of a netns lab: at most this many, one per worker host (as the
+#: Vagrant lab's two worker VMs).
+NETNS_WORKERS: Final = 2
+
+
+def _worker_count(lab: LabState) -> int:
+    if lab.netns is None:
+        return 1
+    return min(NETNS_WORKERS, lab_netns.worker_hosts(lab))
+
+
+def spark_daemons(lab: LabState) -> list[str]:
+    """Return the names of the lab's Spark daemons (``spark-master``, ...)."""
+    if lab.spark is None:
+        return []
+    count = len(lab.spark.get("workers") or [None])
+    return ["spark-master", *(f"spark-worker-{i}" for i in range(1, count + 1))]
 
 
 def start_spark(lab: LabState, *, cores: int, memory: str) -> str:
-    """Start the lab's Spark master and worker unless they run; return its URL.
+    """Start the lab's Spark master and workers unless they run; return its URL.
 
     Call it inside ``lab.locked()``.
 
@@ -27,15 +62,30 @@ def start_spark(lab: LabState, *, cores: int, memory: str) -> str:
         SR3Error: java or pyspark is missing, or a daemon did not start (the
             message quotes its log).
     """
-    from spark_bridge.standalone import StandaloneCluster  # noqa: PLC0415 (pyspark only when asked)
+    from spark_bridge.standalone import (  # noqa: PLC0415 (pyspark only when asked)
+        DaemonSpot,
+        StandaloneCluster,
+    )
 
     running = spark_cluster(lab)
     if running is not None:
-        if running.master_pid is not None and running.worker_pid is not None:
+        if running.master_pid is not None and all(running.worker_pids()):
             return running.url
         running.stop()
+    workers = [f"spark-worker-{i}" for i in range(1, _worker_count(lab) + 1)]
+    places = lab_netns.daemon_placements(lab, ["spark-master", *workers])
+
+    def spot(name: str) -> DaemonSpot:
+        where = places.get(name)
+        return DaemonSpot(where.address, tuple(where.prefix)) if where else DaemonSpot()
+
     cluster = StandaloneCluster(
-        lab.root / "spark", cores=cores, memory=memory, detached=True
+        lab.root / "spark",
+        cores=cores,
+        memory=memory,
+        detached=True,
+        master_at=spot("spark-master"),
+        workers_at=[spot(name) for name in workers],
     ).start()
     info = cluster.info
     lab.spark = {
@@ -43,6 +93,11 @@ def start_spark(lab: LabState, *, cores: int, memory: str) -> str:
         "master_webui": info.master_webui,
         "master_pid": info.master_pid,
         "worker_pid": info.worker_pid,
+        "workers": [
+            {"name": name, "host": w.host, "pid": w.pid}
+            for name, w in zip(workers, info.workers, strict=True)
+        ],
+        "driver_host": lab_netns.driver_address(lab, info.master),
         "cores": cores,
         "memory": memory,
         "dir": str(cluster.root),
@@ -51,7 +106,7 @@ def start_spark(lab: LabState, *, cores: int, memory: str) -> str:
 
 
 def stop_spark(lab: LabState) -> None:
-    """Stop the lab's Spark worker, master and executors, if any.
+    """Stop the lab's Spark workers, master and executors, if any.
 
     Call it inside ``lab.locked()``.
     """
@@ -74,3 +129,20 @@ def spark_cluster(lab: LabState) -> StandaloneCluster | None:
         return StandaloneCluster.attach(Path(lab.spark["dir"]))
     except StandaloneClusterError:
         return None
+
+
+def spark_status(lab: LabState) -> dict[str, Any] | None:
+    """Return the ``spark`` object of ``sr3 status --json`` (None: no cluster).
+
+    The master's URL and web UI, each worker's host and pid (None once dead),
+    the executors, and ``driver_host`` (netns lab: the address a driver binds).
+    """
+    cluster = spark_cluster(lab)
+    if cluster is None or lab.spark is None:
+        return None
+    status = cluster.status()
+    names = [w.get("name") for w in lab.spark.get("workers") or []]
+    for worker, name in zip(status["workers"], names, strict=False):
+        worker["name"] = name
+    status["driver_host"] = lab.spark.get("driver_host")
+    return status

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import tempfile
 import threading
 from pathlib import Path
 
 from sr3.errors import ConfigError
+from sr3_cli import lab_netns
 from sr3_cli.daemons.prometheus import targets_dir
 from sr3_cli.output import emit_json
 from sr3_cli.run_checks import (
@@ -62,6 +64,9 @@ def run_spark(args: argparse.Namespace) -> int:
                 raise ConfigError(msg)
             if lab is not None:
                 check_node_ids((k.node for k in node_kills), lab.nodes)
+                driver = lab_netns.driver_address(lab, args.master)
+                if driver is not None:  # executors on the lab's hosts connect back
+                    os.environ["SPARK_LOCAL_IP"] = driver
             timers = [
                 threading.Timer(k.at_s, lab.kill_nodes, args=([k.node],))
                 for k in node_kills

@@ -11,8 +11,9 @@ from sr3.repair import replication_health
 from sr3_cli import lab_netns
 from sr3_cli.cluster import Cluster, cluster_config, open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
-from sr3_cli.lab_kafka import kafka_status
+from sr3_cli.lab_kafka import kafka_daemons, kafka_status
 from sr3_cli.lab_metrics import endpoints, prometheus_status, refresh_node_targets
+from sr3_cli.lab_spark import spark_daemons, spark_status
 from sr3_cli.lab_storm import storm_daemons, storm_status
 from sr3_cli.output import emit_json, format_bytes, table
 from sr3_cli.rebalance_cmd import running_topologies
@@ -21,6 +22,16 @@ from zk.rebalances import ZkRebalanceStore
 __all__ = ["collect_status", "run_status"]
 
 logger = logging.getLogger(__name__)
+
+
+def lab_daemons(lab: Lab) -> list[str]:
+    """Return the names of what runs in the lab: ring nodes and daemons."""
+    return [
+        *lab.nodes,
+        *storm_daemons(lab),
+        *spark_daemons(lab),
+        *kafka_daemons(lab),
+    ]
 
 
 def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
@@ -96,12 +107,12 @@ def collect_status(cluster: Cluster, lab: Lab | None = None) -> dict[str, Any]:
         "live_nodes": len(live),
         # the netns lab's hosts (`sr3 lab up --netns`), else null
         "hosts": (
-            lab_netns.hosts_status(lab, [*lab.nodes, *storm_daemons(lab)])
-            if lab is not None
-            else None
+            lab_netns.hosts_status(lab, lab_daemons(lab)) if lab is not None else None
         ),
         # the lab's Apache Storm cluster (`sr3 lab up --storm`), else null
         "storm": storm_status(lab) if lab is not None else None,
+        # the lab's Spark master and workers (`sr3 lab up --spark`), else null
+        "spark": spark_status(lab) if lab is not None else None,
         # the lab's Kafka broker (`sr3 lab up --kafka`), else null
         "kafka": kafka_status(lab) if lab is not None else None,
         # every Prometheus endpoint: ring nodes, then the lab's running topologies

@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Final
@@ -57,7 +58,7 @@ _LOG_TAIL_LINES: Final = 30
 
 
 class KafkaBroker:
-    """One combined broker and controller on 127.0.0.1, as a child JVM.
+    """One combined broker and controller (on 127.0.0.1 by default), as a child JVM.
 
     Args:
         root: Holds ``broker.json``, the configuration, data and logs. Created
@@ -72,6 +73,10 @@ class KafkaBroker:
         plan: Ports, cluster id, node id and voters of a first start (a node
             of a :class:`~sr3_cli.daemons.kafka_cluster.KafkaCluster`); default:
             free ports, a new cluster id, standalone. A ``broker.json`` wins.
+        host: The address a first start listens on and advertises (a netns
+            lab host's; default loopback). A ``broker.json`` wins.
+        command_prefix: What starts the JVM there (``ip netns exec NS``;
+            default: this namespace).
     """
 
     def __init__(  # noqa: PLR0913 (keyword-only options)
@@ -84,6 +89,8 @@ class KafkaBroker:
         stop_timeout_s: float = 20.0,
         home: KafkaHome | None = None,
         plan: BrokerInfo | None = None,
+        host: str = "127.0.0.1",
+        command_prefix: Sequence[str] = (),
     ) -> None:
         self.root = Path(root).resolve()
         self.heap = heap
@@ -91,6 +98,8 @@ class KafkaBroker:
         self.start_timeout_s = start_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self._home = home
+        self.host = host
+        self.command_prefix = tuple(command_prefix)
         self._info: BrokerInfo | None = self._load() or plan
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -132,7 +141,7 @@ class KafkaBroker:
 
     @property
     def bootstrap(self) -> str:
-        """The bootstrap address clients use (``127.0.0.1:PORT``)."""
+        """The bootstrap address clients use (``HOST:PORT``)."""
         return self.info.bootstrap
 
     @property
@@ -188,7 +197,9 @@ class KafkaBroker:
         """
         java = java_binary(self.home.version)
         self.root.mkdir(parents=True, exist_ok=True)
-        info = self._info or BrokerInfo(free_port(), free_port(), new_cluster_id())
+        info = self._info or BrokerInfo(
+            free_port(), free_port(), new_cluster_id(), host=self.host
+        )
         properties = self.root / "server.properties"
         properties.write_text(
             server_properties(info, self.root / "data"), encoding="utf-8"
@@ -198,7 +209,7 @@ class KafkaBroker:
         out = (self.root / "broker.out").open("ab")
         try:
             self._proc = subprocess.Popen(  # noqa: S603 (our java, our arguments)
-                [*self._jvm(java), _MAIN, str(properties)],
+                [*self.command_prefix, *self._jvm(java), _MAIN, str(properties)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -342,7 +353,7 @@ class KafkaBroker:
     def _listening(self) -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.settimeout(0.5)
-            return sock.connect_ex(("127.0.0.1", self.info.port)) == 0
+            return sock.connect_ex((self.info.host, self.info.port)) == 0
 
     def status(self) -> dict[str, Any]:
         """Return ``{"bootstrap", "pid", "running", "dir", "version", "node_id"}``."""

@@ -36,6 +36,8 @@ class BrokerInfo:
         node_id: The KRaft ``node.id`` (1 for a single broker).
         voters: ``controller.quorum.voters`` of a multi-node cluster
             (``1@127.0.0.1:PORT,2@...``); None: a standalone single node.
+        host: The address it listens on and advertises (a netns lab host's;
+            default loopback).
     """
 
     port: int
@@ -44,6 +46,7 @@ class BrokerInfo:
     pid: int | None = None
     node_id: int = 1
     voters: str | None = None
+    host: str = "127.0.0.1"
 
     @property
     def replicas(self) -> int:
@@ -52,8 +55,8 @@ class BrokerInfo:
 
     @property
     def bootstrap(self) -> str:
-        """The bootstrap address, ``127.0.0.1:PORT``."""
-        return f"127.0.0.1:{self.port}"
+        """The bootstrap address, ``HOST:PORT``."""
+        return f"{self.host}:{self.port}"
 
 
 def server_properties(info: BrokerInfo, data_dir: Path) -> str:
@@ -77,7 +80,7 @@ def server_properties(info: BrokerInfo, data_dir: Path) -> str:
         }
         if info.voters
         else {
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{info.controller_port}"
+            "controller.quorum.bootstrap.servers": f"{info.host}:{info.controller_port}"
         }
     )
     settings: dict[str, Any] = {
@@ -85,10 +88,10 @@ def server_properties(info: BrokerInfo, data_dir: Path) -> str:
         "node.id": info.node_id,
         **quorum,
         "listeners": (
-            f"PLAINTEXT://127.0.0.1:{info.port},"
-            f"CONTROLLER://127.0.0.1:{info.controller_port}"
+            f"PLAINTEXT://{info.host}:{info.port},"
+            f"CONTROLLER://{info.host}:{info.controller_port}"
         ),
-        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{info.port}",
+        "advertised.listeners": f"PLAINTEXT://{info.host}:{info.port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",

@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from sr3.errors import ConfigError
-from sr3_cli.lab_netns import host_names, node_host, prefix_for
+from sr3_cli.lab_netns import (
+    daemon_host,
+    driver_address,
+    host_names,
+    node_host,
+    prefix_for,
+)
 from sr3_cli.netns import LinkShape
 
 
@@ -53,6 +59,32 @@ def test_zookeeper_gets_h1_and_nodes_spread_over_the_other_hosts() -> None:
     placed = [node_host(record, f"node-{i}") for i in range(1, 8)]
     assert placed == ["h2", "h3", "h4", "h2", "h3", "h4", "h2"]
     assert node_host({"hosts": {"h1": ""}}, "node-3") == "h1"
+
+
+def test_control_daemons_get_h1_and_spark_workers_share_the_node_hosts() -> None:
+    record = {"hosts": {h: "" for h in host_names(4)}}
+    assert [daemon_host(record, d) for d in ("nimbus", "spark-master", "kafka")] == [
+        "h1",
+        "h1",
+        "h1",
+    ]
+    workers = [daemon_host(record, f"spark-worker-{i}") for i in (1, 2)]
+    assert workers == [node_host(record, "node-1"), node_host(record, "node-2")]
+
+
+class _Lab:
+    def __init__(self, netns: dict[str, object] | None) -> None:
+        self.root = Path("/nowhere")
+        self.netns = netns
+
+
+def test_a_driver_binds_the_bridge_only_for_a_master_on_the_labs_hosts() -> None:
+    lab = _Lab({"network": "10.77.5.0/24", "gateway": "10.77.5.254", "hosts": {}})
+    assert driver_address(lab, "spark://10.77.5.1:7077") == "10.77.5.254"
+    assert driver_address(lab, "spark://127.0.0.1:7077") is None
+    assert driver_address(lab, "local[2]") is None
+    assert driver_address(lab, "spark://master.example:7077") is None
+    assert driver_address(_Lab(None), "spark://10.77.5.1:7077") is None
 
 
 def test_a_lab_prefix_is_stable_short_and_never_the_benchmarks(tmp_path: Path) -> None:
