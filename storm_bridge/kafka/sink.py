@@ -40,7 +40,7 @@ from storm_bridge.kafka.delivery import (
 from storm_bridge.kafka.settings import SinkSettings
 from storm_bridge.stateful import StatefulBolt
 
-__all__ = ["KafkaSink", "deliver_committed", "transactional_id"]
+__all__ = ["KafkaSink", "deliver_committed", "deliver_owner", "transactional_id"]
 
 logger = logging.getLogger(__name__)
 
@@ -238,24 +238,44 @@ def deliver_committed(
     settings = SinkSettings.from_conf(conf)
     topology = str(conf["topology.name"])
     record = ring.committed(topology)
-    markers: list[Marker] = []
-    for index in range(tasks):
-        owner = f"{topology}/{component}/{index}"
-        delivery = EpochDelivery(
-            settings=settings,
-            owner=owner,
-            transactional_id=transactional_id(topology, component, index),
+    return [
+        deliver_owner(
+            settings,
+            ring=ring,
+            record=record,
+            owner=f"{topology}/{component}/{index}",
+            tid=transactional_id(topology, component, index),
         )
-        try:
-            if record is None or owner not in record.owners:
-                markers.append(delivery.read_marker())
-                continue
-            groups = int(ring.manifests.manifest(owner, record.epoch).key_group_count)
-            state, _report = ring.restore(
-                owner, record, key_group_count=groups, mechanism=_MECHANISM
-            )
-            snapshot = snapshot_outputs(state.items())
-            markers.append(delivery.deliver(record.epoch, snapshot))
-        finally:
-            delivery.close()
-    return markers
+        for index in range(tasks)
+    ]
+
+
+def deliver_owner(
+    settings: SinkSettings, *, ring: Any, record: Any, owner: str, tid: str
+) -> Marker:
+    """Deliver the outputs one sink owner left pending in committed ``record``.
+
+    The owner's snapshot at ``record``'s epoch is read back from the ring and
+    its outputs above the marker of ``tid`` are written (idempotent). A Storm
+    sink task is one owner; on Spark, the driver's write-ahead of a sink
+    component is another (``<topology>/<component>/spark``).
+
+    Returns:
+        The owner's marker after delivery (read back only, when ``record``
+        does not name the owner).
+
+    Raises:
+        KafkaException: Kafka failed.
+        SR3Error: ZooKeeper or the ring failed.
+    """
+    delivery = EpochDelivery(settings=settings, owner=owner, transactional_id=tid)
+    try:
+        if record is None or owner not in record.owners:
+            return delivery.read_marker()
+        groups = int(ring.manifests.manifest(owner, record.epoch).key_group_count)
+        state, _report = ring.restore(
+            owner, record, key_group_count=groups, mechanism=_MECHANISM
+        )
+        return delivery.deliver(record.epoch, snapshot_outputs(state.items()))
+    finally:
+        delivery.close()
