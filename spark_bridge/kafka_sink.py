@@ -68,7 +68,8 @@ __all__ = [
 #: ``<batch>`` committed its epoch, before its Kafka transaction
 #: (``tests/integration/kafka/test_spark_kafka_crash.py``).
 CRASH_ENV: Final = "SR3_CRASH_POINT"
-#: Last part of the ring owner holding a sink component's pending outputs.
+#: Last part of the ring owner holding a sink component's pending outputs
+#: (:data:`storm_bridge.kafka.sink.SPARK_WRITER`, not imported: it loads pystorm).
 SPARK_OWNER: Final = "spark"
 _SEQ_SHIFT: Final = 32
 _RETRY_FOR_S: Final = 60.0
@@ -97,7 +98,9 @@ def overrides_record(cls: type) -> bool:
 
 def spark_transactional_id(topology: str, component: str) -> str:
     """Return the ``transactional.id`` the Spark driver writes a sink's outputs with."""
-    return f"sr3-{topology}-{component}-{SPARK_OWNER}"
+    from storm_bridge.kafka.sink import transactional_id  # noqa: PLC0415 (pystorm)
+
+    return transactional_id(topology, component, SPARK_OWNER)
 
 
 def crash_point(batch: int) -> None:
@@ -282,7 +285,7 @@ def deliver_pending(
         for owner in sorted(o for o in record.owners if o.startswith(prefix)):
             index = owner.removeprefix(prefix)
             if index == SPARK_OWNER:
-                tid = spark_transactional_id(topology.name, name)
+                tid = transactional_id(topology.name, name, SPARK_OWNER)
             elif index.isdigit():
                 tid = transactional_id(topology.name, name, int(index))
             else:

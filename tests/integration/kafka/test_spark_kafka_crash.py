@@ -4,9 +4,9 @@ The driver (a subprocess running ``python -m spark_bridge`` on ``local[2]``)
 kills itself with SIGKILL once micro-batch 1 committed its SR3 epoch, before
 that batch's Kafka transaction (the test-only ``SR3_CRASH_POINT``). The batch's
 outputs are in the committed epoch (owner ``kafka_wordcount/results/spark``);
-a run resuming from the ring with a FRESH Spark checkpoint writes them before
-its query starts, and the output topic read ``read_committed`` holds each
-``(word, n)`` exactly once.
+a run resuming from the ring writes them before it starts (a Spark run with a
+FRESH Spark checkpoint, or a Storm run on the local cluster), and the output
+topic read ``read_committed`` holds each ``(word, n)`` exactly once.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from spark_bridge.kafka_sink import CRASH_ENV
 from spark_bridge.runner import run_topology as run_spark
 from sr3.config import Sr3Config
 from sr3_cli.lab import Lab
+from storm_bridge.runner import RunOptions
+from storm_bridge.runner import run_topology as run_storm
 from tests.integration.kafka.conftest import (
     NewTopicFactory,
     produce,
@@ -48,7 +50,9 @@ def ring(lab: Lab) -> Iterator[RingAccess]:
     access.close()
 
 
+@pytest.mark.parametrize("engine", ["spark", "storm"])
 def test_spark_driver_killed_before_the_kafka_write_loses_no_output_on_resume(
+    engine: str,
     spark: SparkSession,
     lab: Lab,
     ring: RingAccess,
@@ -95,19 +99,25 @@ def test_spark_driver_killed_before_the_kafka_write_loses_no_output_on_resume(
     owed = {(w, n) for w, t in committed.items() for n in range(1, t + 1)}
     assert seen < owed
 
-    # resumed from the ring, with a fresh Spark checkpoint
-    report = run_spark(
-        FILE,
-        checkpoint_dir=tmp_path / "second",
-        spark=spark,
-        ring=ring,
-        conf=conf,
-        max_rows_per_batch=ROWS_PER_BATCH,
-        resume=True,
-    )
+    if engine == "spark":
+        # resumed from the ring, with a fresh Spark checkpoint
+        report = run_spark(
+            FILE,
+            checkpoint_dir=tmp_path / "second",
+            spark=spark,
+            ring=ring,
+            conf=conf,
+            max_rows_per_batch=ROWS_PER_BATCH,
+            resume=True,
+        )
+        assert report["idle"] is True
+        assert report["started_from"].startswith("ring epoch")
+    else:
+        # a Storm run on the local cluster takes over from Spark's epoch
+        options = RunOptions(until_idle=True, conf=conf, resume=True, timeout_s=180)
+        resumed = run_storm(FILE, ring=ring, options=options)
+        assert resumed.idle is True, resumed.errors
 
-    assert report["idle"] is True
-    assert report["started_from"].startswith("ring epoch")
     expected = Counter(w for line in text for w in line.split())
     _epoch, state = ring.committed_state("kafka_wordcount", "count")
     assert {k[0]: v["n"] for k, v in state.items()} == dict(expected)
