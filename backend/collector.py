@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from backend.owners import OwnerId
+from backend.owners import owner_topology
 from sr3.errors import SR3Error
 from sr3.ports import DropGuard
 from sr3.snapshot import GcReport, SnapshotWriter
@@ -98,10 +98,9 @@ class ChainCollector:
         Raises:
             CoordinationError: ZooKeeper failed.
         """
-        try:
-            topology = OwnerId.parse(owner).topology
-        except ValueError:
-            return set(), None  # not a task's state (sr3 snapshot put): no savepoints
+        topology = owner_topology(owner)
+        if topology is None:
+            return set(), None  # not a topology's state (sr3 snapshot put): no pins
         if topology not in pins:
             pinned, guard = self.savepoints.pins(topology)
             # commits kept restorable (sr3.checkpoint.retain) are kept alike;

@@ -237,7 +237,8 @@ def start_record(
         assert point.epoch is not None  # noqa: S101 (StartPoint checks it)
         record = _epoch_record(access, topology, point.epoch)
     if components is not None:
-        held = sorted({OwnerId.parse(o).component for o in record.owners})
+        tasks = topology_owners(record.owners, topology)
+        held = sorted({OwnerId.parse(o).component for o in tasks})
         gone = [c for c in held if c not in components]
         if gone:
             msg = E_RENAMED.format(

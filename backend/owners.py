@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["OwnerId", "component_owners", "owner_name", "topology_owners"]
+__all__ = [
+    "OwnerId",
+    "component_owners",
+    "owner_name",
+    "owner_topology",
+    "topology_owners",
+]
 
 
 @dataclass(frozen=True, order=True)
@@ -47,6 +53,18 @@ class OwnerId:
 def owner_name(topology: str, component: str, index: int) -> str:
     """Return the owner id of task ``index`` of ``component``."""
     return str(OwnerId(topology, component, index))
+
+
+def owner_topology(name: str) -> str | None:
+    """Return the topology of ``<topology>/<component>/<part>`` (None: not such a name).
+
+    Task owners end in their index; another writer of a topology's epochs ends
+    in a name (the Spark driver's pending Kafka outputs, ``.../spark``).
+    """
+    parts = name.rsplit("/", 2)
+    if len(parts) != 3 or not all(parts):  # noqa: PLR2004 (three parts)
+        return None
+    return parts[0]
 
 
 def _parsed(names: Iterable[str]) -> list[OwnerId]:

@@ -9,10 +9,18 @@ emits of those streams are written to ``sr3.kafka.sink.topic`` with
 the records and a marker ``{epoch, run, seq}`` in ONE Kafka transaction, so a
 ``read_committed`` consumer sees each output once, when its epoch committed.
 
-The micro-batch's parquet rows are the write-ahead log Storm keeps in the sink
-task's state: Spark re-runs a batch it did not commit with the same rows, and
-the marker (read back by a fresh producer) skips what Kafka already has. An
-output is numbered ``(batch id << 32) + its rank`` in the batch (rows sorted by
+With a ring, the batch's outputs are also part of its SR3 epoch, as a Storm
+sink task keeps them in its state: the owner ``<topology>/<component>/spark``
+holds them (:meth:`SparkKafkaSink.pending`, in the Storm sink's key layout)
+until the next batch's epoch replaces them. A driver that dies between the
+epoch's commit and the Kafka transaction thus leaves them in the committed
+epoch, and the next start writes them (:func:`deliver_pending`, with the
+Storm engine's :func:`~storm_bridge.kafka.sink.deliver_owner`), whether it
+resumes from the Spark checkpoint or from the ring with a fresh one. Without a
+ring, the micro-batch's parquet rows are the only write-ahead log: Spark
+re-runs a batch it did not commit with the same rows. Either way the marker
+(read back by a fresh producer) skips what Kafka already has. An output is
+numbered ``(batch id << 32) + its rank`` in the batch (rows sorted by
 ``seq``), under the run id of the Spark checkpoint (its query id): a batch
 re-run gets the same numbers, a new checkpoint a new run. The transactional
 id is ``sr3-<topology>-<component>-spark``, one per sink component (the driver
@@ -21,6 +29,8 @@ writes), distinct from the Storm tasks' ``sr3-<topology>-<component>-<index>``.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,8 +43,10 @@ from confluent_kafka import KafkaException
 
 from spark_bridge.context import storm_context
 from spark_bridge.rows import EMIT
-from sr3.codec import decode_value
+from sr3.codec import decode_value, encode_key
 from storm_bridge.kafka.delivery import (
+    NEXT_KEY,
+    OUT_KEY,
     EpochDelivery,
     Marker,
     Snapshot,
@@ -44,12 +56,21 @@ from storm_bridge.kafka.settings import SinkSettings
 from storm_bridge.topology import LoadedTopology
 
 __all__ = [
+    "CRASH_ENV",
+    "SPARK_OWNER",
     "SparkKafkaSink",
-    "deliver_storm_pending",
+    "deliver_pending",
     "is_kafka_sink",
     "spark_transactional_id",
 ]
 
+#: Test-only switch: ``after-commit:<batch>`` SIGKILLs the driver once micro-batch
+#: ``<batch>`` committed its epoch, before its Kafka transaction
+#: (``tests/integration/kafka/test_spark_kafka_crash.py``).
+CRASH_ENV: Final = "SR3_CRASH_POINT"
+#: Last part of the ring owner holding a sink component's pending outputs
+#: (:data:`storm_bridge.kafka.sink.SPARK_WRITER`, not imported: it loads pystorm).
+SPARK_OWNER: Final = "spark"
 _SEQ_SHIFT: Final = 32
 _RETRY_FOR_S: Final = 60.0
 _RETRY_S: Final = 0.5
@@ -77,7 +98,15 @@ def overrides_record(cls: type) -> bool:
 
 def spark_transactional_id(topology: str, component: str) -> str:
     """Return the ``transactional.id`` the Spark driver writes a sink's outputs with."""
-    return f"sr3-{topology}-{component}-spark"
+    from storm_bridge.kafka.sink import transactional_id  # noqa: PLC0415 (pystorm)
+
+    return transactional_id(topology, component, SPARK_OWNER)
+
+
+def crash_point(batch: int) -> None:
+    """SIGKILL this driver if :data:`CRASH_ENV` asks for it at ``batch`` (tests)."""
+    if os.environ.get(CRASH_ENV) == f"after-commit:{batch}":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -90,6 +119,7 @@ class SparkKafkaSink:
         settings: Its settings.
         delivery: The transactional writer (marker per component).
         run: The run id (the Spark checkpoint's query id).
+        owner: The ring owner its pending outputs are kept under.
     """
 
     component: str
@@ -97,6 +127,7 @@ class SparkKafkaSink:
     settings: SinkSettings
     delivery: EpochDelivery
     run: str
+    owner: str
 
     @classmethod
     def of(
@@ -125,13 +156,13 @@ class SparkKafkaSink:
             for stream, names in streams.items()
             if (source, stream) in inputs
         }
-        owner = f"{topology.name}/{component}/spark"
+        owner = f"{topology.name}/{component}/{SPARK_OWNER}"
         delivery = EpochDelivery(
             settings=settings,
             owner=owner,
             transactional_id=spark_transactional_id(topology.name, component),
         )
-        return cls(component, fields, settings, delivery, run)
+        return cls(component, fields, settings, delivery, run, owner)
 
     def outputs(
         self, directory: Path, batch: int
@@ -167,8 +198,30 @@ class SparkKafkaSink:
             out.append(((batch << _SEQ_SHIFT) + rank, {"k": key, "v": value}))
         return out
 
-    def deliver(self, batch: int, epoch: int, directory: Path) -> Marker | None:
+    def pending(self, outputs: list[tuple[int, Mapping[str, Any]]]) -> dict[bytes, Any]:
+        """Return the owner's state holding ``outputs``, as a Storm sink task's.
+
+        ``{encoded key: fields}``: the run and next number under ``NEXT_KEY``,
+        each output under ``(OUT_KEY, seq)``, what
+        :func:`~storm_bridge.kafka.delivery.snapshot_outputs` reads back.
+        """
+        state: dict[bytes, Any] = {
+            encode_key((OUT_KEY, seq)): dict(fields) for seq, fields in outputs
+        }
+        following = outputs[-1][0] + 1 if outputs else 0
+        state[encode_key(NEXT_KEY)] = {"r": self.run, "n": following}
+        return state
+
+    def deliver(
+        self,
+        batch: int,
+        epoch: int,
+        directory: Path,
+        outputs: list[tuple[int, Mapping[str, Any]]] | None = None,
+    ) -> Marker | None:
         """Write micro-batch ``batch`` (committed as ``epoch``) unless Kafka has it.
+
+        ``outputs`` are the batch's (default: read from ``directory``).
 
         Returns:
             The marker now in Kafka (None: the batch had no output).
@@ -177,7 +230,8 @@ class SparkKafkaSink:
             KafkaException: Kafka refused for 60 s (the query fails; a run from
                 the same checkpoint runs the batch again and delivers it).
         """
-        outputs = self.outputs(directory, batch)
+        if outputs is None:
+            outputs = self.outputs(directory, batch)
         if not outputs:
             return None
         snapshot = Snapshot(self.run, outputs)
@@ -197,33 +251,43 @@ class SparkKafkaSink:
         self.delivery.close()
 
 
-def deliver_storm_pending(
+def deliver_pending(
     topology: LoadedTopology,
     sinks: tuple[str, ...],
     overrides: dict[str, Any],
     *,
     ring: Any,
-    owners: tuple[str, ...],
+    record: Any,
 ) -> None:
-    """Write what Storm sink tasks left pending in the committed epoch (a hand-off).
+    """Write what the committed epoch holds of the sinks' outputs, before a query.
 
     A Storm ``KafkaSink`` task keeps its outputs in its state until Kafka has
-    them; ``sr3 run`` writes the last epoch's once the tasks stopped, but a run
-    that died did not. Before a Spark query takes over, the outputs of every
-    Storm sink task the committed epoch (with ``owners``) holds are written
-    with the tasks' own transactional ids, which fences them: call it only once
-    they stopped (idempotent: the tasks' markers skip what Kafka has).
+    them, and so does the Spark driver (owner ``<topology>/<component>/spark``);
+    ``sr3 run`` writes the last epoch's once a run ended, but a run that died
+    did not. Before a Spark query starts, every such owner in the committed
+    ``record`` is delivered with its own transactional id (a Storm task's, or
+    the Spark driver's), which fences its writer: call it only once that
+    stopped. Idempotent: the markers skip what Kafka has.
 
     Raises:
         KafkaException: Kafka failed.
         SR3Error: ZooKeeper or the ring failed.
     """
     from spark_bridge.context import storm_conf  # noqa: PLC0415 (one use)
-    from storm_bridge.kafka.sink import deliver_committed  # noqa: PLC0415 (pystorm)
+    from storm_bridge.kafka.sink import (  # noqa: PLC0415 (pystorm)
+        deliver_owner,
+        transactional_id,
+    )
 
     for name in sinks:
         prefix = f"{topology.name}/{name}/"
-        tasks = sum(1 for o in owners if o.startswith(prefix) and o != f"{prefix}spark")
-        if tasks:
-            conf = storm_conf(topology, name, overrides)
-            deliver_committed(conf, ring=ring, component=name, tasks=tasks)
+        settings = SinkSettings.from_conf(storm_conf(topology, name, overrides))
+        for owner in sorted(o for o in record.owners if o.startswith(prefix)):
+            index = owner.removeprefix(prefix)
+            if index == SPARK_OWNER:
+                tid = transactional_id(topology.name, name, SPARK_OWNER)
+            elif index.isdigit():
+                tid = transactional_id(topology.name, name, int(index))
+            else:
+                continue
+            deliver_owner(settings, ring=ring, record=record, owner=owner, tid=tid)

@@ -32,6 +32,7 @@ from backend.chain import ChainPolicy
 from backend.committer import EpochCommitter, StartPoint
 from spark_bridge.compiler import Plan
 from spark_bridge.errors import SparkBridgeError
+from spark_bridge.kafka_sink import SPARK_OWNER
 from spark_bridge.ring import (
     RESTORE_SOURCE,
     BatchCommitter,
@@ -154,6 +155,7 @@ def plan_start(  # noqa: PLR0913 (the start's inputs)
         policy=ChainPolicy(settings.recovery.max_chain_length),
         boxing=IntegerBoxing.of({**topology.config, **conf}),
         retain=settings.checkpoint.retain,
+        outputs=[f"{topology.name}/{n}/{SPARK_OWNER}" for n in plan.kafka_sinks],
     )
     record = committer.open()
     start = QueryStart(committer=committer, record=record, query=query)

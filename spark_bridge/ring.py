@@ -11,6 +11,10 @@ other's committed epoch:
   by the route stored with the key's fields (:data:`sr3.key_state.ROUTE_FIELD`,
   :func:`storm_bridge.groupings.key_task_index`);
 - spout offsets are recorded by ``<spout>/<task index>``;
+- a ``KafkaSink`` component's outputs of the batch are kept by one more owner,
+  ``<topology>/<component>/spark``, written FULL every epoch (the batch's
+  outputs only, :mod:`spark_bridge.kafka_sink`), as a Storm sink task keeps
+  its pending outputs in its state;
 - a commit record (``zk.checkpoints``) names the committed epoch, the offsets
   and every owner; the Spark engine adds ``{"engine": "spark", "query": id,
   "batch": n}``.
@@ -127,9 +131,10 @@ class BatchCommitter:
         boxing: How Storm's fields grouping hashes int keys, to place each key
             with the Storm task that owns it.
         retain: Committed epochs kept restorable (``sr3.checkpoint.retain``).
+        outputs: Owners of the ``KafkaSink`` components' pending outputs.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (the committer's collaborators)
         self,
         *,
         access: RingAccess,
@@ -139,8 +144,10 @@ class BatchCommitter:
         policy: ChainPolicy | None = None,
         boxing: IntegerBoxing = IntegerBoxing.LONG,
         retain: int = 1,
+        outputs: Sequence[str] = (),
     ) -> None:
         self._access = access
+        self._outputs = tuple(outputs)
         self._policy = policy or ChainPolicy()
         self._topology = topology.name
         self._owners = {o.name: o for o in owners}
@@ -211,6 +218,7 @@ class BatchCommitter:
         batch: int,
         changes: Mapping[str, Mapping[bytes, bytes | None]],
         offsets: Mapping[str, Any],
+        pending: Mapping[str, Mapping[bytes, Any]] | None = None,
     ) -> BatchCommit:
         """Write one micro-batch's changes to the ring and commit its epoch.
 
@@ -218,6 +226,8 @@ class BatchCommitter:
             batch: Spark's batch id.
             changes: ``{component: {encoded key: state blob, or None if deleted}}``.
             offsets: ``{"<spout>/<index>": offset}`` reached by this batch.
+            pending: ``{output owner: {encoded key: fields}}``, the whole state
+                of each owner of ``outputs`` at this epoch (missing: empty).
 
         Raises:
             QuorumError: a shard missed its write quorum (the batch fails and
@@ -263,10 +273,16 @@ class BatchCommitter:
             report.bytes_written += size
             if compacted:
                 report.compacted.append(name)
+        # last: a crash before the commit leaves an epoch the stateful owners
+        # published, which the next run's numbering (next_epoch) steps over
+        for name in self._outputs:
+            report.bytes_written += self._write_outputs(
+                name, epoch, (pending or {}).get(name, {}), offsets
+            )
         record = CommitRecord(
             epoch=epoch,
             offsets=offsets,
-            owners=tuple(sorted(self._owners)),
+            owners=tuple(sorted([*self._owners, *self._outputs])),
             extra={"engine": ENGINE, "query": self._query, "batch": batch},
         )
         self._committer.commit(record)
@@ -344,6 +360,29 @@ class BatchCommitter:
         if kind == FULL or groups:
             self._chain[owner.name].written(kind)
         return written.manifest, written.bytes_written, compacted
+
+    def _write_outputs(
+        self,
+        name: str,
+        epoch: int,
+        entries: Mapping[bytes, Any],
+        offsets: Mapping[str, Any],
+    ) -> int:
+        """Write an output owner's whole state as a FULL epoch; return its bytes.
+
+        One key group: the state is one batch's outputs, read back whole.
+        """
+        blobs = {0: encode_key_group_raw(dict(entries))} if entries else {}
+        written = self._access.write(
+            owner=name,
+            epoch=epoch,
+            key_group_count=1,
+            key_groups=blobs.items(),
+            kind=FULL,
+            offsets=offsets,
+            base=None,
+        )
+        return written.bytes_written
 
     def _reshard_state(self, component: str) -> dict[str, dict[bytes, Any]]:
         """Every owner's whole state of a rescaled component, keys re-routed."""

@@ -36,7 +36,7 @@ from backend.committer import StartPoint
 from spark_bridge.compiler import build_frame, plan_topology
 from spark_bridge.errors import QueryFailedError
 from spark_bridge.kafka_jars import spark_kafka_jars
-from spark_bridge.kafka_sink import SparkKafkaSink, deliver_storm_pending
+from spark_bridge.kafka_sink import SparkKafkaSink, deliver_pending
 from spark_bridge.kafka_start import kafka_starts
 from spark_bridge.metrics import SparkMetricsFeed
 from spark_bridge.query_start import SPARK_DIR, plan_start
@@ -172,9 +172,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         dict(record.offsets) if record is not None else start.start_offsets,
     )
     if ring is not None and record is not None and plan.kafka_sinks:
-        deliver_storm_pending(
-            topology, plan.kafka_sinks, overrides, ring=ring, owners=record.owners
-        )
+        deliver_pending(topology, plan.kafka_sinks, overrides, ring=ring, record=record)
     frame = build_frame(
         session,
         plan,

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from backend.access import RingAccess
 from spark_bridge.compiler import Plan
 from spark_bridge.errors import SparkBridgeError
-from spark_bridge.kafka_sink import SparkKafkaSink
+from spark_bridge.kafka_sink import SparkKafkaSink, crash_point
 from spark_bridge.ring import ENGINE, BatchCommit, BatchCommitter
 from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
 from sr3.codec import decode_key, decode_value
@@ -99,14 +99,22 @@ class BatchSink:
             elif kind == INFO and row["state"] is not None:
                 self.infos.append(dict(decode_value(row["state"])))
         epoch = batch_id + 1  # without a ring: Spark's batch is the epoch
+        outputs = [k.outputs(target, batch_id) for k in self.kafka_sinks]
         if self.committer is not None:
-            report = self.committer.commit(batch_id, changes, offsets)
+            # the outputs go into the epoch too: a driver that dies before
+            # their Kafka transaction leaves them for the next start
+            pending = {
+                k.owner: k.pending(out)
+                for k, out in zip(self.kafka_sinks, outputs, strict=True)
+            }
+            report = self.committer.commit(batch_id, changes, offsets, pending)
             self.sr3_seconds[batch_id] = report.seconds
             if report.epoch is not None:
                 self.last_epoch = report.epoch
             epoch = self.last_epoch if self.last_epoch is not None else epoch
-        for kafka_sink in self.kafka_sinks:
-            kafka_sink.deliver(batch_id, epoch, target)
+        crash_point(batch_id)
+        for kafka_sink, out in zip(self.kafka_sinks, outputs, strict=True):
+            kafka_sink.deliver(batch_id, epoch, target, out)
         self.sink_seconds[batch_id] = time.perf_counter() - started
         self.committed += 1
 

@@ -38,6 +38,7 @@ from sr3.errors import ConfigError
 from sr3_cli import lab_netns
 from sr3_cli.argtypes import at_least, positive_seconds
 from sr3_cli.commands import wait_for_members
+from sr3_cli.compare_kafka import sink_topics
 from sr3_cli.compare_sampler import SAMPLE_S, Progress, TupleSampler, per_second
 from sr3_cli.compare_verdict import verdict
 from sr3_cli.daemons.prometheus import targets_dir
@@ -291,19 +292,25 @@ def compare_engines(
     topology = load_topology(request.file)
     request = with_lab_kafka(request, topology, lab)
     stateful = compared_components(topology)
+    sinks = sink_topics(topology, request.conf)
     check_node_ids((k.node for k in request.node_kills), lab.nodes)
     config = lab.config(Sr3Config.from_env())
     runs: dict[str, Any] = {}
     for i, engine in enumerate(request.engines, start=1):
         progress(f"[{i}/{len(request.engines)}] {engine}: running {topology.name}")
         started = time.monotonic()
+        run_request, starts = request, {}
+        if sinks is not None:
+            # its own output topic: the verdict compares what each engine wrote
+            run_request = replace(request, conf=sinks.conf(request.conf, engine))
+            starts = sinks.prepare(engine)
         with (
             _scratch() as scratch,
             TupleSampler(
                 targets_dir(lab.root), topology.name, engine, progress
             ) as sampler,
         ):
-            report = _run_engine(engine, request, lab, config, spark, scratch)
+            report = _run_engine(engine, run_request, lab, config, spark, scratch)
         wall_s = round(time.monotonic() - started, 3)
         ring = RingAccess(config)
         try:
@@ -319,6 +326,7 @@ def compare_engines(
             "state": state,
             "samples": sampler.samples,
             "throughput": per_second(sampler.samples),
+            "kafka": {} if sinks is None else sinks.read(engine, starts),
         }
         keys = ", ".join(f"{n} {s['keys']} keys" for n, s in state.items())
         progress(f"[{i}/{len(request.engines)}] {engine}: done in {wall_s} s ({keys})")

@@ -2,8 +2,10 @@
 
 Every engine is compared with the first, key by key: the final committed state
 of every stateful bolt (``results["runs"][engine]["state"][component]["rows"]``,
-as ``sr3 state dump`` prints it), and the last output per key of each sink both
-engines report.
+as ``sr3 state dump`` prints it), the last output per key of each sink both
+engines report, and the records each engine's ``KafkaSink`` wrote to its own
+topic, key by key (``results["runs"][engine]["kafka"][component]["rows"]``,
+:mod:`sr3_cli.compare_kafka`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ def verdict(results: Mapping[str, Any]) -> dict[str, Any]:
     """Return ``agree`` and ``differences``: every engine against the first.
 
     Final states are compared key by key for every stateful bolt; sink outputs
-    (last output per key) where both engines report the sink.
+    (last output per key) and Kafka sink records (every record per key) where
+    both engines report the sink.
     """
     engines = list(results["engines"])
     runs = results["runs"]
@@ -42,11 +45,10 @@ def verdict(results: Mapping[str, Any]) -> dict[str, Any]:
                 ref["report"].get("outputs", {}),
                 run["report"].get("outputs", {}),
             ),
+            ("kafka", _rows(ref.get("kafka", {})), _rows(run.get("kafka", {}))),
         ):
             for component in sorted(
-                set(ours) & set(theirs)
-                if what == "outputs"
-                else set(ours) | set(theirs)
+                set(ours) | set(theirs) if what == "state" else set(ours) & set(theirs)
             ):
                 a, b = ours.get(component, {}), theirs.get(component, {})
                 keys = _differing(a, b)

@@ -550,6 +550,10 @@ def run_topology(
         )
         hooks = _ZkHooks(committer)
         checkpoint = CheckpointSettings(hooks, interval_s, first, timeout_s)
+    if options.checkpoints and options.resume:
+        # what the resumed epoch holds of a sink's outputs and its writer did
+        # not write (a Spark driver that died after the commit) goes out first
+        _deliver_stopped(topology, conf, ring)
     cluster = LocalCluster(
         topology,
         conf,

@@ -40,15 +40,29 @@ from storm_bridge.kafka.delivery import (
 from storm_bridge.kafka.settings import SinkSettings
 from storm_bridge.stateful import StatefulBolt
 
-__all__ = ["KafkaSink", "deliver_committed", "transactional_id"]
+__all__ = [
+    "SPARK_WRITER",
+    "KafkaSink",
+    "deliver_committed",
+    "deliver_owner",
+    "transactional_id",
+]
 
 logger = logging.getLogger(__name__)
 
 _MECHANISM: Final = "star"
 
 
-def transactional_id(topology: str, component: str, index: int) -> str:
-    """Return the Kafka ``transactional.id`` of a sink task (stable across restarts)."""
+#: Last part of the owner of a sink's outputs the Spark driver writes.
+SPARK_WRITER: Final = "spark"
+
+
+def transactional_id(topology: str, component: str, index: int | str) -> str:
+    """Return the Kafka ``transactional.id`` of a sink task (stable across restarts).
+
+    ``index`` is the task's index, or :data:`SPARK_WRITER` for the Spark
+    driver, which writes a sink component's outputs on the Spark engine.
+    """
     return f"sr3-{topology}-{component}-{index}"
 
 
@@ -220,7 +234,8 @@ def deliver_committed(
     A run that ends right after its last commit may stop the sink tasks before
     they wrote that epoch; a restarted task would write it. This does the same
     from outside, with the tasks' transactional ids (so it fences them: call it
-    only once they stopped).
+    only once they stopped). Outputs a Spark run's driver left in the epoch
+    (owner ``<topology>/<component>/spark``) are written too, with its id.
 
     Args:
         conf: The topology's Storm conf (``sr3.kafka.*`` and ``topology.name``).
@@ -238,24 +253,48 @@ def deliver_committed(
     settings = SinkSettings.from_conf(conf)
     topology = str(conf["topology.name"])
     record = ring.committed(topology)
-    markers: list[Marker] = []
-    for index in range(tasks):
-        owner = f"{topology}/{component}/{index}"
-        delivery = EpochDelivery(
-            settings=settings,
-            owner=owner,
-            transactional_id=transactional_id(topology, component, index),
+    writers: list[int | str] = list(range(tasks))
+    if record is not None and f"{topology}/{component}/{SPARK_WRITER}" in record.owners:
+        # a Spark run's driver died before writing its last micro-batch
+        writers.append(SPARK_WRITER)
+    return [
+        deliver_owner(
+            settings,
+            ring=ring,
+            record=record,
+            owner=f"{topology}/{component}/{writer}",
+            tid=transactional_id(topology, component, writer),
         )
-        try:
-            if record is None or owner not in record.owners:
-                markers.append(delivery.read_marker())
-                continue
-            groups = int(ring.manifests.manifest(owner, record.epoch).key_group_count)
-            state, _report = ring.restore(
-                owner, record, key_group_count=groups, mechanism=_MECHANISM
-            )
-            snapshot = snapshot_outputs(state.items())
-            markers.append(delivery.deliver(record.epoch, snapshot))
-        finally:
-            delivery.close()
-    return markers
+        for writer in writers
+    ]
+
+
+def deliver_owner(
+    settings: SinkSettings, *, ring: Any, record: Any, owner: str, tid: str
+) -> Marker:
+    """Deliver the outputs one sink owner left pending in committed ``record``.
+
+    The owner's snapshot at ``record``'s epoch is read back from the ring and
+    its outputs above the marker of ``tid`` are written (idempotent). A Storm
+    sink task is one owner; on Spark, the driver's write-ahead of a sink
+    component is another (``<topology>/<component>/spark``).
+
+    Returns:
+        The owner's marker after delivery (read back only, when ``record``
+        does not name the owner).
+
+    Raises:
+        KafkaException: Kafka failed.
+        SR3Error: ZooKeeper or the ring failed.
+    """
+    delivery = EpochDelivery(settings=settings, owner=owner, transactional_id=tid)
+    try:
+        if record is None or owner not in record.owners:
+            return delivery.read_marker()
+        groups = int(ring.manifests.manifest(owner, record.epoch).key_group_count)
+        state, _report = ring.restore(
+            owner, record, key_group_count=groups, mechanism=_MECHANISM
+        )
+        return delivery.deliver(record.epoch, snapshot_outputs(state.items()))
+    finally:
+        delivery.close()

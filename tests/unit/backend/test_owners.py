@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from backend.owners import OwnerId, component_owners, owner_name, topology_owners
+from backend.owners import (
+    OwnerId,
+    component_owners,
+    owner_name,
+    owner_topology,
+    topology_owners,
+)
 
 
 def test_an_owner_id_round_trips() -> None:
@@ -22,3 +28,12 @@ def test_owners_of_a_component_come_in_task_order() -> None:
     names = ["wc/count/10", "wc/count/2", "wc/split/0", "other/count/1", "lines/0"]
     assert component_owners(names, "wc", "count") == ["wc/count/2", "wc/count/10"]
     assert topology_owners(names, "wc") == ["wc/count/2", "wc/count/10", "wc/split/0"]
+
+
+def test_a_named_writer_of_a_topology_is_its_topology_but_no_task() -> None:
+    # the Spark driver's pending Kafka outputs: pinned with the topology's
+    # savepoints, never counted as a stateful task
+    assert owner_topology("wc/results/spark") == "wc"
+    assert owner_topology("wc/count/2") == "wc"
+    assert owner_topology("synthetic") is None
+    assert topology_owners(["wc/results/spark", "wc/count/0"], "wc") == ["wc/count/0"]

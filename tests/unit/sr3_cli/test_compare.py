@@ -94,3 +94,69 @@ def test_a_topology_without_kafka_ignores_the_labs_broker() -> None:
     lab: Any = SimpleNamespace(kafka={"bootstrap": "10.0.0.1:9092"})
 
     assert with_lab_kafka(request, load_topology(WORDCOUNT), lab) is request
+
+
+def test_each_engine_writes_its_own_kafka_sink_topic_unless_one_is_named() -> None:
+    from sr3_cli.compare_kafka import sink_topics  # noqa: PLC0415 (pyspark)
+    from storm_bridge.topology import load_topology  # noqa: PLC0415
+
+    topology = load_topology(KAFKA_WC)
+    conf = {"sr3.kafka.bootstrap": "10.0.0.1:9092"}
+
+    sinks = sink_topics(topology, conf)
+
+    assert sinks is not None
+    assert sinks.per_engine
+    assert sinks.base == {"results": "counts"}
+    assert sinks.conf(conf, "spark") == {**conf, "sr3.kafka.sink.topic": "counts-spark"}
+    assert sinks.topic("results", "storm") == "counts-storm"
+    # -o sr3.kafka.sink.topic: every engine writes that one topic, as before
+    named = {**conf, "sr3.kafka.sink.topic": "out"}
+    shared = sink_topics(topology, named)
+    assert shared is not None
+    assert not shared.per_engine
+    assert shared.conf(named, "spark") == named
+    assert shared.topic("results", "spark") == "out"
+    # no broker known: nothing to read
+    assert sink_topics(topology, {}) is None
+
+
+def test_the_verdict_compares_each_engines_kafka_records_key_by_key() -> None:
+    from sr3_cli.compare_verdict import verdict  # noqa: PLC0415
+
+    def run(rows: dict[str, Any]) -> dict[str, Any]:
+        kafka = {"results": {"topic": "t", "records": 0, "rows": rows}}
+        return {"state": {}, "report": {}, "kafka": kafka}
+
+    once = {"a": [{"word": "a", "count": 1}, {"word": "a", "count": 2}]}
+    twice = {"a": [*once["a"], {"word": "a", "count": 2}]}
+    same = {
+        "engines": ["storm", "spark"],
+        "runs": {"storm": run(once), "spark": run(once)},
+    }
+    differ = {
+        "engines": ["storm", "spark"],
+        "runs": {"storm": run(once), "spark": run(twice)},
+    }
+
+    assert verdict(same)["agree"] is True
+    found = verdict(differ)
+    assert found["agree"] is False
+    (difference,) = found["differences"]
+    assert difference["what"] == "kafka"
+    assert difference["component"] == "results"
+    assert difference["first_keys"][0]["spark"] == twice["a"]
+    # results written before this change have no "kafka": nothing compared
+    old = {
+        "engines": ["storm", "spark"],
+        "runs": {
+            "storm": {"state": {}, "report": {}},
+            "spark": {"state": {}, "report": {}},
+        },
+    }
+    assert verdict(old) == {
+        "agree": True,
+        "reference": "storm",
+        "compared": [],
+        "differences": [],
+    }
