@@ -296,7 +296,14 @@ SECTIONS: Final = tuple(dict.fromkeys(key.section for key in _ROWS))
 #: ``sr3.*`` names that are no config keys (metrics, Kafka headers, state
 #: keys): never reported as unknown keys.
 NOT_KEYS: Final = frozenset(
-    {"sr3.restored", "sr3.snapshot", "sr3.error", "sr3.kafka.out", "sr3.kafka.next"}
+    {
+        "sr3.restored",
+        "sr3.loaded",
+        "sr3.snapshot",
+        "sr3.error",
+        "sr3.kafka.out",
+        "sr3.kafka.next",
+    }
 )
 _NOT_KEY_PREFIXES: Final = ("sr3.source.",)
 
