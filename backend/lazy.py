@@ -42,7 +42,8 @@ class LoadStats:
     Attributes:
         shards: Shards in the chain.
         bytes_read: Payload bytes fetched.
-        on_demand: Shards fetched on the task's thread because a tuple needed them.
+        on_demand: Shards fetched on the task's thread because a tuple needed
+            them before the background brought them.
         loaded_s: Seconds from the loader's start until every shard arrived.
     """
 
@@ -157,12 +158,16 @@ class ChainLoader:
             RecoveryError, ShardNotFoundError: a shard cannot be read.
         """
         for sid in self._metas:
-            self._ensure(sid)
+            self._ensure(sid, demanded=False)
         with self._cond:
             return self._hand_out()
 
-    def _ensure(self, sid: str) -> None:
-        """Make sure ``sid`` arrived: wait for a background fetch or fetch it here."""
+    def _ensure(self, sid: str, *, demanded: bool = True) -> None:
+        """Make sure ``sid`` arrived: wait for a background fetch or fetch it here.
+
+        ``demanded``: a tuple needs it (counted in ``on_demand_shards``), rather
+        than a snapshot needing the whole state.
+        """
         with self._cond:
             while sid in self._busy:
                 self._cond.wait()
@@ -170,7 +175,8 @@ class ChainLoader:
                 return
             self._busy.add(sid)
             self._failed.pop(sid, None)
-        self._on_demand += 1
+        if demanded:
+            self._on_demand += 1
         self._fetch(sid)
         with self._cond:
             error = self._failed.get(sid)
