@@ -4,8 +4,8 @@
 as the eager restore reads it) and is the :class:`~sr3.state.KeyGroupLoader`
 of a deferred :class:`~sr3.state.KeyedState`. Background threads fetch the
 chain's shards in key-group order; a key group the task needs before they
-brought it is fetched at once on the task's thread (its shards only, oldest
-first), and its tuple waits for that key group alone. Shards a background
+brought it is fetched at once (its shards only, in parallel), and its tuple
+waits for that key group alone. Shards a background
 fetch failed to read are read again on demand. When every shard arrived,
 ``on_loaded`` is called once with the load's :class:`LoadStats`.
 """
@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
@@ -33,6 +34,8 @@ Blob = bytes | memoryview
 LAZY_FETCH: Final = "lazy"
 #: Background fetch threads per restored task (a shard each at a time).
 BACKGROUND_THREADS: Final = 2
+#: Threads fetching the shards of a key group a tuple waits for, in parallel.
+ON_DEMAND_THREADS: Final = 4
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,7 @@ class ChainLoader:
         self._bytes = 0
         self._on_demand = 0
         self._done = False
-        self._stopped = False
+        self._demand_pool: ThreadPoolExecutor | None = None
         # background order: shards by their lowest key group (key-group order)
         self._queue = sorted(
             manifest.shard_ids,
@@ -134,20 +137,13 @@ class ChainLoader:
                 target=self._background, name=f"sr3-lazy-{n}", daemon=True
             ).start()
 
-    def stop(self) -> None:
-        """Make the background threads stop after their current shard."""
-        with self._cond:
-            self._stopped = True
-            self._queue.clear()
-
     def take(self, key_group: int) -> dict[int, list[Blob]]:
         """Return ``key_group``'s blobs (fetched now if need be) and any others arrived.
 
         Raises:
             RecoveryError, ShardNotFoundError: a shard of it cannot be read.
         """
-        for sid in self._chains.get(key_group, ()):
-            self._ensure(sid)
+        self._ensure(self._chains.get(key_group, []), demanded=True)
         with self._cond:
             return self._hand_out()
 
@@ -157,33 +153,53 @@ class ChainLoader:
         Raises:
             RecoveryError, ShardNotFoundError: a shard cannot be read.
         """
-        for sid in self._metas:
-            self._ensure(sid, demanded=False)
+        self._ensure(list(self._metas), demanded=False)
         with self._cond:
             return self._hand_out()
 
-    def _ensure(self, sid: str, *, demanded: bool = True) -> None:
-        """Make sure ``sid`` arrived: wait for a background fetch or fetch it here.
+    def _ensure(self, sids: list[str], *, demanded: bool) -> None:
+        """Make sure ``sids`` arrived: fetch those nobody fetches, wait for the rest.
 
-        ``demanded``: a tuple needs it (counted in ``on_demand_shards``), rather
-        than a snapshot needing the whole state.
+        The shards nobody fetches yet are fetched here, in parallel; a shard
+        whose background fetch failed is read again here once. ``demanded``: a
+        tuple needs them (counted in ``on_demand_shards``), rather than a
+        snapshot needing the whole state.
+
+        Raises:
+            RecoveryError: a shard could not be read.
         """
-        with self._cond:
-            while sid in self._busy:
-                self._cond.wait()
-            if sid in self._arrived or sid not in self._metas:
+        for attempt in (1, 2):
+            with self._cond:
+                claimed = [
+                    s for s in sids if s not in self._arrived and s not in self._busy
+                ]
+                for sid in claimed:
+                    self._busy.add(sid)
+                    self._failed.pop(sid, None)
+            if demanded and attempt == 1:
+                self._on_demand += len(claimed)
+            if len(claimed) > 1:
+                list(self._pool().map(self._fetch, claimed))
+            elif claimed:
+                self._fetch(claimed[0])
+            with self._cond:
+                while any(sid in self._busy for sid in sids):
+                    self._cond.wait()
+                missing = [s for s in sids if s not in self._arrived]
+            if not missing:
                 return
-            self._busy.add(sid)
-            self._failed.pop(sid, None)
-        if demanded:
-            self._on_demand += 1
-        self._fetch(sid)
-        with self._cond:
-            error = self._failed.get(sid)
-        if error is not None:
-            meta = self._metas[sid]
-            msg = f"shard {sid} of {meta.owner}@{meta.epoch} could not be read: {error}"
-            raise RecoveryError(msg) from error
+        sid = missing[0]
+        meta = self._metas[sid]
+        error = self._failed.get(sid)
+        msg = f"shard {sid} of {meta.owner}@{meta.epoch} could not be read: {error}"
+        raise RecoveryError(msg) from error
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._demand_pool is None:
+            self._demand_pool = ThreadPoolExecutor(
+                ON_DEMAND_THREADS, thread_name_prefix="sr3-lazy-demand"
+            )
+        return self._demand_pool
 
     def _hand_out(self) -> dict[int, list[Blob]]:
         """Every key group complete and not handed out yet (under the lock)."""
