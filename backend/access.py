@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from backend.collector import ChainCollector
 from backend.committed import CommittedReader, CommittedState
+from backend.lazy import LAZY_FETCH, ChainLoader, LoadStats
 from backend.owners import component_owners, owner_name
 from backend.rescale import Route, reshard
 from sr3.client import ClientPool
@@ -240,6 +241,57 @@ class RingAccess:
         )
         return state, report
 
+    def restore_lazily(
+        self,
+        owner: str,
+        record: CommitRecord | None,
+        *,
+        key_group_count: int,
+        mechanism: str,
+        on_loaded: Callable[[LoadStats], None] | None = None,
+    ) -> tuple[KeyedState, RestoreReport]:
+        """Return ``owner``'s committed state deferred: its key groups come later.
+
+        The state reads the same chain (base and deltas of the committed epoch)
+        as :meth:`restore`, key group by key group as its keys are touched, while
+        background threads fetch the rest in key-group order
+        (:class:`backend.lazy.ChainLoader`); ``on_loaded`` is called once every
+        shard arrived. The report's ``bytes`` are what the load will read. With
+        nothing committed for ``owner`` this is :meth:`restore`.
+
+        Raises:
+            RecoveryError: the committed manifest or a shard record is missing.
+            CoordinationError: ZooKeeper failed.
+        """
+        if record is None or owner not in record.owners:
+            return self.restore(
+                owner, record, key_group_count=key_group_count, mechanism=mechanism
+            )
+        started = time.perf_counter()
+        manifest = self._reader.manifest(owner, record.epoch)
+        loader = ChainLoader(
+            self.store,
+            manifest,
+            self.manifests.shards(owner),
+            on_loaded=on_loaded,
+        )
+        state = KeyedState(manifest.key_group_count)
+        state.defer(loader.key_groups, loader)
+        loader.start()
+        report = RestoreReport(
+            record.epoch,
+            mechanism,
+            LAZY_FETCH,
+            len(manifest.shard_ids),
+            loader.bytes_total,
+            time.perf_counter() - started,
+            reason=(
+                "lazy restore: key groups fetched when first needed, the rest "
+                "in key-group order in the background"
+            ),
+        )
+        return state, report
+
     def restore_task(  # noqa: PLR0913 (what identifies a task and its restore)
         self,
         *,
@@ -251,6 +303,8 @@ class RingAccess:
         key_group_count: int,
         mechanism: str,
         route: Route,
+        lazy: bool = False,
+        on_loaded: Callable[[LoadStats], None] | None = None,
     ) -> tuple[KeyedState, RestoreReport]:
         """Restore task ``index`` of ``tasks`` of a stateful component.
 
@@ -263,6 +317,10 @@ class RingAccess:
         not the key itself (:data:`sr3.key_state.ROUTE_FIELD`). The report's
         ``used`` says so. The task's next snapshot must be full.
 
+        With ``lazy`` and no rescale, the state is :meth:`restore_lazily`'s
+        (``on_loaded`` is called when it has all arrived); a rescale restores
+        eagerly.
+
         Raises:
             RecoveryError, ShardNotFoundError: a snapshot cannot be read.
             CoordinationError: ZooKeeper failed.
@@ -271,6 +329,14 @@ class RingAccess:
         committed_owners = record.owners if record else ()
         committed = component_owners(committed_owners, topology, component)
         if record is None or len(committed) in (0, tasks):
+            if lazy:
+                return self.restore_lazily(
+                    owner,
+                    record,
+                    key_group_count=key_group_count,
+                    mechanism=mechanism,
+                    on_loaded=on_loaded,
+                )
             return self.restore(
                 owner, record, key_group_count=key_group_count, mechanism=mechanism
             )

@@ -15,7 +15,7 @@ another task count then, the task takes the keys its grouping routes to it
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from sr3.state import KeyedState
 
 if TYPE_CHECKING:
     from backend.access import RestoreReport, RingAccess
+    from backend.lazy import LoadStats
     from sr3.snapshot import WriteReport
 
 __all__ = ["Capture", "OwnerCheckpointer"]
@@ -80,8 +81,18 @@ class OwnerCheckpointer:
         self.state = KeyedState(key_group_count)
         self._route = route
 
-    def restore(self) -> RestoreReport | None:
+    def restore(
+        self,
+        *,
+        lazy: bool = False,
+        on_loaded: Callable[[LoadStats], None] | None = None,
+    ) -> RestoreReport | None:
         """Install the committed epoch's state of this task; the next snapshot is FULL.
+
+        With ``lazy`` the state is deferred (:meth:`RingAccess.restore_lazily`):
+        it returns before the key groups arrived, each is fetched when first
+        needed, and ``on_loaded`` is called once all have arrived. The next
+        snapshot, being FULL, first waits for the rest.
 
         Returns:
             What the restore read (None: no ring, the state stays empty).
@@ -104,6 +115,8 @@ class OwnerCheckpointer:
             key_group_count=self.key_group_count,
             mechanism=self.mechanism,
             route=self._route,
+            lazy=lazy,
+            on_loaded=on_loaded,
         )
         return report
 

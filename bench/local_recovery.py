@@ -1,4 +1,4 @@
-"""Task-scope against global recovery: eight stateful tasks, one killed.
+"""Task-scope (lazy and eager restore) against global recovery: one task killed.
 
 Runs ``bench/topologies/local_store.py`` (a replayable spout fills eight
 ``store`` tasks with ``--fill`` records of ``--value-bytes`` each, then streams
@@ -10,15 +10,20 @@ three ring nodes, all in one invocation:
    no sequence numbers) and ``task`` (logs and sequence numbers): the
    throughput cost of keeping them, and each task's log memory;
 2. with ``store:0`` SIGKILLed ``--margin`` s after the fill (as measured by
-   step 1), once per scope.
+   step 1), once per mode: ``lazy`` (scope task, ``sr3.recovery.lazy=true``:
+   the restored task processes before its state arrived), ``eager`` (scope
+   task, the whole state fetched before the first tuple) and ``global`` (a
+   global rollback, eager restores, as before issue 16's lazy restore).
 
 Per failure run: the steady rate of the seven unaffected tasks (the 3 s before
 the kill) and their rate during the recovery (from the kill until the killed
 task is back at full speed); the killed task's time from ready (after its
 restore) to its first processed tuple, from the kill to ready, and from the
 kill until it is back at full speed (its 1 s rate at 90% of its own
-steady rate again). Ratios are task against global
-in the same invocation. Writes bench/results/local_recovery.{json,md} and a
+steady rate again); from its process start (the topology file imported) to
+its first processed tuple; and the run report's ``first_tuple_s`` and
+``state_loaded_s`` (from ready). Ratios are against global in the same
+invocation. Writes bench/results/local_recovery.{json,md} and a
 throughput-over-time plot with the kill marked, bench/results/local_recovery.png.
 Not a test.
 
@@ -45,6 +50,17 @@ from bench.lab_session import bench_lab  # noqa: E402
 from sr3_cli.lab import Lab  # noqa: E402
 
 TOPOLOGY = ROOT / "bench" / "topologies" / "local_store.py"
+#: Failure runs: the conf of each.
+MODES: dict[str, dict[str, Any]] = {
+    "lazy": {"sr3.recovery.scope": "task", "sr3.recovery.lazy": "true"},
+    "eager": {"sr3.recovery.scope": "task", "sr3.recovery.lazy": "false"},
+    "global": {"sr3.recovery.scope": "global", "sr3.recovery.lazy": "false"},
+}
+MODE_TITLES = {
+    "lazy": "scope=task, lazy restore",
+    "eager": "scope=task, eager restore",
+    "global": "scope=global (eager)",
+}
 RESULTS = ROOT / "bench" / "results"
 BUCKET_S = 0.25
 STEADY_S = 3.0
@@ -67,7 +83,7 @@ def run(lab: Lab, out: Path, conf: dict[str, Any], *extra: str) -> dict[str, Any
         sys.exit(f"sr3 run failed:\n{proc.stderr[-3000:]}")
     tasks: dict[int, dict[str, list[tuple[float, int]]]] = {}
     for path in out.glob("store-*.tsv"):
-        marks: dict[str, list[tuple[float, int]]] = {"P": [], "R": []}
+        marks: dict[str, list[tuple[float, int]]] = {"P": [], "R": [], "S": []}
         for line in path.read_text(encoding="utf-8").splitlines():
             kind, at, pid = line.split("\t")
             marks[kind].append((float(at), int(pid)))
@@ -101,6 +117,7 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
     old = [t for t, pid in marks["P"] if pid == first_pid]
     fail = max(old)  # its last logged tuple (lines are flushed every 50 ms)
     ready = next(t for t, pid in marks["R"] if pid != first_pid)
+    start = next(t for t, pid in marks["S"] if pid != first_pid)
     new = [t for t, pid in marks["P"] if pid != first_pid]
     # nan: the run ended before the restarted task processed a tuple
     first = min((t for t in new if t >= ready), default=float("nan"))
@@ -111,14 +128,22 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
     window_end = fail + max(1.0, back if back == back else 5.0)
     during = rate(others, fail, window_end)
     recovery = result["report"]["recoveries"][0]
+    restore = next(iter(recovery["restores"].values()), {})
     return {
         "scope": recovery["scope"],
+        "lazy": recovery.get("lazy"),
         "restored_tasks": recovery["restored_tasks"],
         "unaffected_steady_tps": round(steady, 1),
         "unaffected_during_recovery_tps": round(during, 1),
         "unaffected_ratio": round(during / steady, 3) if steady else None,
         "kill_to_ready_s": round(ready - fail, 3),
         "ready_to_first_tuple_s": round(first - ready, 4),
+        "start_to_first_tuple_s": round(first - start, 4),
+        "kill_to_first_tuple_s": round(first - fail, 3),
+        "start_to_ready_s": round(ready - start, 4),
+        "report_first_tuple_s": recovery.get("first_tuple_s"),
+        "report_state_loaded_s": recovery.get("state_loaded_s"),
+        "on_demand_shards": restore.get("on_demand_shards"),
         "back_at_full_speed_s": back,
         "restored_bytes": recovery["restored_bytes"],
         "series": series(tasks, killed, result["started"]),
@@ -161,16 +186,18 @@ def plot(failures: dict[str, dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    fig, axes = plt.subplots(len(failures), 1, figsize=(9, 6), sharex=True)
-    for ax, (scope, result) in zip(axes, failures.items(), strict=True):
+    fig, axes = plt.subplots(
+        len(failures), 1, figsize=(9, 2.6 * len(failures)), sharex=True, squeeze=False
+    )
+    for ax, (mode, result) in zip(axes[:, 0], failures.items(), strict=True):
         xs = [i * BUCKET_S for i in range(len(result["series"]["killed"]))]
         ax.plot(xs, result["series"]["unaffected"], label="7 unaffected tasks")
         ax.plot(xs, result["series"]["killed"], label="killed task store:0")
         ax.axvline(result["fail_at_s"], color="red", linestyle="--", label="kill")
-        ax.set_title(f"scope={scope}")
+        ax.set_title(MODE_TITLES.get(mode, mode))
         ax.set_ylabel("tuples/s")
         ax.legend(loc="upper right", fontsize=8)
-    axes[-1].set_xlabel("seconds since sr3 run started")
+    axes[-1, 0].set_xlabel("seconds since sr3 run started")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -184,7 +211,15 @@ def main() -> None:
     parser.add_argument("--after", type=float, default=30.0)
     parser.add_argument("--repeats", type=int, default=3, help="failure-free runs")
     parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help=f"failure runs, comma-separated among {', '.join(MODES)}",
+    )
+    parser.add_argument(
         "--kill-at", type=float, default=None, help="default: calibrated"
+    )
+    parser.add_argument(
+        "--name", default="local_recovery", help="results file stem in bench/results"
     )
     args = parser.parse_args()
     fill_conf = {"lr.fill": args.fill, "lr.value.bytes": args.value_bytes}
@@ -210,9 +245,9 @@ def main() -> None:
             }
         kill_at = args.kill_at if args.kill_at is not None else fill_s + args.margin
         stream = int(args.rate * (args.margin + args.after))
-        for scope in ("task", "global"):
+        for scope in args.modes.split(","):
             conf = {**fill_conf, "lr.stream": stream, "lr.rate": args.rate}
-            conf["sr3.recovery.scope"] = scope
+            conf.update(MODES[scope])
             result = run(
                 lab,
                 Path(tmp) / f"kill-{scope}",
@@ -237,15 +272,16 @@ def main() -> None:
                 print(json.dumps(result["report"]["recoveries"]), file=sys.stderr)  # noqa: T201
                 raise
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "local_recovery.json").write_text(json.dumps(results, indent=2))
-    plot(results["failure"], RESULTS / "local_recovery.png")
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2))
+    plot(results["failure"], RESULTS / f"{args.name}.png")
     table = markdown(results)
-    (RESULTS / "local_recovery.md").write_text(table)
+    (RESULTS / f"{args.name}.md").write_text(table)
     print(table)  # noqa: T201 - a bench's output
 
 
 def markdown(results: dict[str, Any]) -> str:
-    task, glob = results["failure"]["task"], results["failure"]["global"]
+    failures = results["failure"]
+    glob = failures.get("global", {})
     rows = [
         ("unaffected tasks, steady (tuples/s)", "unaffected_steady_tps"),
         (
@@ -255,17 +291,34 @@ def markdown(results: dict[str, Any]) -> str:
         ("unaffected during / steady", "unaffected_ratio"),
         ("killed task: kill to ready (s)", "kill_to_ready_s"),
         ("killed task: ready to first tuple (s)", "ready_to_first_tuple_s"),
+        ("killed task: process start to ready (s)", "start_to_ready_s"),
+        ("killed task: process start to first tuple (s)", "start_to_first_tuple_s"),
+        ("killed task: kill to first tuple (s)", "kill_to_first_tuple_s"),
+        ("report: ready to first tuple (s)", "report_first_tuple_s"),
+        ("report: ready to state loaded (s)", "report_state_loaded_s"),
+        ("shards fetched on demand", "on_demand_shards"),
         ("killed task: back at full speed (s)", "back_at_full_speed_s"),
         ("bytes restored", "restored_bytes"),
     ]
+    modes = list(failures)
+    others = [m for m in modes if m != "global"]
+    head = " | ".join(MODE_TITLES.get(m, m) for m in modes)
+    ratios = " | ".join(f"{m}/global" for m in others)
     lines = [
-        "| measure | scope=task | scope=global | task/global |",
-        "|---|---|---|---|",
+        f"| measure | {head} | {ratios} |",
+        "|---" * (1 + len(modes) + len(others)) + "|",
     ]
     for label, key in rows:
-        a, b = task[key], glob[key]
-        ratio = round(a / b, 3) if isinstance(a, int | float) and b else ""
-        lines.append(f"| {label} | {a} | {b} | {ratio} |")
+        values = [failures[m].get(key) for m in modes]
+        b = glob.get(key)
+        cells = []
+        for m in others:
+            a = failures[m].get(key)
+            ok = isinstance(a, int | float) and isinstance(b, int | float) and b
+            cells.append(str(round(a / b, 3)) if ok else "")
+        lines.append(
+            f"| {label} | {' | '.join(str(v) for v in values)} | {' | '.join(cells)} |"
+        )
     free = results["overhead"]
     if not free:
         return "\n".join(lines) + "\n"

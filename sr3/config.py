@@ -195,6 +195,8 @@ class RecoveryConfig:
             (default 8); ``sr3.checkpoint.max.chain.length``, per stateful bolt.
         latency_target_s: Optional recovery latency target for the planner.
         lazy_install: Keep key groups encoded until first touched (default True).
+        lazy: A restored stateful task processes before its state arrived,
+            fetching key groups on demand (default True); ``sr3.recovery.lazy``.
 
     Raises:
         ConfigError: a value is outside its key's accepted values.
@@ -205,6 +207,7 @@ class RecoveryConfig:
     max_chain_length: int = 8
     latency_target_s: float | None = None
     lazy_install: bool = True
+    lazy: bool = True
 
     def __post_init__(self) -> None:
         validate_section(self, "recovery")

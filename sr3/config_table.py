@@ -161,6 +161,11 @@ _ROWS: Final = (
     Key("sr3.recovery.lazy.install", "recovery", "lazy_install", BOOL, True,
         _CLUSTER, "Keep restored key groups encoded until first touched.",
         env=True),
+    Key("sr3.recovery.lazy", "recovery", "lazy", BOOL, True, _COMPONENT,
+        "Local cluster: a restored stateful task processes at once; each key "
+        "group is fetched from the ring when a tuple first needs it, the rest "
+        "in the background (false: fetch the whole state before processing).",
+        env=True),
     # checkpoint: the checkpoint protocol of a topology
     _seconds("sr3.checkpoint.interval.s", "checkpoint", "interval_s", 1.0,
         _TOPOLOGY, "Time between checkpoint epochs."),
@@ -291,7 +296,14 @@ SECTIONS: Final = tuple(dict.fromkeys(key.section for key in _ROWS))
 #: ``sr3.*`` names that are no config keys (metrics, Kafka headers, state
 #: keys): never reported as unknown keys.
 NOT_KEYS: Final = frozenset(
-    {"sr3.restored", "sr3.snapshot", "sr3.error", "sr3.kafka.out", "sr3.kafka.next"}
+    {
+        "sr3.restored",
+        "sr3.loaded",
+        "sr3.snapshot",
+        "sr3.error",
+        "sr3.kafka.out",
+        "sr3.kafka.next",
+    }
 )
 _NOT_KEY_PREFIXES: Final = ("sr3.source.",)
 

@@ -8,6 +8,13 @@ decoded and folded once. Writes record the changed keys of their key group, so a
 incremental snapshot encodes only those keys. The view of one key that
 :meth:`KeyedState.for_key` returns is :class:`sr3.key_state.KeyState`.
 
+A restored state may be *deferred* (:meth:`KeyedState.defer`): its key groups
+are still on the ring. Touching a key of a deferred key group first takes that
+key group (its base and deltas, oldest first) from a :class:`KeyGroupLoader`,
+which fetches it at once if its background load has not brought it yet; a
+snapshot, an iteration or an install first takes every deferred key group, so
+they always see the whole state.
+
 Checkpoint protocol: ``snapshot()`` captures the changes so far (changes made after
 it are tracked separately), the caller writes the blobs, then ``mark_clean()``
 forgets what the snapshot captured. If a snapshot is never confirmed, the next one
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sr3.codec import (
     BlobKind,
@@ -37,9 +44,35 @@ from sr3.keygroups import key_group_of_encoded
 # KeyState lives in sr3.key_state; it is re-exported here because
 # storm_bridge/stateful.py and storm_bridge/kafka/sink.py import it from this
 # module (it is the type of a bolt's ``self.state``).
-__all__ = ["KeyState", "KeyedState", "StateStats"]
+__all__ = ["KeyGroupLoader", "KeyState", "KeyedState", "StateStats"]
 
 Blob = bytes | memoryview
+
+
+class KeyGroupLoader(Protocol):
+    """Where a deferred state's key groups come from (see :meth:`KeyedState.defer`).
+
+    Both methods return key groups whose blobs have all arrived, each with its
+    blobs oldest first (a base, then deltas); a key group is returned once.
+    """
+
+    def take(self, key_group: int) -> Mapping[int, list[Blob]]:
+        """Return ``key_group`` (fetched now if need be) and any others arrived.
+
+        Raises:
+            RecoveryError, ShardNotFoundError: the key group cannot be read.
+        """
+        ...
+
+    def take_all(self) -> Mapping[int, list[Blob]]:
+        """Return every key group not returned yet, waiting for them.
+
+        Raises:
+            RecoveryError, ShardNotFoundError: a key group cannot be read.
+        """
+        ...
+
+
 _EMPTY_FULL = encode_key_group_raw({})
 
 
@@ -53,6 +86,8 @@ class StateStats:
         decoded_keys: Keys in the decoded key groups.
         dirty_key_groups: Key groups with changes not yet confirmed by ``mark_clean``.
         decodes: Key groups decoded since creation (lazy install's cost).
+        deferred_key_groups: Key groups still to come from the ring (a lazy
+            restore, see :meth:`KeyedState.defer`).
     """
 
     decoded_key_groups: int
@@ -60,6 +95,7 @@ class StateStats:
     decoded_keys: int
     dirty_key_groups: int
     decodes: int
+    deferred_key_groups: int = 0
 
 
 def _fold(blobs: Iterable[Blob]) -> Group:
@@ -101,6 +137,8 @@ class KeyedState:
         self._live: dict[int, set[bytes]] = {}
         self._captured: dict[int, set[bytes]] = {}
         self._decodes = 0
+        self._deferred: set[int] = set()
+        self._loader: KeyGroupLoader | None = None
 
     @property
     def key_group_count(self) -> int:
@@ -128,6 +166,8 @@ class KeyedState:
         """
         encoded = self._encode_key(key)
         kg = key_group_of_encoded(encoded, self._count)
+        if kg in self._deferred:
+            self._arrive(kg)
         group = self._decoded.get(kg)
         if group is None:
             group = self._materialize(kg, key)
@@ -135,6 +175,63 @@ class KeyedState:
         if marks is None:
             marks = self._live[kg] = set()
         return KeyState(key, encoded, group, marks, route)
+
+    @property
+    def deferred(self) -> bool:
+        """Whether key groups are still to come from the ring (see :meth:`defer`)."""
+        return bool(self._deferred)
+
+    def defer(self, key_groups: Iterable[int], loader: KeyGroupLoader) -> None:
+        """Leave ``key_groups`` on the ring until they are needed.
+
+        A key of one of them first takes its key group from ``loader``
+        (:meth:`KeyGroupLoader.take`); :meth:`snapshot`, :meth:`install`,
+        :meth:`items` and :meth:`key_groups_present` first take every one left
+        (:meth:`KeyGroupLoader.take_all`), so they see the whole state. Call it
+        on a fresh state, before any key is touched.
+
+        Raises:
+            StateError: the state already has key groups, or one is out of range.
+        """
+        if self._decoded or self._encoded or self._deferred:
+            msg = "defer() needs a fresh state: key groups are already present"
+            raise StateError(msg)
+        wanted = set(key_groups)
+        for kg in wanted:
+            self._check_held(kg, None)
+        self._deferred = wanted
+        self._loader = loader if wanted else None
+
+    def load_all(self) -> None:
+        """Take every deferred key group now (nothing when none is deferred).
+
+        Raises:
+            RecoveryError, ShardNotFoundError: a key group cannot be read.
+        """
+        if self._deferred and self._loader is not None:
+            self._absorb(self._loader.take_all(), None)
+
+    def _arrive(self, kg: int) -> None:
+        loader = self._loader
+        if loader is None:  # defer() guarantees one; be loud if not
+            msg = f"key group {kg} is deferred but no loader holds it"
+            raise StateError(msg)
+        self._absorb(loader.take(kg), kg)
+
+    def _absorb(self, arrived: Mapping[int, list[Blob]], wanted: int | None) -> None:
+        for kg in sorted(arrived):
+            if kg not in self._deferred:
+                continue
+            self._deferred.discard(kg)
+            for blob in arrived[kg]:
+                self._install_one(kg, blob, lazy=True)
+        missing = self._deferred if wanted is None else {wanted} & self._deferred
+        if missing:
+            shown = sorted(missing)[:5]
+            msg = f"the loader did not deliver key groups {shown} it was asked for"
+            raise StateError(msg)
+        if not self._deferred:
+            self._loader = None
 
     def install(self, blobs: Mapping[int, Blob], *, lazy: bool = True) -> None:
         """Install key-group blobs: FULL replaces a key group, DELTA applies to it.
@@ -149,20 +246,23 @@ class KeyedState:
             StateError: a key group is out of range or not held by this task.
             CodecError: a blob has an unknown version or kind, or (eager) is malformed.
         """
+        self.load_all()
         for kg in sorted(blobs):
-            blob = blobs[kg]
-            self._check_held(kg, None)
-            if blob_kind(blob) is BlobKind.FULL:
-                self._decoded.pop(kg, None)
-                self._encoded[kg] = [blob]
-                self._live.pop(kg, None)
-                self._captured.pop(kg, None)
-            elif kg in self._decoded:
-                self._decoded[kg] = _fold_into(self._decoded[kg], blob)
-            else:
-                self._encoded.setdefault(kg, []).append(blob)
-            if not lazy and kg in self._encoded:
-                self._materialize(kg, None)
+            self._install_one(kg, blobs[kg], lazy=lazy)
+
+    def _install_one(self, kg: int, blob: Blob, *, lazy: bool) -> None:
+        self._check_held(kg, None)
+        if blob_kind(blob) is BlobKind.FULL:
+            self._decoded.pop(kg, None)
+            self._encoded[kg] = [blob]
+            self._live.pop(kg, None)
+            self._captured.pop(kg, None)
+        elif kg in self._decoded:
+            self._decoded[kg] = _fold_into(self._decoded[kg], blob)
+        else:
+            self._encoded.setdefault(kg, []).append(blob)
+        if not lazy and kg in self._encoded:
+            self._materialize(kg, None)
 
     def snapshot(self, *, incremental: bool) -> dict[int, bytes]:
         """Encode the state for a checkpoint, capturing the changes it contains.
@@ -172,9 +272,15 @@ class KeyedState:
         Full: one FULL blob per non-empty key group; key groups never touched are
         re-used as encoded, without decoding.
 
+        A deferred state first takes every key group still on the ring
+        (:meth:`load_all`): a full snapshot holds them, and a delta is taken
+        only on a state whole again.
+
         Raises:
             StateError: a value cannot be encoded; the message names key and field.
+            RecoveryError, ShardNotFoundError: a deferred key group cannot be read.
         """
+        self.load_all()
         for kg, marks in self._live.items():
             if marks:
                 self._captured.setdefault(kg, set()).update(marks)
@@ -222,6 +328,7 @@ class KeyedState:
         ``route`` is the key's stored route (:data:`~sr3.key_state.ROUTE_FIELD`),
         None when the key routes itself.
         """
+        self.load_all()
         for kg in self.key_groups_present():
             group = self._decoded.get(kg)
             if group is None:
@@ -233,6 +340,7 @@ class KeyedState:
 
     def key_groups_present(self) -> list[int]:
         """Return the key groups holding state; encoded key groups always count."""
+        self.load_all()
         present = {kg for kg, group in self._decoded.items() if group}
         return sorted(present.union(self._encoded))
 
@@ -246,6 +354,7 @@ class KeyedState:
             decoded_keys=sum(len(group) for group in self._decoded.values()),
             dirty_key_groups=len(dirty),
             decodes=self._decodes,
+            deferred_key_groups=len(self._deferred),
         )
 
     def _encode_key(self, key: tuple[Any, ...]) -> bytes:

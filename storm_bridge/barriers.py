@@ -17,6 +17,7 @@ __all__ = [
     "BARRIER_COMMAND",
     "BARRIER_FIELDS",
     "BARRIER_STREAM",
+    "LOADED_METRIC",
     "RESTORED_METRIC",
     "SNAPSHOT_METRIC",
     "internal_stream",
@@ -34,6 +35,10 @@ BARRIER_FIELDS: Final = ("epoch", "info")
 BARRIER_COMMAND: Final = "sr3_barrier"
 #: ``metrics`` name a stateful task sends once its state is restored.
 RESTORED_METRIC: Final = "sr3.restored"
+#: ``metrics`` name a restored stateful task sends as its restore progresses:
+#: when it processed its first tuple and when its whole state had arrived
+#: (``first_tuple_s``, ``state_loaded_s``, seconds after it was ready).
+LOADED_METRIC: Final = "sr3.loaded"
 #: ``metrics`` name a stateful task sends once its snapshot of an epoch is durable.
 SNAPSHOT_METRIC: Final = "sr3.snapshot"
 

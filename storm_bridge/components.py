@@ -20,6 +20,7 @@ from storm_bridge.barriers import (
     BARRIER_COMMAND,
     BARRIER_FIELDS,
     BARRIER_STREAM,
+    LOADED_METRIC,
     RESTORED_METRIC,
     SNAPSHOT_METRIC,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "BARRIER_COMMAND",
     "BARRIER_FIELDS",
     "BARRIER_STREAM",
+    "LOADED_METRIC",
     "RESTORED_METRIC",
     "SNAPSHOT_METRIC",
     "ReplayableSpout",

@@ -8,7 +8,7 @@ key of each sink (``--json`` prints :meth:`RunReport.to_dict`).
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -146,12 +146,26 @@ def recovery_dict(
         "scope": recovery.scope,
         "restored_tasks": sorted(_task_of(owner) for owner in restores),
         "reason": recovery.reason,
+        "lazy": any(r.get("lazy") is True for r in restores.values()),
+        "first_tuple_s": _latest(restores.values(), "first_tuple_s"),
+        "state_loaded_s": _latest(restores.values(), "state_loaded_s"),
         "caught_up_s": (
             None
             if recovery.caught_up_at is None
             else round(recovery.caught_up_at - recovery.detected_at, 4)
         ),
     }
+
+
+def _latest(restores: Iterable[Mapping[str, Any]], name: str) -> float | None:
+    """The largest ``name`` of the restores (None: no restore reported one).
+
+    ``first_tuple_s``: seconds from a restored task's readiness to its first
+    processed tuple; ``state_loaded_s``: to its whole state having arrived (0
+    for an eager restore, which has it all at readiness).
+    """
+    found = [float(r[name]) for r in restores if r.get(name) is not None]
+    return max(found) if found else None
 
 
 def _task_of(owner: str) -> str:

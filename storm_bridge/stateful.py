@@ -21,11 +21,14 @@ from streamparse import Bolt
 
 from backend.chain import ChainPolicy
 from backend.checkpointer import Capture, OwnerCheckpointer
+from backend.lazy import LAZY_FETCH, LoadStats
 from backend.owners import OwnerId
 from sr3.config import Sr3Config
+from sr3.errors import RecoveryError, StorageError
 from sr3.state import KeyedState, KeyState
 from storm_bridge.barriers import (
     BARRIER_STREAM,
+    LOADED_METRIC,
     RESTORED_METRIC,
     SNAPSHOT_METRIC,
     task_index,
@@ -35,6 +38,7 @@ from storm_bridge.errors import StormBridgeError
 from storm_bridge.groupings import IntegerBoxing, key_task_index, route_hash
 from storm_bridge.messages import GENERATION_KEY
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode, require_ring
+from storm_bridge.restore_progress import RestoreProgress
 
 __all__ = ["StateKeyError", "StatefulBolt"]
 
@@ -59,7 +63,9 @@ class StatefulBolt(Bolt):
 
     Component conf: ``sr3.state.key.groups`` (G, default 256, fixed on first
     deployment), ``sr3.recovery.mechanism`` (star, line, tree or auto),
-    ``sr3.checkpoint.max.chain.length`` (deltas before a full snapshot).
+    ``sr3.checkpoint.max.chain.length`` (deltas before a full snapshot),
+    ``sr3.recovery.lazy`` (local checkpoint mode: a restored task processes
+    before its state arrived; a tuple waits only for its key's key group).
 
     A tuple whose ``process`` raises is failed and reported with its values; the
     task keeps running (its other keys are unaffected; what ``process`` wrote to
@@ -125,6 +131,15 @@ class StatefulBolt(Bolt):
     def keyed_state(self) -> KeyedState:
         """All the keyed state of this task (for iteration and tests)."""
         return self._sr3.state
+
+    @property
+    def state_loading(self) -> bool:
+        """Whether a lazy restore's state is still arriving from the ring.
+
+        Meanwhile keys are served as usual: a key's key group is fetched when
+        first touched (``sr3.recovery.lazy``).
+        """
+        return self._sr3_progress.loading
 
     def process_scoped(self, tup: StormTuple, scope: KeyState) -> None:
         """Run ``process(tup)`` with ``self.state`` bound to ``scope``.
@@ -200,7 +215,13 @@ class StatefulBolt(Bolt):
             ),
         )
         params: dict[str, Any] = {"owner": self._sr3_owner, "epoch": None}
-        report = self._sr3.restore()
+        # native mode restores on its control thread too: it stays eager
+        lazy = settings.recovery.lazy and checkpoint_mode(storm_conf) != NATIVE
+        self._sr3_progress = RestoreProgress(self._sr3_owner, lazy=lazy)
+        self._sr3_metrics = False  # no metric before the restored one
+        report = self._sr3.restore(lazy=lazy, on_loaded=self._sr3_loaded)
+        # nothing committed for this task: restored eagerly (empty) after all
+        self._sr3_progress.lazy = report is not None and report.used == LAZY_FETCH
         if report is not None:
             params.update(report.to_dict())
         else:
@@ -213,8 +234,20 @@ class StatefulBolt(Bolt):
             self.send_message(
                 {"command": "metrics", "name": RESTORED_METRIC, "params": params}
             )
+            if self._sr3_ring is not None:
+                self._sr3_send_progress(self._sr3_progress.ready())
         if self._sr3_ring is not None and checkpoint_mode(storm_conf) == NATIVE:
             self._sr3_native_setup()
+
+    def _sr3_loaded(self, stats: LoadStats) -> None:
+        """The lazy restore's state all arrived (on a background thread)."""
+        self._sr3_send_progress(self._sr3_progress.loaded(stats))
+
+    def _sr3_send_progress(self, params: dict[str, Any] | None) -> None:
+        if params is not None and self._sr3_metrics:
+            self.send_message(
+                {"command": "metrics", "name": LOADED_METRIC, "params": params}
+            )
 
     def _sr3_native_setup(self) -> None:
         from storm_bridge.native import OWNER  # noqa: PLC0415 - ring clients on demand
@@ -392,9 +425,16 @@ class StatefulBolt(Bolt):
             if self.auto_ack:
                 self.ack(tup)
         else:
-            current = self._sr3_current = self._sr3.state.for_key(
-                self.state_key(tup), self._sr3_route(tup)
-            )
+            try:
+                current = self._sr3.state.for_key(
+                    self.state_key(tup), self._sr3_route(tup)
+                )
+            except (RecoveryError, StorageError):
+                # a lazy restore could not read a key group: the task dies and
+                # restores again, as an eager restore that failed would
+                self.exit_on_exception = True
+                raise
+            self._sr3_current = current
             saved = current.saved()
             try:
                 self.process(tup)
@@ -405,6 +445,8 @@ class StatefulBolt(Bolt):
                 raise
             finally:
                 self._sr3_current = None
+            if self._sr3_progress.first_pending and self._sr3_ring is not None:
+                self._sr3_send_progress(self._sr3_progress.first_tuple())
             if self.auto_ack:
                 self.ack(tup)
         self._current_tups = []

@@ -8,7 +8,8 @@ paced from the end of the fill (a spout sought back after a rollback catches
 up at full speed: the schedule's origin is kept in a file of ``lr.out``).
 ``store`` (8 tasks, fields grouping on the key) keeps the
 last payload per key and appends ``P <time> <pid>`` per processed tuple and
-``R <time> <pid>`` when it is ready (after its restore) to
+``R <time> <pid>`` when it is ready (after its restore; preceded by
+``S <time> <pid>``, when its process imported this file, i.e. had started) to
 ``<lr.out>/store-<task>.tsv``::
 
     sr3 run bench/topologies/local_store.py --until-idle -o lr.out=/tmp/lr
@@ -27,6 +28,8 @@ from streamparse import Grouping, Topology
 from storm_bridge import ReplayableSpout, StatefulBolt
 
 POOL_BYTES = 1 << 20
+#: When this process imported the topology (its start, before any restore).
+STARTED_AT = time.time()
 
 
 class Records(ReplayableSpout):
@@ -92,6 +95,7 @@ class Store(StatefulBolt):
         out = Path(conf["lr.out"]) / f"store-{ctx['taskid']}.tsv"
         self.log = out.open("a", encoding="utf-8", buffering=1 << 16)
         self.pid = os.getpid()
+        self.log.write(f"S\t{STARTED_AT}\t{self.pid}\n")
         self.log.write(f"R\t{time.time()}\t{self.pid}\n")
         self.log.flush()
         self.flushed_at = time.time()

@@ -492,6 +492,12 @@ class Coordinator:
         self._rollbacks.start(cause, component, task_index, task_id, reason)
         self._schedule(0.0)
 
+    def restore_progress(self, rt: TaskRuntime, params: Any) -> None:
+        """A restored task processed its first tuple, or its whole state arrived."""
+        owner = self._owners.get(rt.task_id)
+        if owner is not None and isinstance(params, dict):
+            self._rollbacks.progress(owner, params)
+
     def restored(self, rt: TaskRuntime, params: Any) -> None:
         """A stateful task reported its restore; note when all have."""
         if self.on_restored is not None:

@@ -36,6 +36,7 @@ from storm_bridge.cluster.supervisor import Launcher, Supervisor
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.components import (
     BARRIER_STREAM,
+    LOADED_METRIC,
     RESTORED_METRIC,
     SNAPSHOT_METRIC,
 )
@@ -412,6 +413,8 @@ class Engine:
                         self.coordinator.restored(rt, params)
                 elif metric == SNAPSHOT_METRIC:
                     self.coordinator.snapshot_written(rt, params)
+                elif metric == LOADED_METRIC:
+                    self.coordinator.restore_progress(rt, params)
             task_logger.debug(
                 "component %s task %s metric %s: %r", name, task, metric, params
             )

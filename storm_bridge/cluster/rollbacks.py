@@ -13,11 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState
 
 __all__ = ["Recovery", "Rollbacks", "is_replayable", "is_stateful_bolt"]
+
+#: What a restored task's progress report (``sr3.loaded``) adds to its restore.
+_PROGRESS_FIELDS: Final = frozenset(
+    {"lazy", "first_tuple_s", "state_loaded_s", "loaded_bytes", "on_demand_shards"}
+)
 
 
 def is_replayable(rt: TaskRuntime) -> bool:
@@ -160,6 +165,19 @@ class Rollbacks:
             recovery.restored_at = self._clock()
             return True
         return False
+
+    def progress(self, owner: str, params: dict[str, Any]) -> None:
+        """Add a restored task's progress (first tuple, state arrived) to its restore.
+
+        The latest recovery that restored ``owner`` gets it; a task restored by
+        none (its first start) is left out.
+        """
+        kept = {k: v for k, v in params.items() if k in _PROGRESS_FIELDS}
+        for recovery in reversed(self.recoveries):
+            report = recovery.restores.get(owner)
+            if report is not None:
+                recovery.restores[owner] = {**report, **kept}
+                return
 
     def resumed(self, now: float) -> None:
         """An epoch committed at ``now``: every rollback before it resumed."""

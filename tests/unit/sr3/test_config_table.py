@@ -38,6 +38,7 @@ DEFAULTS: dict[str, Any] = {
     "sr3.checkpoint.max.chain.length": 8,
     "sr3.recovery.latency.target.s": None,
     "sr3.recovery.lazy.install": True,
+    "sr3.recovery.lazy": True,
     "sr3.checkpoint.interval.s": 1.0,
     "sr3.checkpoint.timeout.s": 60.0,
     "sr3.checkpoint.mode": "local",

@@ -1,0 +1,262 @@
+"""A lazy restore: the task processes at once, its key groups arrive as needed.
+
+:class:`ChainLoader` holds one owner's committed chain (a base and its deltas,
+as the eager restore reads it) and is the :class:`~sr3.state.KeyGroupLoader`
+of a deferred :class:`~sr3.state.KeyedState`. Background threads fetch the
+chain's shards in key-group order; a key group the task needs before they
+brought it is fetched at once (its shards only, in parallel), and its tuple
+waits for that key group alone. Shards a background
+fetch failed to read are read again on demand. When every shard arrived,
+``on_loaded`` is called once with the load's :class:`LoadStats`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Final
+
+from sr3.codec import decode_shard
+from sr3.errors import RecoveryError
+from sr3.manifest import Manifest, ShardMeta
+from sr3.replication import ReplicatedStore
+
+__all__ = ["LAZY_FETCH", "ChainLoader", "LoadStats"]
+
+logger = logging.getLogger(__name__)
+
+Blob = bytes | memoryview
+#: A restore report's ``used`` when the restore was lazy.
+LAZY_FETCH: Final = "lazy"
+#: Background fetch threads per restored task (a shard each at a time).
+BACKGROUND_THREADS: Final = 2
+#: Threads fetching the shards of a key group a tuple waits for, in parallel.
+ON_DEMAND_THREADS: Final = 4
+
+
+@dataclass(frozen=True)
+class LoadStats:
+    """How a lazy restore's shards arrived.
+
+    Attributes:
+        shards: Shards in the chain.
+        bytes_read: Payload bytes fetched.
+        on_demand: Shards fetched on the task's thread because a tuple needed
+            them before the background brought them.
+        loaded_s: Seconds from the loader's start until every shard arrived.
+    """
+
+    shards: int
+    bytes_read: int
+    on_demand: int
+    loaded_s: float
+
+
+class ChainLoader:
+    """Fetches one owner's committed chain, key group by key group.
+
+    Args:
+        store: The replicated store to read shards from.
+        manifest: The committed epoch's manifest of the owner.
+        metas: Shard records of the manifest's shards.
+        on_loaded: Called once when every shard arrived (on whichever thread
+            brought the last one).
+
+    Raises:
+        RecoveryError: a shard of the manifest has no record.
+    """
+
+    def __init__(
+        self,
+        store: ReplicatedStore,
+        manifest: Manifest,
+        metas: Mapping[str, ShardMeta],
+        *,
+        on_loaded: Callable[[LoadStats], None] | None = None,
+    ) -> None:
+        missing = [sid for sid in manifest.shard_ids if sid not in metas]
+        if missing:
+            msg = (
+                f"manifest {manifest.owner}@{manifest.epoch} lists shards with no "
+                f"record: {missing}; the epoch was collected or never published"
+            )
+            raise RecoveryError(msg)
+        self._store = store
+        self._metas = {sid: metas[sid] for sid in manifest.shard_ids}
+        self._on_loaded = on_loaded
+        #: each key group's shards, oldest first (the chain's order)
+        self._chains: dict[int, list[str]] = {}
+        for sid in manifest.shard_ids:
+            for kg in self._metas[sid].key_groups:
+                self._chains.setdefault(kg, []).append(sid)
+        #: key groups still to come from each shard
+        self._waiting: dict[int, int] = {kg: len(c) for kg, c in self._chains.items()}
+        self._arrived: dict[str, dict[int, Blob]] = {}
+        self._busy: set[str] = set()
+        self._complete: list[int] = []
+        self._failed: dict[str, BaseException] = {}
+        self._cond = threading.Condition()
+        self._started = time.monotonic()
+        self._bytes = 0
+        self._on_demand = 0
+        self._done = False
+        self._demand_pool: ThreadPoolExecutor | None = None
+        # background order: shards by their lowest key group (key-group order)
+        self._queue = sorted(
+            manifest.shard_ids,
+            key=lambda sid: (min(self._metas[sid].key_groups, default=0), sid),
+        )
+        self._queue.reverse()  # popped from the end
+
+    @property
+    def key_groups(self) -> frozenset[int]:
+        """Every key group the chain holds."""
+        return frozenset(self._chains)
+
+    @property
+    def bytes_total(self) -> int:
+        """Payload bytes of the chain's shards."""
+        return sum(meta.size for meta in self._metas.values())
+
+    @property
+    def on_demand_shards(self) -> int:
+        """Shards fetched on the task's thread so far (a tuple needed them)."""
+        return self._on_demand
+
+    def start(self, threads: int = BACKGROUND_THREADS) -> None:
+        """Start the background fetch (daemon threads: they never hold an exit)."""
+        if not self._metas:
+            self._finish()
+            return
+        for n in range(max(1, threads)):
+            threading.Thread(
+                target=self._background, name=f"sr3-lazy-{n}", daemon=True
+            ).start()
+
+    def take(self, key_group: int) -> dict[int, list[Blob]]:
+        """Return ``key_group``'s blobs (fetched now if need be) and any others arrived.
+
+        Raises:
+            RecoveryError, ShardNotFoundError: a shard of it cannot be read.
+        """
+        self._ensure(self._chains.get(key_group, []), demanded=True)
+        with self._cond:
+            return self._hand_out()
+
+    def take_all(self) -> dict[int, list[Blob]]:
+        """Return every key group not handed out yet, waiting for the background.
+
+        Raises:
+            RecoveryError, ShardNotFoundError: a shard cannot be read.
+        """
+        self._ensure(list(self._metas), demanded=False)
+        with self._cond:
+            return self._hand_out()
+
+    def _ensure(self, sids: list[str], *, demanded: bool) -> None:
+        """Make sure ``sids`` arrived: fetch those nobody fetches, wait for the rest.
+
+        The shards nobody fetches yet are fetched here, in parallel; a shard
+        whose background fetch failed is read again here once. ``demanded``: a
+        tuple needs them (counted in ``on_demand_shards``), rather than a
+        snapshot needing the whole state.
+
+        Raises:
+            RecoveryError: a shard could not be read.
+        """
+        for attempt in (1, 2):
+            with self._cond:
+                claimed = [
+                    s for s in sids if s not in self._arrived and s not in self._busy
+                ]
+                for sid in claimed:
+                    self._busy.add(sid)
+                    self._failed.pop(sid, None)
+            if demanded and attempt == 1:
+                self._on_demand += len(claimed)
+            if len(claimed) > 1:
+                list(self._pool().map(self._fetch, claimed))
+            elif claimed:
+                self._fetch(claimed[0])
+            with self._cond:
+                while any(sid in self._busy for sid in sids):
+                    self._cond.wait()
+                missing = [s for s in sids if s not in self._arrived]
+            if not missing:
+                return
+        sid = missing[0]
+        meta = self._metas[sid]
+        error = self._failed.get(sid)
+        msg = f"shard {sid} of {meta.owner}@{meta.epoch} could not be read: {error}"
+        raise RecoveryError(msg) from error
+
+    def _pool(self) -> ThreadPoolExecutor:
+        if self._demand_pool is None:
+            self._demand_pool = ThreadPoolExecutor(
+                ON_DEMAND_THREADS, thread_name_prefix="sr3-lazy-demand"
+            )
+        return self._demand_pool
+
+    def _hand_out(self) -> dict[int, list[Blob]]:
+        """Every key group complete and not handed out yet (under the lock)."""
+        out: dict[int, list[Blob]] = {}
+        wanted, self._complete = self._complete, []
+        for kg in wanted:
+            out[kg] = [self._arrived[sid].pop(kg) for sid in self._chains[kg]]
+        return out
+
+    def _background(self) -> None:
+        while True:
+            with self._cond:
+                sid = None
+                while self._queue:
+                    candidate = self._queue.pop()
+                    if candidate not in self._arrived and candidate not in self._busy:
+                        sid = candidate
+                        break
+                if sid is None:
+                    return
+                self._busy.add(sid)
+            self._fetch(sid)
+
+    def _fetch(self, sid: str) -> None:
+        """Read ``sid`` and record it (its failure too); the caller marked it busy."""
+        meta = self._metas[sid]
+        try:
+            data, _ = self._store.get(meta)
+            shard = decode_shard(data, shard_id=sid, verified=True)
+        except Exception as exc:  # recorded: the task's thread raises it on demand
+            logger.warning("lazy restore: shard %s not read yet: %s", sid, exc)
+            with self._cond:
+                self._busy.discard(sid)
+                self._failed[sid] = exc
+                self._cond.notify_all()
+            return
+        with self._cond:
+            self._busy.discard(sid)
+            self._arrived[sid] = dict(shard.key_groups)
+            self._bytes += meta.size
+            for kg in meta.key_groups:
+                self._waiting[kg] -= 1
+                if self._waiting[kg] == 0:
+                    self._complete.append(kg)
+            done = len(self._arrived) == len(self._metas) and not self._done
+            if done:
+                self._done = True
+            self._cond.notify_all()
+        if done:
+            self._finish()
+
+    def _finish(self) -> None:
+        stats = LoadStats(
+            shards=len(self._metas),
+            bytes_read=self._bytes,
+            on_demand=self._on_demand,
+            loaded_s=time.monotonic() - self._started,
+        )
+        if self._on_loaded is not None:
+            self._on_loaded(stats)

@@ -1,0 +1,130 @@
+"""Lazy restore against a real lab: key groups on demand, the rest in the background."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+
+from backend.access import RingAccess
+from backend.lazy import LAZY_FETCH, ChainLoader, LoadStats
+from sr3.config import Sr3Config
+from sr3.state import KeyedState
+from sr3_cli.lab import Lab
+from zk.checkpoints import CommitRecord
+
+pytestmark = [pytest.mark.zk]
+
+OWNER = "lazy/store/0"
+G = 64
+KEYS = 600
+
+
+def _open(lab: Lab) -> RingAccess:
+    # small shards: the chain has many, each with a few key groups
+    config = lab.config(Sr3Config())
+    return RingAccess(replace(config, ring=replace(config.ring, max_shard_bytes=4096)))
+
+
+def _write_chain(ring: RingAccess) -> KeyedState:
+    """Epoch 1 full, epoch 2 a delta (changes and deletes); commit 2; return it."""
+    state = KeyedState(G)
+    for n in range(KEYS):
+        state.for_key((f"k{n}",))["v"] = "x" * 40 + str(n)
+    ring.write(
+        owner=OWNER,
+        epoch=1,
+        key_group_count=G,
+        key_groups=state.snapshot(incremental=False).items(),
+        kind="full",
+        offsets={},
+    )
+    state.mark_clean()
+    for n in range(0, KEYS, 7):
+        state.for_key((f"k{n}",))["v"] = f"changed {n}"
+    for n in range(3, KEYS, 11):
+        state.for_key((f"k{n}",)).clear()
+    ring.write(
+        owner=OWNER,
+        epoch=2,
+        key_group_count=G,
+        key_groups=state.snapshot(incremental=True).items(),
+        kind="delta",
+        offsets={},
+    )
+    state.mark_clean()
+    ring.checkpoints.commit("lazy", CommitRecord(epoch=2, owners=(OWNER,)))
+    return state
+
+
+def _rows(state: KeyedState) -> dict[tuple[object, ...], dict[str, object]]:
+    return dict(state.items())
+
+
+def test_a_key_is_served_before_the_rest_of_the_chain_arrives(lab: Lab) -> None:
+    ring = _open(lab)
+    try:
+        expected = _rows(_write_chain(ring))
+        manifest = ring.manifests.manifest(OWNER, 2)
+        loader = ChainLoader(ring.store, manifest, ring.manifests.shards(OWNER))
+        state = KeyedState(G)
+        state.defer(loader.key_groups, loader)
+        # no background fetch: only what the touched keys need is read
+        assert state.for_key(("k7",))["v"] == "changed 7"
+        assert state.for_key(("k21",))["v"] == "changed 21"
+        assert dict(state.for_key(("k3",))) == {}  # deleted by the delta
+        assert state.for_key(("k1",))["v"] == "x" * 40 + "1"
+        fetched = loader.on_demand_shards
+        assert 0 < fetched < len(manifest.shard_ids)
+        assert state.deferred
+        state.for_key(("k1",))["v"] = "written while loading"
+        # a full snapshot taken while key groups are still on the ring holds them
+        full = state.snapshot(incremental=False)
+        assert not state.deferred
+        rebuilt = KeyedState(G)
+        rebuilt.install(full)
+        assert _rows(rebuilt) == {**expected, ("k1",): {"v": "written while loading"}}
+    finally:
+        ring.close()
+
+
+def test_lazy_and_eager_restores_give_the_same_state(lab: Lab) -> None:
+    ring = _open(lab)
+    try:
+        expected = _rows(_write_chain(ring))
+        record = ring.committed("lazy")
+        arrived = threading.Event()
+        stats: list[LoadStats] = []
+
+        def loaded(got: LoadStats) -> None:
+            stats.append(got)
+            arrived.set()
+
+        lazy, report = ring.restore_lazily(
+            OWNER, record, key_group_count=G, mechanism="auto", on_loaded=loaded
+        )
+        eager, _ = ring.restore(OWNER, record, key_group_count=G, mechanism="auto")
+        assert report.used == LAZY_FETCH
+        assert report.shards > 1
+        assert arrived.wait(60), "the background load never finished"
+        assert stats[0].shards == report.shards
+        assert stats[0].bytes_read == report.bytes_read
+        assert _rows(lazy) == _rows(eager) == expected
+    finally:
+        ring.close()
+
+
+def test_a_restore_with_nothing_committed_is_empty_and_not_deferred(
+    lab: Lab,
+) -> None:
+    ring = _open(lab)
+    try:
+        state, report = ring.restore_lazily(
+            OWNER, None, key_group_count=G, mechanism="auto"
+        )
+    finally:
+        ring.close()
+    assert report.epoch is None
+    assert not state.deferred
+    assert _rows(state) == {}
