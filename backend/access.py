@@ -23,7 +23,7 @@ from backend.collector import ChainCollector
 from backend.committed import CommittedReader, CommittedState
 from backend.lazy import LAZY_FETCH, ChainLoader, LoadStats
 from backend.owners import component_owners, owner_name
-from backend.rescale import Route, reshard
+from backend.rescale import Route, candidate_owners, reshard
 from sr3.client import ClientPool
 from sr3.config import Sr3Config
 from sr3.errors import RecoveryError
@@ -341,10 +341,11 @@ class RingAccess:
                 owner, record, key_group_count=key_group_count, mechanism=mechanism
             )
         started = time.perf_counter()
+        sources = candidate_owners(committed, index, tasks)
         found = reshard(
             self,
             record,
-            committed,
+            sources,
             key_group_count=key_group_count,
             mechanism=mechanism,
             route=route,
@@ -354,7 +355,10 @@ class RingAccess:
         for placed in found.keys:
             state.for_key(placed.key, placed.route).update(placed.fields)
         used = ",".join(sorted(found.used))
-        how = f"rescale {len(committed)}->{tasks} tasks ({used})"
+        how = (
+            f"rescale {len(committed)}->{tasks} tasks, read {len(sources)} of "
+            f"{len(committed)} owners ({used})"
+        )
         logger.info("%s restored from %d owners: %s", owner, len(committed), how)
         return state, RestoreReport(
             record.epoch,

@@ -12,20 +12,39 @@ the Spark engine rewrites every task at once.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from backend.owners import OwnerId
 from zk.checkpoints import CommitRecord
 
 if TYPE_CHECKING:
     from backend.access import RingAccess
 
-__all__ = ["Placed", "Resharded", "Route", "reshard"]
+__all__ = ["Placed", "Resharded", "Route", "candidate_owners", "reshard"]
 
 #: ``route(key, stored_route)``: the task index, among the component's tasks
-#: now, that a key belongs to (the engine's fields grouping).
+#: now, that a key belongs to (the engine's fields grouping: a hash of the key,
+#: or of its stored route, modulo the task count).
 Route = Callable[[tuple[Any, ...], int | None], int]
+
+
+def candidate_owners(owners: Sequence[str], index: int, tasks: int) -> list[str]:
+    """Return the committed ``owners`` that can hold keys of task ``index``.
+
+    A key lives on the task its route hash ``h`` modulo the task count names. A
+    key of old task ``i`` (``i = h mod n``, ``n = len(owners)``) goes to new
+    task ``j = h mod tasks`` only if ``i`` and ``j`` are congruent modulo
+    ``gcd(n, tasks)``: a new task reads ``n / gcd`` old owners, not all ``n``
+    (2 -> 4 tasks: one of two; 4 -> 2: two of four; 3 -> 4: all three).
+
+    Raises:
+        ValueError: an owner name has no task index.
+    """
+    step = math.gcd(len(owners), tasks)
+    return [o for o in owners if OwnerId.parse(o).index % step == index % step]
 
 
 @dataclass(frozen=True)
