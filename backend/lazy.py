@@ -23,6 +23,7 @@ from typing import Final
 from sr3.codec import decode_shard
 from sr3.errors import RecoveryError
 from sr3.manifest import Manifest, ShardMeta
+from sr3.recovery.recover import shards_to_read
 from sr3.replication import ReplicatedStore
 
 __all__ = ["LAZY_FETCH", "ChainLoader", "LoadStats"]
@@ -85,12 +86,17 @@ class ChainLoader:
                 f"record: {missing}; the epoch was collected or never published"
             )
             raise RecoveryError(msg)
+        read = {
+            m.shard_id
+            for m in shards_to_read([metas[sid] for sid in manifest.shard_ids])
+        }
+        shard_ids = [sid for sid in manifest.shard_ids if sid in read]
         self._store = store
-        self._metas = {sid: metas[sid] for sid in manifest.shard_ids}
+        self._metas = {sid: metas[sid] for sid in shard_ids}
         self._on_loaded = on_loaded
         #: each key group's shards, oldest first (the chain's order)
         self._chains: dict[int, list[str]] = {}
-        for sid in manifest.shard_ids:
+        for sid in shard_ids:
             for kg in self._metas[sid].key_groups:
                 self._chains.setdefault(kg, []).append(sid)
         #: key groups still to come from each shard
@@ -107,7 +113,7 @@ class ChainLoader:
         self._demand_pool: ThreadPoolExecutor | None = None
         # background order: shards by their lowest key group (key-group order)
         self._queue = sorted(
-            manifest.shard_ids,
+            shard_ids,
             key=lambda sid: (min(self._metas[sid].key_groups, default=0), sid),
         )
         self._queue.reverse()  # popped from the end

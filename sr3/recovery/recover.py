@@ -43,6 +43,7 @@ __all__ = [
     "Recoverer",
     "RecoveryResult",
     "planner_inputs",
+    "shards_to_read",
 ]
 
 #: Test-only switch of a deliberately broken build: ``drop-delta`` makes every
@@ -232,7 +233,7 @@ class Recoverer:
         lazy = cfg.lazy_install if lazy is None else lazy
         life.move(RecoveryPhase.PLANNING)
         manifest = self._manifest(owner, epoch)
-        shards = _broken(
+        shards = shards_to_read(
             shard_metas_in_order(manifest, self.context.manifests.shards(owner))
         )
         live = dict(self.context.members())
@@ -380,8 +381,13 @@ def _first_read(state: KeyedState, layers: Mapping[int, list[Blob]]) -> None:
                 return
 
 
-def _broken(shards: list[ShardMeta]) -> list[ShardMeta]:
-    """Return ``shards``, less the newest delta's under :data:`BROKEN_BUILD_ENV`."""
+def shards_to_read(shards: list[ShardMeta]) -> list[ShardMeta]:
+    """Return the chain's shards a restore reads: all of them.
+
+    Every restore path reads through this (eager recovery and the lazy
+    loader), so the test-only :data:`BROKEN_BUILD_ENV` switch breaks them all:
+    under ``drop-delta`` the newest delta's shards are left out.
+    """
     deltas = [s.epoch for s in shards if s.kind == "delta"]
     if os.environ.get(BROKEN_BUILD_ENV) != "drop-delta" or not deltas:
         return shards
