@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from backend.lazy import LAZY_FETCH
 from sr3.config import Sr3Config
 from sr3.metrics import FEED_INTERVAL_S, RunMetrics, RunPublisher
 from storm_bridge.cluster import LocalCluster
@@ -94,13 +95,25 @@ class RunMetricsFeed:
             mechanisms = {
                 m
                 for r in recovery.restores.values()
-                for m in str(r.get("used") or r.get("mechanism") or "").split(",")
+                for m in _mechanism(r).split(",")
                 if m and m != "none"
             }
             # a rollback that restored no state (nothing committed yet) is none
             for mechanism in sorted(mechanisms) or ["none"]:
                 self.metrics.recovery(mechanism, seconds)
             self._recoveries += 1
+
+
+def _mechanism(restore: Any) -> str:
+    """The transfer structure a restore used (star, line, tree), for the label.
+
+    A lazy restore's ``used`` says how it installs (on demand, then in the
+    background), not a structure: its planned ``mechanism`` names it.
+    """
+    used = str(restore.get("used") or "")
+    if used == LAZY_FETCH:
+        used = ""
+    return used or str(restore.get("mechanism") or "")
 
 
 def _bytes(report: Any) -> int:
