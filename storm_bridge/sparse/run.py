@@ -180,6 +180,10 @@ class _Run:
     errors_checked_at: float = float("-inf")
     interval_s: float = 1.0
     logs: set[Path] = field(default_factory=set)
+    #: when Nimbus last showed the topology not ACTIVE (a rebalance, a
+    #: `storm deactivate`): its spouts stood still, yet the coordinator's
+    #: thread kept committing, so commits before then prove no final state
+    inactive_at: float | None = None
 
     def inject(self, kill: Kill) -> None:
         now = self.clock()
@@ -230,7 +234,9 @@ class _Run:
         if now - self.errors_checked_at < _ERROR_POLL_S:
             return
         self.errors_checked_at = now
-        errors = errors_of(self.session.topology_info(self.topology_id), _FATAL)
+        info = self.session.topology_info(self.topology_id)
+        self._note_status(info, now)
+        errors = errors_of(info, _FATAL)
         fatal = [e for e in errors if any(mark in e for mark in _FATAL)]
         # what tasks only log (a ring write refused) never reaches Nimbus
         self.logs.update(w.log for w in worker_processes(self.topology_id))
@@ -238,6 +244,17 @@ class _Run:
         if fatal:
             msg = E_FATAL.format(name=self.topology.name, error=fatal[0])
             raise StormRunError(msg)
+
+    def active(self) -> bool:
+        """Whether Nimbus runs the topology ACTIVE now (asked afresh)."""
+        now = self.clock()
+        return self._note_status(self.session.topology_info(self.topology_id), now)
+
+    def _note_status(self, info: Any, now: float) -> bool:
+        active = str(getattr(info, "status", "ACTIVE")) == "ACTIVE"
+        if not active:
+            self.inactive_at = now
+        return active
 
     def recovered(self) -> bool:
         """Whether every task or worker kill was followed by a rollback's RUNNING."""
@@ -405,9 +422,12 @@ def _drive(
         while pending and run.clock() >= started + pending[0].at_s:
             run.inject(pending.pop(0))
         if options.until_idle and not pending and run.recovered():
-            final_at = run.monitor.final_commit(spouts, after=_last_kill(run))
-            if final_at is not None:
+            final_at = run.monitor.final_commit(spouts, after=_settled_since(run))
+            # spouts deactivated (a rebalance) emit nothing while the
+            # coordinator commits on: equal offsets then prove nothing
+            if final_at is not None and run.active():
                 break
+            final_at = None
         run.check_errors()
         time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
     # a finished run's counters settle; a running one's are read as they are
@@ -476,3 +496,9 @@ def _settled_info(run: _Run) -> Any:
 
 def _last_kill(run: _Run) -> float | None:
     return max((at for _, at in run.killed), default=None)
+
+
+def _settled_since(run: _Run) -> float | None:
+    """After the last kill and the last time the topology was seen inactive."""
+    marks = [at for at in (_last_kill(run), run.inactive_at) if at is not None]
+    return max(marks, default=None)

@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -412,6 +413,20 @@ def test_sr3_rebalance_on_storm_moves_executors_and_keeps_state_exact(
             what="the first committed epoch of wordcount_tasks",
         )
         assert run.poll() is None, "the run ended before the rebalance"
+        # deactivated spouts emit nothing while the coordinator commits on:
+        # equal offsets then must not end an --until-idle run (nor must a
+        # rebalance's deactivated wait, which ended this one before the fix)
+        session = NimbusSession(nimbus)
+        with session.client() as client:
+            client.deactivate("wordcount_tasks")
+        try:
+            deactivated = time.monotonic()
+            while time.monotonic() - deactivated < 6.0 and run.poll() is None:
+                time.sleep(0.2)
+            assert run.poll() is None, "the run ended while its spouts were inactive"
+        finally:
+            with session.client() as client:
+                client.activate("wordcount_tasks")
         # Storm's limit: one executor per task, tasks fixed at submission
         over = sr3_cli(
             ["rebalance", "wordcount_tasks", "-e", "count=5", "--nimbus", nimbus],
