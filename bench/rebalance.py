@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.lab_session import bench_lab  # noqa: E402
 from sr3_cli.lab import Lab  # noqa: E402
-from storm_bridge.groupings import key_task_index  # noqa: E402
+from topology_api.groupings import key_task_index  # noqa: E402
 
 TOPOLOGY = ROOT / "bench" / "topologies" / "rebalance_kv.py"
 NAME = "rebalance_kv"

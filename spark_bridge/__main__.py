@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     from spark_bridge.errors import SparkBridgeError  # noqa: PLC0415 (path fix)
     from spark_bridge.runner import final_state, run_topology  # noqa: PLC0415
     from sr3.errors import SR3Error  # noqa: PLC0415
-    from storm_bridge.errors import TopologyError  # noqa: PLC0415
+    from topology_api.errors import TopologyError  # noqa: PLC0415
 
     args = build_parser().parse_args(argv)
     checkpoint = args.checkpoint_dir or Path(".sr3-spark") / args.file.stem

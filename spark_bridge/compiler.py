@@ -82,8 +82,9 @@ from spark_bridge.stages import (
     error_policy,
 )
 from spark_bridge.ticks import SHUFFLE_PARTITIONS_KEY
-from storm_bridge.barriers import internal_stream
-from storm_bridge.topology import LoadedTopology
+from topology_api.barriers import internal_stream
+from topology_api.contract import is_replayable_class
+from topology_api.topology import LoadedTopology
 
 __all__ = ["Plan", "build_frame", "plan_topology"]
 
@@ -213,7 +214,7 @@ def plan_topology(topology: LoadedTopology, *, environment: str | None = None) -
     if not spouts:
         raise _unsupported(topology, topology.name, "has no spout")
     for spout in topology.spouts:
-        if not getattr(spout.component_cls, "sr3_replayable", False):
+        if not is_replayable_class(spout.component_cls):
             raise _unsupported(
                 topology,
                 spout.name,

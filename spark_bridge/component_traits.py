@@ -1,8 +1,9 @@
 """What the Spark bridge reads off a component class and its conf before hosting it.
 
 Whether a bolt acts on tick tuples (:func:`ticks`, as Storm ticks it only when
-``topology.tick.tuple.freq.secs`` is set), and whether a stateful bolt keys its
-state otherwise than by its grouping (:func:`overrides_state_key`).
+``topology.tick.tuple.freq.secs`` is set). Whether a stateful bolt keys its
+state otherwise than by its grouping is the contract's
+(:func:`topology_api.contract.overrides_state_key`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,11 @@ from pystorm.bolt import BatchingBolt
 from pystorm.bolt import Bolt as StormBolt
 
 from spark_bridge.context import storm_conf
-from storm_bridge.components import StatefulBolt
-from storm_bridge.topology import LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "TICK_FREQ_KEY",
     "emits_on_ticks",
-    "overrides_state_key",
     "tick_freq_s",
     "ticks",
 ]
@@ -66,13 +65,3 @@ def tick_freq_s(conf: Mapping[str, Any]) -> float | None:
     except (TypeError, ValueError):
         return None
     return freq if freq > 0 else None
-
-
-def overrides_state_key(cls: type) -> bool:
-    """Whether a stateful bolt class keys its state otherwise than by its grouping.
-
-    Such a bolt's keys carry their route (see :mod:`spark_bridge.statekeys`).
-    """
-    return getattr(cls, "state_key", StatefulBolt.state_key) is not (
-        StatefulBolt.state_key
-    )

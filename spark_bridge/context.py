@@ -12,7 +12,7 @@ the same task sees on the Storm engine (and on a Storm cluster):
   components (the acker ``__acker`` included) sorted by id in Java string order
   and numbered from 1, plus the streams, groupings and fields around the task.
 
-Both come from :mod:`storm_bridge.stormconf`, which the Storm engine builds its
+Both come from :mod:`topology_api.stormconf`, which the Storm engine builds its
 tasks' conf and context with.
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from storm_bridge.stormconf import (
+from topology_api.stormconf import (
     ACKER_COMPONENT,
     COMPONENT_OVERRIDABLE_KEYS,
     STORM_DEFAULTS,
@@ -30,7 +30,7 @@ from storm_bridge.stormconf import (
     task_context,
     topology_conf,
 )
-from storm_bridge.topology import LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "ACKER_COMPONENT",

@@ -28,8 +28,8 @@ from spark_bridge.routes import EmitRouter
 from spark_bridge.rows import storm_values
 from sr3.codec import decode_value, encode_value
 from sr3.key_state import KeyState
-from storm_bridge.barriers import internal_stream
-from storm_bridge.topology import LoadedTopology
+from topology_api.barriers import internal_stream
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "BoltHost",

@@ -5,7 +5,7 @@ drops it from the plan (:attr:`spark_bridge.compiler.Plan.kafka_sinks`), so
 the emits it subscribes to reach the query's sink as outputs; there, after a
 micro-batch is written (parquet) and committed as an SR3 epoch, the batch's
 emits of those streams are written to ``sr3.kafka.sink.topic`` with
-:class:`storm_bridge.kafka.delivery.EpochDelivery`, the Storm engine's code:
+:class:`topology_api.kafka.delivery.EpochDelivery`, the Storm engine's code:
 the records and a marker ``{epoch, run, seq}`` in ONE Kafka transaction, so a
 ``read_committed`` consumer sees each output once, when its epoch committed.
 
@@ -15,7 +15,7 @@ holds them (:meth:`SparkKafkaSink.pending`, in the Storm sink's key layout)
 until the next batch's epoch replaces them. A driver that dies between the
 epoch's commit and the Kafka transaction thus leaves them in the committed
 epoch, and the next start writes them (:func:`deliver_pending`, with the
-Storm engine's :func:`~storm_bridge.kafka.sink.deliver_owner`), whether it
+engines' :func:`~topology_api.kafka.writers.deliver_owner`), whether it
 resumes from the Spark checkpoint or from the ring with a fresh one. Without a
 ring, the micro-batch's parquet rows are the only write-ahead log: Spark
 re-runs a batch it did not commit with the same rows. Either way the marker
@@ -44,7 +44,7 @@ from confluent_kafka import KafkaException
 from spark_bridge.context import storm_context
 from spark_bridge.rows import EMIT
 from sr3.codec import decode_value, encode_key
-from storm_bridge.kafka.delivery import (
+from topology_api.kafka.delivery import (
     NEXT_KEY,
     OUT_KEY,
     EpochDelivery,
@@ -52,12 +52,12 @@ from storm_bridge.kafka.delivery import (
     Snapshot,
     encode_record,
 )
-from storm_bridge.kafka.settings import SinkSettings
-from storm_bridge.topology import LoadedTopology
+from topology_api.kafka.settings import SinkSettings
+from topology_api.kafka.writers import SPARK_WRITER, deliver_owner, transactional_id
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "CRASH_ENV",
-    "SPARK_OWNER",
     "SparkKafkaSink",
     "deliver_pending",
     "is_kafka_sink",
@@ -68,9 +68,6 @@ __all__ = [
 #: ``<batch>`` committed its epoch, before its Kafka transaction
 #: (``tests/integration/kafka/test_spark_kafka_crash.py``).
 CRASH_ENV: Final = "SR3_CRASH_POINT"
-#: Last part of the ring owner holding a sink component's pending outputs
-#: (:data:`storm_bridge.kafka.sink.SPARK_WRITER`, not imported: it loads pystorm).
-SPARK_OWNER: Final = "spark"
 _SEQ_SHIFT: Final = 32
 _RETRY_FOR_S: Final = 60.0
 _RETRY_S: Final = 0.5
@@ -98,9 +95,7 @@ def overrides_record(cls: type) -> bool:
 
 def spark_transactional_id(topology: str, component: str) -> str:
     """Return the ``transactional.id`` the Spark driver writes a sink's outputs with."""
-    from storm_bridge.kafka.sink import transactional_id  # noqa: PLC0415 (pystorm)
-
-    return transactional_id(topology, component, SPARK_OWNER)
+    return transactional_id(topology, component, SPARK_WRITER)
 
 
 def crash_point(batch: int) -> None:
@@ -156,7 +151,7 @@ class SparkKafkaSink:
             for stream, names in streams.items()
             if (source, stream) in inputs
         }
-        owner = f"{topology.name}/{component}/{SPARK_OWNER}"
+        owner = f"{topology.name}/{component}/{SPARK_WRITER}"
         delivery = EpochDelivery(
             settings=settings,
             owner=owner,
@@ -203,7 +198,7 @@ class SparkKafkaSink:
 
         ``{encoded key: fields}``: the run and next number under ``NEXT_KEY``,
         each output under ``(OUT_KEY, seq)``, what
-        :func:`~storm_bridge.kafka.delivery.snapshot_outputs` reads back.
+        :func:`~topology_api.kafka.delivery.snapshot_outputs` reads back.
         """
         state: dict[bytes, Any] = {
             encode_key((OUT_KEY, seq)): dict(fields) for seq, fields in outputs
@@ -274,18 +269,14 @@ def deliver_pending(
         SR3Error: ZooKeeper or the ring failed.
     """
     from spark_bridge.context import storm_conf  # noqa: PLC0415 (one use)
-    from storm_bridge.kafka.sink import (  # noqa: PLC0415 (pystorm)
-        deliver_owner,
-        transactional_id,
-    )
 
     for name in sinks:
         prefix = f"{topology.name}/{name}/"
         settings = SinkSettings.from_conf(storm_conf(topology, name, overrides))
         for owner in sorted(o for o in record.owners if o.startswith(prefix)):
             index = owner.removeprefix(prefix)
-            if index == SPARK_OWNER:
-                tid = transactional_id(topology.name, name, SPARK_OWNER)
+            if index == SPARK_WRITER:
+                tid = transactional_id(topology.name, name, SPARK_WRITER)
             elif index.isdigit():
                 tid = transactional_id(topology.name, name, int(index))
             else:

@@ -43,7 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_bridge.errors import SparkBridgeError
 from spark_bridge.hosting import DEFAULT_STREAM, Host
 from spark_bridge.kafka_jars import E_NO_JARS
-from spark_bridge.kafka_start import KafkaStart, partition_key
+from spark_bridge.kafka_start import KafkaStart
 from spark_bridge.rows import (
     EMIT,
     OFFSET,
@@ -56,6 +56,7 @@ from spark_bridge.rows import (
 )
 from spark_bridge.worker import topology_of
 from sr3.codec import encode_value
+from topology_api.kafka.settings import partition_key
 
 __all__ = ["KafkaRows", "kafka_frame"]
 

@@ -27,20 +27,19 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from spark_bridge.context import storm_conf
-from storm_bridge.kafka.errors import (
+from topology_api.kafka.errors import (
     E_OFFSET_GONE,
     E_TOPIC_MISSING,
     KafkaOffsetGoneError,
     KafkaTopicMissingError,
 )
-from storm_bridge.kafka.settings import SpoutSettings
-from storm_bridge.topology import LoadedTopology
+from topology_api.kafka.settings import SpoutSettings, partition_key
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "KafkaStart",
     "is_kafka_spout",
     "kafka_starts",
-    "partition_key",
     "plan_kafka_start",
 ]
 
@@ -61,14 +60,6 @@ def is_kafka_spout(cls: type) -> bool:
         c.__name__ == "KafkaSpout" and c.__module__ == "storm_bridge.kafka.spout"
         for c in cls.__mro__
     )
-
-
-def partition_key(topic: str, partition: int) -> str:
-    """Return ``topic:partition``, as ``storm_bridge.kafka.partition_key`` does.
-
-    Written again here so as not to load confluent-kafka on an executor.
-    """
-    return f"{topic}:{partition}"
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,6 @@ from pyspark.sql.streaming.stateful_processor import (
     TimerValues,
 )
 
-from spark_bridge.component_traits import overrides_state_key
 from spark_bridge.errors import ComponentError
 from spark_bridge.rows import (
     EMIT,
@@ -58,6 +57,7 @@ from spark_bridge.ticks import is_tick_key
 from spark_bridge.worker import spark_task, topology_of
 from sr3.codec import decode_key, decode_value, encode_value
 from sr3.key_state import ROUTE_FIELD
+from topology_api.contract import overrides_state_key
 
 __all__ = ["KeyedProcessor", "StatefulStage"]
 

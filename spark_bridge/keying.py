@@ -19,12 +19,13 @@ from typing import Final
 
 import pyarrow as pa
 
-from spark_bridge.component_traits import overrides_state_key, ticks
+from spark_bridge.component_traits import ticks
 from spark_bridge.rows import EMIT, RESTORE, TICK, ComponentRef, Routing, Row
 from spark_bridge.statekeys import StateKeys
 from spark_bridge.ticks import shuffle_partitions, tick_keys
 from spark_bridge.worker import topology_of
 from sr3.codec import decode_value, encode_key, encode_value
+from topology_api.contract import overrides_state_key
 
 __all__ = [
     "GROUP_COLUMN",

@@ -32,7 +32,6 @@ from backend.chain import ChainPolicy
 from backend.committer import EpochCommitter, StartPoint
 from spark_bridge.compiler import Plan
 from spark_bridge.errors import SparkBridgeError
-from spark_bridge.kafka_sink import SPARK_OWNER
 from spark_bridge.ring import (
     RESTORE_SOURCE,
     BatchCommitter,
@@ -41,8 +40,9 @@ from spark_bridge.ring import (
 )
 from spark_bridge.ring_owners import stateful_owners
 from sr3.config import Sr3Config
-from storm_bridge.groupings import IntegerBoxing
-from storm_bridge.topology import LoadedTopology
+from topology_api.groupings import IntegerBoxing
+from topology_api.kafka.writers import SPARK_WRITER
+from topology_api.topology import LoadedTopology
 from zk.checkpoints import CommitRecord
 
 __all__ = ["SPARK_DIR", "QueryStart", "plan_start"]
@@ -155,7 +155,7 @@ def plan_start(  # noqa: PLR0913 (the start's inputs)
         policy=ChainPolicy(settings.recovery.max_chain_length),
         boxing=IntegerBoxing.of({**topology.config, **conf}),
         retain=settings.checkpoint.retain,
-        outputs=[f"{topology.name}/{n}/{SPARK_OWNER}" for n in plan.kafka_sinks],
+        outputs=[f"{topology.name}/{n}/{SPARK_WRITER}" for n in plan.kafka_sinks],
     )
     record = committer.open()
     start = QueryStart(committer=committer, record=record, query=query)

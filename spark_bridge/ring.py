@@ -9,7 +9,7 @@ other's committed epoch:
   (Java ``deepHashCode`` of the grouping values modulo the task count), which is
   the task whose Storm snapshot holds it: for a bolt overriding ``state_key``,
   by the route stored with the key's fields (:data:`sr3.key_state.ROUTE_FIELD`,
-  :func:`storm_bridge.groupings.key_task_index`);
+  :func:`topology_api.groupings.key_task_index`);
 - spout offsets are recorded by ``<spout>/<task index>``;
 - a ``KafkaSink`` component's outputs of the batch are kept by one more owner,
   ``<topology>/<component>/spark``, written FULL every epoch (the batch's
@@ -54,7 +54,6 @@ from backend.chain import FULL, ChainPolicy, OwnerChain
 from backend.committer import EpochCommitter, next_epoch
 from backend.owners import component_owners
 from backend.rescale import reshard
-from spark_bridge.component_traits import overrides_state_key
 from spark_bridge.restore import RESTORE_SOURCE, RestoreSource, restore_options
 from spark_bridge.ring_owners import Owner, stored_route
 from sr3.codec import (
@@ -67,8 +66,9 @@ from sr3.codec import (
 from sr3.key_state import ROUTE_FIELD
 from sr3.keygroups import key_group_of_encoded
 from sr3.manifest import Manifest
-from storm_bridge.groupings import IntegerBoxing, key_task_index
-from storm_bridge.topology import LoadedTopology
+from topology_api.contract import overrides_state_key
+from topology_api.groupings import IntegerBoxing, key_task_index
+from topology_api.topology import LoadedTopology
 from zk.checkpoints import CommitRecord
 
 __all__ = [

@@ -16,7 +16,7 @@ from backend.owners import owner_name
 from sr3.codec import decode_value
 from sr3.config import Sr3Config
 from sr3.key_state import ROUTE_FIELD
-from storm_bridge.topology import LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = ["Owner", "stateful_owners", "stored_route"]
 

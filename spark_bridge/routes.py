@@ -27,7 +27,7 @@ from typing import Any, Final
 from spark_bridge.context import task_ids
 from spark_bridge.errors import ComponentError
 from sr3.codec import decode_value, encode_value
-from storm_bridge.groupings import (
+from topology_api.groupings import (
     Grouper,
     GroupingKind,
     GroupingSpec,
@@ -36,7 +36,7 @@ from storm_bridge.groupings import (
     ShuffleGrouper,
     fields_task_index,
 )
-from storm_bridge.topology import LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = ["EmitRouter", "routed_task"]
 

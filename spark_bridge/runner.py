@@ -42,7 +42,7 @@ from spark_bridge.metrics import SparkMetricsFeed
 from spark_bridge.query_start import SPARK_DIR, plan_start
 from spark_bridge.sink import SINK_DIR, BatchSink, build_report, final_state
 from sr3.config import Sr3Config
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 __all__ = ["final_state", "run_topology", "spark_session"]
 

@@ -33,8 +33,8 @@ from spark_bridge.ring import ENGINE, BatchCommit, BatchCommitter
 from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
 from sr3.codec import decode_key, decode_value
 from sr3.key_state import ROUTE_FIELD
-from storm_bridge.outputs import LastOutputs, sink_components
-from storm_bridge.topology import LoadedTopology
+from topology_api.outputs import LastOutputs, sink_components
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "SINK_DIR",

@@ -14,7 +14,7 @@ from typing import Any
 from spark_bridge.errors import ComponentError
 from spark_bridge.hosting import DEFAULT_STREAM, Emit, Host
 from spark_bridge.worker import spark_task
-from storm_bridge.topology import LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = ["SpoutHost"]
 

@@ -11,7 +11,7 @@ import functools
 from pyspark import TaskContext
 
 from spark_bridge.rows import ComponentRef
-from storm_bridge.topology import LoadedTopology, load_topology
+from topology_api.topology import LoadedTopology, load_topology
 
 __all__ = ["loaded_topology", "spark_task", "topology_of"]
 

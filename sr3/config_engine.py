@@ -158,7 +158,7 @@ class KafkaConfig(_Section):
     """The Kafka spout's and sink's keys, each checked alone.
 
     Rules between keys (a spout needs topics or a pattern, not both) are the
-    spout's and sink's settings' (``storm_bridge.kafka.settings``).
+    spout's and sink's settings' (``topology_api.kafka.settings``).
 
     Attributes:
         bootstrap: ``sr3.kafka.bootstrap``, the brokers (default empty; the

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from storm_bridge.report import RunReport
-from storm_bridge.topology import LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "NETNS_KINDS",

@@ -28,8 +28,8 @@ from sr3_cli.output import JSON_HELP, emit_json, table
 from sr3_cli.run_checks import check_topology_file, parse_conf
 from sr3_cli.topology_cmd import embedded_lab
 from storm_bridge.runner import RunOptions, run_topology
-from storm_bridge.topology import load_topology
 from storm_bridge.wiring import RingAccess
+from topology_api.topology import load_topology
 
 __all__ = ["add_parsers"]
 

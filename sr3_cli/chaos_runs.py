@@ -38,8 +38,8 @@ from storm_bridge.runner import (
     TaskKill,
     run_topology,
 )
-from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import RingAccess
+from topology_api.topology import LoadedTopology, load_topology
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

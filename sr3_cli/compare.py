@@ -52,8 +52,8 @@ from sr3_cli.run_checks import (
     parse_node_kill,
 )
 from storm_bridge.runner import NodeKill, RunOptions, TaskKill, run_topology
-from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import RingAccess
+from topology_api.topology import LoadedTopology, load_topology
 
 __all__ = [
     "ENGINES",

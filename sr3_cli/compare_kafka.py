@@ -23,7 +23,7 @@ from typing import Any, Final
 from spark_bridge.context import storm_conf
 from spark_bridge.kafka_sink import is_kafka_sink
 from sr3.errors import ConfigError
-from storm_bridge.topology import LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = ["SINK_TOPIC_KEY", "SinkTopics", "sink_topics"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from storm_bridge.components import ReplayableSpout, StatefulBolt, StateKeyError
-from storm_bridge.partial_key import partial_key_grouping
+from topology_api.partial_key import partial_key_grouping
 
 if TYPE_CHECKING:
     from storm_bridge.kafka import KafkaSink, KafkaSpout

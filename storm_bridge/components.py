@@ -16,7 +16,9 @@ both classes run the ZooKeeper protocol of :mod:`storm_bridge.native` themselves
 
 from __future__ import annotations
 
-from storm_bridge.barriers import (
+from storm_bridge.replayable import ReplayableSpout
+from storm_bridge.stateful import StatefulBolt, StateKeyError
+from topology_api.barriers import (
     BARRIER_COMMAND,
     BARRIER_FIELDS,
     BARRIER_STREAM,
@@ -24,8 +26,6 @@ from storm_bridge.barriers import (
     RESTORED_METRIC,
     SNAPSHOT_METRIC,
 )
-from storm_bridge.replayable import ReplayableSpout
-from storm_bridge.stateful import StatefulBolt, StateKeyError
 
 __all__ = [
     "BARRIER_COMMAND",

@@ -1,4 +1,4 @@
-"""Errors raised by the Storm bridge: topology loading, multilang, local cluster.
+"""Errors raised by the Storm bridge: multilang, local cluster, checkpoints.
 
 All derive from :class:`StormBridgeError`, itself an :class:`sr3.errors.SR3Error`.
 Errors about a running task carry ``component`` and ``task_id`` so that operators
@@ -17,7 +17,6 @@ __all__ = [
     "StormBridgeError",
     "SubprocessTimeoutError",
     "TaskExitedError",
-    "TopologyError",
 ]
 
 #: Why a task's stdout holds something that is not a message, and the fix.
@@ -30,10 +29,6 @@ E_STDOUT = (
 
 class StormBridgeError(SR3Error):
     """Root of the errors raised by ``storm_bridge``."""
-
-
-class TopologyError(StormBridgeError, ValueError):
-    """A topology file cannot be loaded or describes an invalid topology."""
 
 
 class ClusterStateError(StormBridgeError, RuntimeError):

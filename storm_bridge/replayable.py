@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from streamparse import Spout
 
 from sr3.config import CheckpointConfig
-from storm_bridge.barriers import (
+from storm_bridge.messages import GENERATION_KEY
+from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
+from topology_api.barriers import (
     BARRIER_COMMAND,
     BARRIER_STREAM,
     task_index,
     with_barrier,
 )
-from storm_bridge.messages import GENERATION_KEY
-from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
+from topology_api.contract import ReplayableComponent
 
 __all__ = ["ReplayableSpout"]
 
@@ -30,7 +31,7 @@ logger = logging.getLogger(__name__)
 _COORDINATOR_POLL_S: Final = 0.02
 
 
-class ReplayableSpout(Spout):
+class ReplayableSpout(Spout, ReplayableComponent):
     """A spout whose emits carry offsets, so it can replay from a committed one.
 
     Users implement :meth:`seek` and ``next_tuple`` and emit with
@@ -39,8 +40,6 @@ class ReplayableSpout(Spout):
     nothing was committed; ``seek`` runs after ``initialize``.
     """
 
-    sr3_stateful: ClassVar[bool] = True
-    sr3_replayable: ClassVar[bool] = True
     _sr3_offset: Any = None
 
     @classmethod
@@ -63,14 +62,6 @@ class ReplayableSpout(Spout):
             config=config,
             outputs=with_barrier(cls.outputs),
         )
-
-    def seek(self, offset: Any) -> None:
-        """Position the source so the next emit follows ``offset`` (None: start).
-
-        Raises:
-            NotImplementedError: the subclass does not implement it.
-        """
-        raise NotImplementedError
 
     def emit(
         self,

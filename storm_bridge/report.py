@@ -16,8 +16,8 @@ from storm_bridge.cluster.checkpoints import Coordinator, Recovery
 from storm_bridge.cluster.events import ComponentCounters
 from storm_bridge.cluster.health import TaskOutcome
 from storm_bridge.native import NATIVE
-from storm_bridge.topology import LoadedTopology
 from storm_bridge.wiring import RingAccess
+from topology_api.topology import LoadedTopology
 from zk.epochs import ZkEpochStore
 
 __all__ = [

@@ -4,7 +4,7 @@ A lazy restore (``sr3.recovery.lazy``) makes a task ready before its state
 arrived: it processes at once and fetches key groups as tuples need them. The
 run report shows that a task did so: :class:`RestoreProgress` turns the task's
 three moments (ready, first tuple processed, whole state arrived) into the
-params of :data:`~storm_bridge.barriers.LOADED_METRIC`, sent each time one of
+params of :data:`~topology_api.barriers.LOADED_METRIC`, sent each time one of
 the last two becomes known, and never before the task reported its restore
 (the state may finish arriving on a background thread before that).
 """

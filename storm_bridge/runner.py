@@ -40,8 +40,8 @@ from storm_bridge.report import (
     state_summary,
 )
 from storm_bridge.ringwatch import RingWatch
-from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import CommitRecord, RingAccess
+from topology_api.topology import LoadedTopology, load_topology
 from zk.epochs import Phase, ZkEpochStore
 
 __all__ = [

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, ClassVar, Final
+from typing import Any, Final
 
 from pystorm.component import Tuple as StormTuple
 from streamparse import Bolt
@@ -26,7 +26,11 @@ from backend.owners import OwnerId
 from sr3.config import Sr3Config
 from sr3.errors import RecoveryError, StorageError
 from sr3.state import KeyedState, KeyState
-from storm_bridge.barriers import (
+from storm_bridge.errors import StormBridgeError
+from storm_bridge.messages import GENERATION_KEY
+from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode, require_ring
+from storm_bridge.restore_progress import RestoreProgress
+from topology_api.barriers import (
     BARRIER_STREAM,
     LOADED_METRIC,
     RESTORED_METRIC,
@@ -34,11 +38,8 @@ from storm_bridge.barriers import (
     task_index,
     with_barrier,
 )
-from storm_bridge.errors import StormBridgeError
-from storm_bridge.groupings import IntegerBoxing, key_task_index, route_hash
-from storm_bridge.messages import GENERATION_KEY
-from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode, require_ring
-from storm_bridge.restore_progress import RestoreProgress
+from topology_api.contract import StatefulComponent, overrides_state_key
+from topology_api.groupings import IntegerBoxing, key_task_index, route_hash
 
 __all__ = ["StateKeyError", "StatefulBolt"]
 
@@ -53,7 +54,7 @@ class StateKeyError(StormBridgeError, KeyError):
     """A tuple reached a stateful bolt without a key (no fields grouping)."""
 
 
-class StatefulBolt(Bolt):
+class StatefulBolt(Bolt, StatefulComponent):
     """A bolt with keyed state checkpointed to the SR3 ring.
 
     Users override ``initialize`` and ``process``. While ``process`` runs,
@@ -77,7 +78,6 @@ class StatefulBolt(Bolt):
     which rolls the topology back.
     """
 
-    sr3_stateful: ClassVar[bool] = True
     _sr3_current: KeyState | None = None
     #: Native-mode generation of the tuple read last (None: it carried none).
     _sr3_tag: int | None = None
@@ -156,8 +156,10 @@ class StatefulBolt(Bolt):
             self._sr3_current = None
             self._current_tups = []
 
-    def state_key(self, tup: StormTuple) -> tuple[Any, ...]:
-        """Return the key of ``tup``: the values of its fields grouping's fields.
+    def grouping_key(self, tup: StormTuple) -> tuple[Any, ...]:
+        """Return the values of ``tup``'s fields grouping's fields.
+
+        The default :meth:`state_key`; override that to key state otherwise.
 
         Raises:
             StateKeyError: the tuple did not arrive through a fields grouping.
@@ -185,7 +187,7 @@ class StatefulBolt(Bolt):
         self._sr3_key_fields = self._grouping_fields(context)
         # a state key other than the grouping values keeps its route with it,
         # so a rescaled task gets the keys whose tuples it gets
-        self._sr3_routed = type(self).state_key is not StatefulBolt.state_key
+        self._sr3_routed = overrides_state_key(type(self))
         self._sr3_boxing = IntegerBoxing.of(storm_conf)
         self._sr3_failed: BaseException | None = None
         self._sr3_pending: Future[None] | None = None

@@ -21,7 +21,7 @@ from storm_bridge.cluster.context import back_edges
 from storm_bridge.cluster.tasks import TaskRuntime
 from storm_bridge.components import BARRIER_STREAM
 from storm_bridge.messages import SYSTEM_TASK_ID, bolt_tuple_msg
-from storm_bridge.topology import LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = ["BARRIER_SOURCE", "BarrierRouter", "Deliver"]
 

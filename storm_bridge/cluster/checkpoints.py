@@ -51,7 +51,7 @@ from storm_bridge.cluster.rollbacks import (
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.components import BARRIER_COMMAND
 from storm_bridge.errors import CheckpointError, StormBridgeError
-from storm_bridge.topology import LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "BARRIER_SOURCE",

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Final
 
-from storm_bridge.components import StatefulBolt
-from storm_bridge.errors import TopologyError
-from storm_bridge.groupings import GroupingKind
-from storm_bridge.partial_key import PARTIAL_KEY_CLASS
-from storm_bridge.topology import ComponentInfo, InputInfo, LoadedTopology
+from topology_api.contract import StatefulComponent, overrides_state_key
+from topology_api.errors import TopologyError
+from topology_api.groupings import GroupingKind
+from topology_api.partial_key import PARTIAL_KEY_CLASS
+from topology_api.topology import ComponentInfo, InputInfo, LoadedTopology
 
 __all__ = ["check_runnable"]
 
@@ -28,8 +28,8 @@ def _keyed_by_grouping(component: ComponentInfo) -> bool:
     cls = component.component_cls
     return (
         component.kind == "bolt"
-        and issubclass(cls, StatefulBolt)
-        and cls.state_key is StatefulBolt.state_key
+        and issubclass(cls, StatefulComponent)
+        and not overrides_state_key(cls)
     )
 
 

@@ -1,7 +1,7 @@
 """Tuple routing and the cycles barriers skip, for the local cluster.
 
 Task ids and the handshake context (Storm's ``StormCommon.stormTaskInfo`` and
-``TopologyContext.toJSONString``) are :mod:`storm_bridge.stormconf`'s, which the
+``TopologyContext.toJSONString``) are :mod:`topology_api.stormconf`'s, which the
 Spark bridge shares; they are re-exported here.
 """
 
@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from storm_bridge.errors import StormBridgeError
-from storm_bridge.groupings import DirectGrouper, Grouper, IntegerBoxing, make_grouper
-from storm_bridge.stormconf import ACKER_COMPONENT, assign_task_ids, task_context
-from storm_bridge.topology import ComponentInfo, LoadedTopology
+from topology_api.groupings import DirectGrouper, Grouper, IntegerBoxing, make_grouper
+from topology_api.stormconf import ACKER_COMPONENT, assign_task_ids, task_context
+from topology_api.topology import ComponentInfo, LoadedTopology
 
 __all__ = [
     "ACKER_COMPONENT",

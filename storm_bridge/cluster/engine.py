@@ -40,7 +40,7 @@ from storm_bridge.components import (
     RESTORED_METRIC,
     SNAPSHOT_METRIC,
 )
-from storm_bridge.errors import MultilangProtocolError, TaskExitedError, TopologyError
+from storm_bridge.errors import MultilangProtocolError, TaskExitedError
 from storm_bridge.messages import (
     LOG_LEVELS,
     SYSTEM_COMPONENT,
@@ -49,9 +49,10 @@ from storm_bridge.messages import (
 )
 from storm_bridge.multilang import Serializer
 from storm_bridge.native import MAX_REPLAYS
-from storm_bridge.outputs import LastOutputs
 from storm_bridge.straggler import StragglerSettings
-from storm_bridge.topology import LoadedTopology
+from topology_api.errors import TopologyError
+from topology_api.outputs import LastOutputs
+from topology_api.topology import LoadedTopology
 
 __all__ = ["Engine", "checked_confs"]
 

@@ -35,7 +35,7 @@ from storm_bridge.cluster.rebalance import Rebalancer
 from storm_bridge.cluster.settings import ClusterOptions
 from storm_bridge.errors import ClusterStateError, StormBridgeError
 from storm_bridge.multilang import get_serializer
-from storm_bridge.topology import LoadedTopology, load_topology
+from topology_api.topology import LoadedTopology, load_topology
 
 __all__ = ["ClusterState", "LocalCluster"]
 
@@ -467,7 +467,7 @@ class LocalCluster:
         return self._wait(lambda: settled(self._engine.tasks.values()), timeout_s)
 
     def outputs(self) -> dict[str, dict[str, list[Any]]]:
-        """Last output per key of each sink component (see :mod:`storm_bridge.outputs`).
+        """Last output per key of each sink component (see :mod:`topology_api.outputs`).
 
         Returns:
             ``{component: {json.dumps(key values): values}}``, keys sorted.

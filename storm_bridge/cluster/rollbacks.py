@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState
+from topology_api.contract import is_replayable_class
 
 __all__ = ["Recovery", "Rollbacks", "is_replayable", "is_stateful_bolt"]
 
@@ -27,7 +28,7 @@ _PROGRESS_FIELDS: Final = frozenset(
 
 def is_replayable(rt: TaskRuntime) -> bool:
     """Return whether ``rt`` runs a spout that seeks to a committed offset."""
-    return getattr(rt.component.component_cls, "sr3_replayable", False) is True
+    return is_replayable_class(rt.component.component_cls)
 
 
 def is_stateful_bolt(rt: TaskRuntime) -> bool:

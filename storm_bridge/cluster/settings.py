@@ -15,9 +15,9 @@ from typing import Any, Final
 
 from sr3.config import KEYS, read_setting
 from sr3.errors import ConfigError
-from storm_bridge.errors import TopologyError
-from storm_bridge.groupings import IntegerBoxing
-from storm_bridge.stormconf import (
+from topology_api.errors import TopologyError
+from topology_api.groupings import IntegerBoxing
+from topology_api.stormconf import (
     COMPONENT_OVERRIDABLE_KEYS,
     STORM_DEFAULTS,
     component_conf,

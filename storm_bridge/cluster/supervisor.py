@@ -29,7 +29,7 @@ from storm_bridge.errors import (
 )
 from storm_bridge.messages import handshake_msg, heartbeat_msg, parse_pid_reply
 from storm_bridge.multilang import Serializer
-from storm_bridge.topology import STREAMPARSE_RUN, ComponentInfo, LoadedTopology
+from topology_api.topology import STREAMPARSE_RUN, ComponentInfo, LoadedTopology
 
 __all__ = ["HEARTBEAT_PERIOD_S", "Launcher", "Supervisor", "component_argv"]
 

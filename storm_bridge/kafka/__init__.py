@@ -3,7 +3,7 @@
 :class:`KafkaSpout` reads partitions from offsets recorded in our epochs;
 :class:`KafkaSink` writes outputs exactly once, when their epoch commits.
 The errors and settings import without confluent-kafka; the ``sr3.kafka.*``
-keys (:data:`~storm_bridge.kafka.settings.KAFKA_KEYS`) are rows of
+keys (:data:`~topology_api.kafka.settings.KAFKA_KEYS`) are rows of
 :data:`sr3.config.KEYS`, which ``sr3 run -o`` checks. The spout and sink load
 confluent-kafka on first use.
 """
@@ -12,17 +12,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from storm_bridge.kafka.errors import (
+from topology_api.kafka.errors import (
     KafkaBridgeError,
     KafkaOffsetGoneError,
     KafkaRecordError,
     KafkaTopicMissingError,
 )
-from storm_bridge.kafka.settings import KAFKA_KEYS, SinkSettings, SpoutSettings
+from topology_api.kafka.settings import (
+    KAFKA_KEYS,
+    SinkSettings,
+    SpoutSettings,
+    partition_key,
+)
 
 if TYPE_CHECKING:
-    from storm_bridge.kafka.sink import KafkaSink, deliver_committed, transactional_id
-    from storm_bridge.kafka.spout import KafkaSpout, partition_key
+    from storm_bridge.kafka.sink import KafkaSink, deliver_committed
+    from storm_bridge.kafka.spout import KafkaSpout
+    from topology_api.kafka.writers import transactional_id
 
 __all__ = [
     "KAFKA_KEYS",
@@ -43,9 +49,8 @@ __all__ = [
 _LAZY = {
     "KafkaSink": "storm_bridge.kafka.sink",
     "deliver_committed": "storm_bridge.kafka.sink",
-    "transactional_id": "storm_bridge.kafka.sink",
+    "transactional_id": "topology_api.kafka.writers",
     "KafkaSpout": "storm_bridge.kafka.spout",
-    "partition_key": "storm_bridge.kafka.spout",
 }
 
 

@@ -4,7 +4,7 @@ Each input becomes one record for ``sr3.kafka.sink.topic``. The record is
 first kept in the task's keyed state (key ``(OUT_KEY, seq)``, one per output),
 so it is part of the epoch's snapshot; once the epoch commits, a delivery
 thread writes the epoch's outputs and a marker in one Kafka transaction
-(:mod:`storm_bridge.kafka.delivery`). Outputs thus become visible to
+(:mod:`topology_api.kafka.delivery`). Outputs thus become visible to
 ``read_committed`` consumers one checkpoint interval (plus the commit and the
 transaction) after they were produced, and exactly once across task kills,
 ring-node kills and rollbacks: a rolled-back epoch never committed, so its
@@ -21,14 +21,15 @@ import collections
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 from confluent_kafka import Producer
 from pystorm.component import Tuple as StormTuple
 
 from sr3.state import KeyState
-from storm_bridge.barriers import task_index
-from storm_bridge.kafka.delivery import (
+from storm_bridge.stateful import StatefulBolt
+from topology_api.barriers import task_index
+from topology_api.kafka.delivery import (
     NEXT_KEY,
     OUT_KEY,
     DeliveryThread,
@@ -37,40 +38,27 @@ from storm_bridge.kafka.delivery import (
     encode_record,
     snapshot_outputs,
 )
-from storm_bridge.kafka.settings import SinkSettings
-from storm_bridge.stateful import StatefulBolt
+from topology_api.kafka.settings import SinkSettings
+from topology_api.kafka.writers import (
+    RESTORE_MECHANISM,
+    SPARK_WRITER,
+    deliver_owner,
+    transactional_id,
+)
 
 __all__ = [
-    "SPARK_WRITER",
     "KafkaSink",
     "deliver_committed",
-    "deliver_owner",
-    "transactional_id",
 ]
 
 logger = logging.getLogger(__name__)
-
-_MECHANISM: Final = "star"
-
-
-#: Last part of the owner of a sink's outputs the Spark driver writes.
-SPARK_WRITER: Final = "spark"
-
-
-def transactional_id(topology: str, component: str, index: int | str) -> str:
-    """Return the Kafka ``transactional.id`` of a sink task (stable across restarts).
-
-    ``index`` is the task's index, or :data:`SPARK_WRITER` for the Spark
-    driver, which writes a sink component's outputs on the Spark engine.
-    """
-    return f"sr3-{topology}-{component}-{index}"
 
 
 class KafkaSink(StatefulBolt):
     """Write each input tuple to a Kafka topic, visible when its epoch commits.
 
     Storm conf: ``sr3.kafka.bootstrap``, ``sr3.kafka.sink.topic`` and the
-    optional keys of :class:`~storm_bridge.kafka.settings.SinkSettings`. By
+    optional keys of :class:`~topology_api.kafka.settings.SinkSettings`. By
     default a record's value is the JSON object of the input's fields and its
     key the value of ``sr3.kafka.sink.key.field``; override :meth:`record`.
     Without a ring (``sr3.zk.hosts`` unset, no checkpoints) records are written
@@ -212,7 +200,7 @@ def _delivery_thread(  # noqa: PLR0913 (what one task's delivery needs)
 
     def restore(record: Any) -> Iterable[tuple[tuple[Any, ...], Mapping[str, Any]]]:
         state, _report = ring.restore(
-            owner, record, key_group_count=key_groups, mechanism=_MECHANISM
+            owner, record, key_group_count=key_groups, mechanism=RESTORE_MECHANISM
         )
         return list(state.items())
 
@@ -267,34 +255,3 @@ def deliver_committed(
         )
         for writer in writers
     ]
-
-
-def deliver_owner(
-    settings: SinkSettings, *, ring: Any, record: Any, owner: str, tid: str
-) -> Marker:
-    """Deliver the outputs one sink owner left pending in committed ``record``.
-
-    The owner's snapshot at ``record``'s epoch is read back from the ring and
-    its outputs above the marker of ``tid`` are written (idempotent). A Storm
-    sink task is one owner; on Spark, the driver's write-ahead of a sink
-    component is another (``<topology>/<component>/spark``).
-
-    Returns:
-        The owner's marker after delivery (read back only, when ``record``
-        does not name the owner).
-
-    Raises:
-        KafkaException: Kafka failed.
-        SR3Error: ZooKeeper or the ring failed.
-    """
-    delivery = EpochDelivery(settings=settings, owner=owner, transactional_id=tid)
-    try:
-        if record is None or owner not in record.owners:
-            return delivery.read_marker()
-        groups = int(ring.manifests.manifest(owner, record.epoch).key_group_count)
-        state, _report = ring.restore(
-            owner, record, key_group_count=groups, mechanism=_MECHANISM
-        )
-        return delivery.deliver(record.epoch, snapshot_outputs(state.items()))
-    finally:
-        delivery.close()

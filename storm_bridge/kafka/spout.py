@@ -33,18 +33,18 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from storm_bridge.barriers import task_index
-from storm_bridge.kafka.errors import (
+from storm_bridge.replayable import ReplayableSpout
+from topology_api.barriers import task_index
+from topology_api.kafka.errors import (
     E_OFFSET_GONE,
     E_TOPIC_MISSING,
     KafkaOffsetGoneError,
     KafkaRecordError,
     KafkaTopicMissingError,
 )
-from storm_bridge.kafka.settings import SpoutSettings
-from storm_bridge.replayable import ReplayableSpout
+from topology_api.kafka.settings import SpoutSettings, partition_key
 
-__all__ = ["KafkaSpout", "partition_key"]
+__all__ = ["KafkaSpout"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,20 +62,12 @@ _TRANSIENT: Final = frozenset(
 )
 
 
-def partition_key(topic: str, partition: int) -> str:
-    """Return the offset key of a partition, ``"topic:partition"``.
-
-    Kafka topic names use only ``[a-zA-Z0-9._-]``, so the colon is unambiguous.
-    """
-    return f"{topic}:{partition}"
-
-
 class KafkaSpout(ReplayableSpout):
     """Emit the records of Kafka topics, replayable from offsets in our epochs.
 
     Storm conf (topology or component): ``sr3.kafka.bootstrap``,
     ``sr3.kafka.topics`` or ``sr3.kafka.topic.pattern``, and the optional keys
-    of :class:`~storm_bridge.kafka.settings.SpoutSettings`. With the ``text``
+    of :class:`~topology_api.kafka.settings.SpoutSettings`. With the ``text``
     format a tuple is ``[value]``; with ``json`` it is the JSON object's values
     for the spout's output fields. Subclass it to set ``outputs`` or override
     :meth:`decode`.

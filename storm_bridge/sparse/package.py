@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-from storm_bridge.errors import TopologyError
+from topology_api.errors import TopologyError
 
 __all__ = ["RESOURCES", "build_jar", "resource_files"]
 

@@ -44,8 +44,8 @@ from storm_bridge.sparse.workers import (
     task_processes,
     worker_processes,
 )
-from storm_bridge.topology import LoadedTopology, load_topology
 from storm_bridge.wiring import RingAccess
+from topology_api.topology import LoadedTopology, load_topology
 from zk.epochs import ZkEpochStore
 
 __all__ = ["Kill", "StormRunError", "StormRunOptions", "Supervisors", "run_on_storm"]

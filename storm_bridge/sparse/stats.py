@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from storm_bridge.barriers import internal_stream
-from storm_bridge.topology import LoadedTopology
+from topology_api.barriers import internal_stream
+from topology_api.topology import LoadedTopology
 
 __all__ = ["counters_of", "errors_of"]
 

@@ -33,7 +33,7 @@ from thriftpy2.transport import TFramedTransportFactory, TTransportException
 
 from storm_bridge.apache.nimbus import E_UNREACHABLE, NimbusUnreachableError
 from storm_bridge.errors import StormBridgeError
-from storm_bridge.topology import STREAMPARSE_RUN, LoadedTopology
+from topology_api.topology import STREAMPARSE_RUN, LoadedTopology
 
 __all__ = [
     "CHUNK_BYTES",

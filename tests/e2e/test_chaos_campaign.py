@@ -26,8 +26,8 @@ from sr3_cli.chaos import (
 from sr3_cli.chaos_runs import final_state, run_schedule
 from sr3_cli.lab import Lab
 from storm_bridge.runner import RunOptions, run_topology
-from storm_bridge.topology import load_topology
 from storm_bridge.wiring import RingAccess
+from topology_api.topology import load_topology
 
 pytestmark = [pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
 

@@ -27,10 +27,10 @@ from sr3.config import Sr3Config
 from storm_bridge.cluster.context import assign_task_ids
 from storm_bridge.runner import RunOptions
 from storm_bridge.runner import run_topology as run_storm
-from storm_bridge.topology import load_topology
 from tests.e2e.conftest import require_zk
 from tests.integration.conftest import running_lab
 from topologies.wordcount import corpus
+from topology_api.topology import load_topology
 
 pytestmark = [pytest.mark.zk, pytest.mark.spark, pytest.mark.storm, pytest.mark.slow]
 

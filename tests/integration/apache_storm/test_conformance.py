@@ -31,7 +31,6 @@ from typing import Any
 import pytest
 
 from storm_bridge.apache import ApacheStormCluster
-from storm_bridge.groupings import IntegerBoxing, PartialKeyGrouper, fields_task_index
 from storm_bridge.sparse.package import build_jar
 from storm_bridge.sparse.submit import (
     NimbusSession,
@@ -39,8 +38,9 @@ from storm_bridge.sparse.submit import (
     streamparse_run_of,
 )
 from storm_bridge.sparse.workers import worker_processes
-from storm_bridge.topology import load_topology
 from tests.conftest import _wait_until as wait_until
+from topology_api.groupings import IntegerBoxing, PartialKeyGrouper, fields_task_index
+from topology_api.topology import load_topology
 from zk.launcher import EmbeddedZooKeeper
 
 pytestmark = [pytest.mark.zk, pytest.mark.apache_storm, pytest.mark.slow]

@@ -9,8 +9,8 @@ import pytest
 from confluent_kafka import Producer
 
 from storm_bridge.kafka import SinkSettings
-from storm_bridge.kafka.delivery import EpochDelivery, Marker, Snapshot
 from tests.integration.kafka.conftest import NewTopicFactory, read_all
+from topology_api.kafka.delivery import EpochDelivery, Marker, Snapshot
 
 pytestmark = [pytest.mark.kafka]
 

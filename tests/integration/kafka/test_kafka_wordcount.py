@@ -24,7 +24,6 @@ from sr3_cli.daemons.kafka import KafkaBroker
 from sr3_cli.lab import Lab
 from storm_bridge.kafka import deliver_committed
 from storm_bridge.runner import NodeKill, RunOptions, RunReport, TaskKill, run_topology
-from storm_bridge.topology import load_topology
 from storm_bridge.wiring import RingAccess
 from tests.integration.kafka.conftest import (
     NewTopicFactory,
@@ -32,6 +31,7 @@ from tests.integration.kafka.conftest import (
     read_all,
     topology_file,
 )
+from topology_api.topology import load_topology
 
 pytestmark = [pytest.mark.kafka, pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
 

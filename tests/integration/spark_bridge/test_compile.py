@@ -15,7 +15,7 @@ from spark_bridge.source import SpoutPartition, SpoutStreamReader
 from spark_bridge.stages import error_policy
 from sr3.codec import decode_value
 from sr3.errors import ConfigError
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 pytestmark = pytest.mark.spark
 

@@ -20,7 +20,7 @@ from spark_bridge import QueryFailedError, final_state, run_topology
 from sr3.codec import decode_value
 from storm_bridge.cluster import settings
 from storm_bridge.cluster.context import assign_task_ids, task_context
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 pytestmark = pytest.mark.spark
 

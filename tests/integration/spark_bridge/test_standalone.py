@@ -21,7 +21,7 @@ import pytest
 from spark_bridge import final_state
 from spark_bridge.spark_install import SparkMissingError
 from spark_bridge.standalone import StandaloneCluster
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark_bridge import QueryFailedError, final_state, run_topology
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 pytestmark = pytest.mark.spark
 

@@ -27,8 +27,8 @@ from sr3_cli.compare import CompareRequest, compare_engines, verdict
 from sr3_cli.compare_report import HEADER_PX, PLOT_H, PLOT_W, PLOTS, write_report
 from sr3_cli.main import main
 from storm_bridge.runner import TaskKill
-from storm_bridge.topology import load_topology
 from tests.integration.conftest import running_lab
+from topology_api.topology import load_topology
 
 pytestmark = pytest.mark.spark
 

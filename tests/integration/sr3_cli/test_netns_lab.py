@@ -33,7 +33,7 @@ from sr3_cli.cluster import open_cluster
 from sr3_cli.lab import Lab
 from sr3_cli.lab_netns import prefix_for
 from sr3_cli.netns import LinkShape
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 pytestmark = [pytest.mark.zk, pytest.mark.netns, pytest.mark.slow]
 

@@ -15,9 +15,9 @@ from storm_bridge.errors import (
     ClusterStateError,
     StormBridgeError,
     TaskExitedError,
-    TopologyError,
 )
-from tests.unit.storm_bridge.test_groupings import STORM_2_8_3_ROUTES
+from tests.unit.topology_api.test_groupings import STORM_2_8_3_ROUTES
+from topology_api.errors import TopologyError
 
 pytestmark = pytest.mark.storm
 

@@ -20,9 +20,9 @@ import pytest
 from sr3.config import Sr3Config
 from sr3_cli.lab import Lab
 from storm_bridge.runner import RunOptions, TaskKill, run_topology
-from storm_bridge.topology import load_topology
 from storm_bridge.wiring import RingAccess
 from tests.integration.conftest import running_lab
+from topology_api.topology import load_topology
 
 pytestmark = [pytest.mark.zk, pytest.mark.storm]
 

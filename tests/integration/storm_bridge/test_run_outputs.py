@@ -21,8 +21,8 @@ from sr3.config import Sr3Config, ZkConfig
 from sr3_cli.lab import Lab
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.runner import RunOptions, TaskKill, run_topology
-from storm_bridge.topology import load_topology
 from storm_bridge.wiring import RingAccess
+from topology_api.topology import load_topology
 
 pytestmark = [pytest.mark.zk, pytest.mark.storm]
 

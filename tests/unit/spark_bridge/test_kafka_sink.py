@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from spark_bridge.kafka_sink import SparkKafkaSink
 from sr3.codec import decode_key, decode_value, encode_value
-from storm_bridge.kafka.delivery import NO_MARKER, EpochDelivery, snapshot_outputs
-from storm_bridge.kafka.settings import SinkSettings
+from topology_api.kafka.delivery import NO_MARKER, EpochDelivery, snapshot_outputs
+from topology_api.kafka.settings import SinkSettings
 
 CONF = {"sr3.kafka.bootstrap": "127.0.0.1:1", "sr3.kafka.sink.topic": "counts"}
 

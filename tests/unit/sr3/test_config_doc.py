@@ -14,7 +14,15 @@ from sr3.config_table import NOT_KEYS, is_config_key
 ROOT = Path(__file__).resolve().parents[3]
 PAGE = ROOT / "docs" / "configuration.md"
 #: Where ``sr3.*`` keys are read or set.
-PACKAGES = ("sr3", "zk", "storm_bridge", "spark_bridge", "sr3_cli", "topologies")
+PACKAGES = (
+    "sr3",
+    "zk",
+    "topology_api",
+    "storm_bridge",
+    "spark_bridge",
+    "sr3_cli",
+    "topologies",
+)
 #: A whole string literal that looks like a key: ``"sr3.checkpoint.mode"``.
 KEY_LIKE = re.compile(r"sr3(?:\.[A-Za-z0-9_-]+)+")
 

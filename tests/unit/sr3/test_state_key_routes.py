@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sr3.key_state import ROUTE_FIELD
 from sr3.state import KeyedState
-from storm_bridge.groupings import (
+from topology_api.groupings import (
     IntegerBoxing,
     fields_task_index,
     key_task_index,

@@ -21,7 +21,7 @@ from sr3_cli.chaos import (
     summarize_recoveries,
 )
 from storm_bridge.report import RunReport
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 TOPOLOGY = Path(__file__).resolve().parents[2] / "e2e" / "topologies" / "exact_wc.py"
 

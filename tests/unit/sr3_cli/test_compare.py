@@ -64,7 +64,7 @@ def test_a_kafka_topology_reads_the_labs_broker_and_its_sink_is_not_compared() -
     from types import SimpleNamespace
 
     from sr3_cli.compare import CompareRequest, compared_components, with_lab_kafka
-    from storm_bridge.topology import load_topology
+    from topology_api.topology import load_topology
 
     topology = load_topology(KAFKA_WC)
     lab: Any = SimpleNamespace(kafka={"bootstrap": "10.0.0.1:9092"})
@@ -88,7 +88,7 @@ def test_a_topology_without_kafka_ignores_the_labs_broker() -> None:
     from types import SimpleNamespace
 
     from sr3_cli.compare import CompareRequest, with_lab_kafka
-    from storm_bridge.topology import load_topology
+    from topology_api.topology import load_topology
 
     request = CompareRequest(file=Path(WORDCOUNT), engines=("storm", "spark"))
     lab: Any = SimpleNamespace(kafka={"bootstrap": "10.0.0.1:9092"})
@@ -98,7 +98,7 @@ def test_a_topology_without_kafka_ignores_the_labs_broker() -> None:
 
 def test_each_engine_writes_its_own_kafka_sink_topic_unless_one_is_named() -> None:
     from sr3_cli.compare_kafka import sink_topics  # noqa: PLC0415 (pyspark)
-    from storm_bridge.topology import load_topology  # noqa: PLC0415
+    from topology_api.topology import load_topology  # noqa: PLC0415
 
     topology = load_topology(KAFKA_WC)
     conf = {"sr3.kafka.bootstrap": "10.0.0.1:9092"}

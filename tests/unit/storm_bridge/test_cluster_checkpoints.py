@@ -19,7 +19,7 @@ from storm_bridge.cluster.context import assign_task_ids
 from storm_bridge.cluster.settings import TaskSettings, topology_conf
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.components import BARRIER_COMMAND, BARRIER_STREAM
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 BODY = """
 from streamparse import Bolt, Grouping, Topology

@@ -9,8 +9,8 @@ import pytest
 
 from storm_bridge.cluster import LocalCluster
 from storm_bridge.cluster.checks import check_runnable
-from storm_bridge.errors import TopologyError
-from storm_bridge.topology import load_topology
+from topology_api.errors import TopologyError
+from topology_api.topology import load_topology
 
 STATEFUL = """
 from streamparse import Grouping, Spout, Topology

@@ -15,8 +15,8 @@ from storm_bridge.cluster.context import (
     back_edges,
     task_context,
 )
-from storm_bridge.groupings import IntegerBoxing, fields_task_index
-from storm_bridge.topology import LoadedTopology, load_topology
+from topology_api.groupings import IntegerBoxing, fields_task_index
+from topology_api.topology import LoadedTopology, load_topology
 
 MIXED_CASE = """
 from streamparse import Grouping, Topology

@@ -17,7 +17,7 @@ from storm_bridge.cluster.scopes import RecoveryScope
 from storm_bridge.cluster.settings import TaskSettings, topology_conf
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.messages import ShellMsg, bolt_tuple_msg
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 BODY = """
 from streamparse import Bolt, Grouping, Topology

@@ -11,8 +11,8 @@ from storm_bridge.cluster.settings import (
     component_conf,
     topology_conf,
 )
-from storm_bridge.errors import TopologyError
-from storm_bridge.groupings import IntegerBoxing
+from topology_api.errors import TopologyError
+from topology_api.groupings import IntegerBoxing
 
 
 def test_precedence() -> None:

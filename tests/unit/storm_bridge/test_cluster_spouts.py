@@ -12,7 +12,7 @@ from storm_bridge.cluster.settings import TaskSettings, topology_conf
 from storm_bridge.cluster.spouts import SpoutDriver
 from storm_bridge.cluster.tasks import SpoutTuple, TaskRuntime, TaskState, TimerQueue
 from storm_bridge.errors import MultilangProtocolError
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 
 class RecordingProcess:

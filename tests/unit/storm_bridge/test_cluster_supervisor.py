@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from storm_bridge.cluster.supervisor import component_argv
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 WriteTopology = Callable[..., Path]
 

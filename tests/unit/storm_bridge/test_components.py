@@ -16,6 +16,13 @@ from storm_bridge.components import (
     SNAPSHOT_METRIC,
 )
 from storm_bridge.multilang import get_serializer
+from topology_api.contract import (
+    ReplayableComponent,
+    StatefulComponent,
+    is_replayable_class,
+    is_stateful_class,
+    overrides_state_key,
+)
 
 JSON = get_serializer("json")
 
@@ -215,3 +222,14 @@ def test_specs_declare_the_barrier_stream() -> None:
     assert spout.common.streams[BARRIER_STREAM].output_fields == ["epoch", "info"]
     assert set(bolt.common.streams) == {"default", BARRIER_STREAM}
     assert Numbers.sr3_stateful and Count.sr3_stateful
+
+
+def test_the_public_classes_implement_the_engine_neutral_contract() -> None:
+    # what the Spark engine asks of a user's class, without importing storm_bridge
+    assert issubclass(Count, StatefulComponent)
+    assert is_stateful_class(Count)
+    assert not overrides_state_key(Count)
+    assert overrides_state_key(CountByFirstLetter)
+    assert issubclass(Numbers, ReplayableComponent)
+    assert is_replayable_class(Numbers)
+    assert not is_replayable_class(Count)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from storm_bridge.components import BARRIER_STREAM
-from storm_bridge.topology import load_topology, read_thrift, thrift_bytes
+from topology_api.topology import load_topology, read_thrift, thrift_bytes
 
 TOPOLOGIES = Path(__file__).parents[3] / "topologies"
 

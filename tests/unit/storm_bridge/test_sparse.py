@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from storm_bridge.errors import TopologyError
 from storm_bridge.sparse.package import build_jar, resource_files
 from storm_bridge.sparse.stats import counters_of, errors_of
 from storm_bridge.sparse.workers import logged_lines
-from storm_bridge.topology import load_topology
+from topology_api.errors import TopologyError
+from topology_api.topology import load_topology
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from storm_bridge.errors import StormBridgeError
+from topology_api.errors import TopologyApiError
 
 __all__ = [
     "E_OFFSET_GONE",
@@ -33,7 +33,7 @@ E_OFFSET_GONE: Final = (
 )
 
 
-class KafkaBridgeError(StormBridgeError):
+class KafkaBridgeError(TopologyApiError):
     """Root of the Kafka spout's and sink's errors."""
 
 

@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from storm_bridge.groupings import (
+from topology_api.groupings import (
     GroupingKind,
     GroupingSpec,
     IntegerBoxing,
     PartialKeyGrouper,
     make_grouper,
 )
-from storm_bridge.java_serial import partial_key_fields, serialize_partial_key
-from storm_bridge.partial_key import (
+from topology_api.java_serial import partial_key_fields, serialize_partial_key
+from topology_api.partial_key import (
     PARTIAL_KEY_CLASS,
     first_value_key,
     java_random_ints,
@@ -30,7 +30,7 @@ from storm_bridge.partial_key import (
     partial_key_grouping,
     two_task_assignment,
 )
-from storm_bridge.topology import load_topology
+from topology_api.topology import load_topology
 
 PARTIAL_KEY = GroupingSpec(GroupingKind.CUSTOM_OBJECT, java_class=PARTIAL_KEY_CLASS)
 

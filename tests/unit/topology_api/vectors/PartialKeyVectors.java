@@ -1,4 +1,4 @@
-// Prints the reference vectors of tests/unit/storm_bridge/test_partial_key.py from
+// Prints the reference vectors of tests/unit/topology_api/test_partial_key.py from
 // Storm 2.8.3 itself: java -cp ".cache/storm-2.8.3/lib/*" PartialKeyVectors.java < in
 // Lines of input: "R|seed|bound" (five Random.nextInt draws) or
 // "tasks|v1|v2|..." (the task PartialKeyGrouping() picks for each first value;

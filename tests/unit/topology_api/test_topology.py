@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from storm_bridge.errors import TopologyError
-from storm_bridge.groupings import GroupingKind, GroupingSpec
-from storm_bridge.topology import (
-    is_stateful_class,
+from topology_api.contract import is_stateful_class
+from topology_api.errors import TopologyError
+from topology_api.groupings import GroupingKind, GroupingSpec
+from topology_api.topology import (
     load_topology,
     read_thrift,
     thrift_bytes,

@@ -24,8 +24,8 @@ from typing import Any, Final
 
 from sr3.config import KEYS
 from sr3.errors import ConfigError
-from storm_bridge.barriers import internal_stream
-from storm_bridge.topology import LoadedTopology
+from topology_api.barriers import internal_stream
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "DEFAULT_STREAM",

@@ -38,7 +38,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from sr3.errors import SR3Error
-from storm_bridge.kafka.settings import EXACTLY_ONCE, SinkSettings
+from topology_api.kafka.settings import EXACTLY_ONCE, SinkSettings
 
 __all__ = [
     "NEXT_KEY",

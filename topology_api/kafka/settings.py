@@ -20,6 +20,7 @@ __all__ = [
     "KAFKA_KEYS",
     "SinkSettings",
     "SpoutSettings",
+    "partition_key",
 ]
 
 BOOTSTRAP_KEY: Final = "sr3.kafka.bootstrap"
@@ -28,6 +29,14 @@ AT_LEAST_ONCE: Final = "at-least-once"
 #: Every conf key the Kafka spout and sink read (``sr3 run -o`` accepts them):
 #: the ``kafka`` section of :data:`sr3.config.KEYS`, with their defaults.
 KAFKA_KEYS: Final = frozenset(k.name for k in KEYS.values() if k.section == "kafka")
+
+
+def partition_key(topic: str, partition: int) -> str:
+    """Return the offset key of a partition, ``"topic:partition"``.
+
+    Kafka topic names use only ``[a-zA-Z0-9._-]``, so the colon is unambiguous.
+    """
+    return f"{topic}:{partition}"
 
 
 def _bootstrap(kafka: KafkaConfig) -> str:

@@ -8,7 +8,7 @@ a constructor, never a ``Fields``. So :func:`partial_key_grouping` gives either
   tuple by its *first value*, as the bytes of its Java ``toString()``
   (``String.getBytes()``, UTF-8 on the JVMs we run);
 * with fields, ``custom_serialized``: the Java serialization of
-  ``new PartialKeyGrouping(new Fields(...))`` (:mod:`storm_bridge.java_serial`),
+  ``new PartialKeyGrouping(new Fields(...))`` (:mod:`topology_api.java_serial`),
   keyed by the big-endian ``hashCode`` of each selected value.
 
 Storm 2.8.3's default parts, reproduced so that the same sender emitting the
@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from streamparse import Grouping
 
-from storm_bridge.java_serial import serialize_partial_key
+from topology_api.java_serial import serialize_partial_key
 
 __all__ = [
     "PARTIAL_KEY_CLASS",

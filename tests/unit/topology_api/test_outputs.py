@@ -1,4 +1,4 @@
-"""Sinks, their key fields and the last output per key (``storm_bridge.outputs``)."""
+"""Sinks, their key fields and the last output per key (``topology_api.outputs``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 
 from sr3.errors import ConfigError
 from storm_bridge.components import BARRIER_STREAM
-from storm_bridge.groupings import GroupingKind, GroupingSpec
-from storm_bridge.outputs import (
+from topology_api.groupings import GroupingKind, GroupingSpec
+from topology_api.outputs import (
     KEY_FIELDS_KEY,
     LastOutputs,
     key_json,
@@ -23,7 +23,7 @@ from storm_bridge.outputs import (
     output_streams,
     sink_components,
 )
-from storm_bridge.topology import (
+from topology_api.topology import (
     ComponentInfo,
     InputInfo,
     LoadedTopology,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from storm_bridge.topology import LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "ACKER_COMPONENT",

@@ -28,19 +28,18 @@ from streamparse.thrift import StormTopology
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.transport import TMemoryBuffer
 
-from storm_bridge.errors import TopologyError
-from storm_bridge.groupings import GroupingKind, GroupingSpec
-from storm_bridge.java_serial import partial_key_fields
-from storm_bridge.partial_key import PARTIAL_KEY_CLASS
+from topology_api.contract import is_stateful_class
+from topology_api.errors import TopologyError
+from topology_api.groupings import GroupingKind, GroupingSpec
+from topology_api.java_serial import partial_key_fields
+from topology_api.partial_key import PARTIAL_KEY_CLASS
 
 __all__ = [
-    "STATEFUL_MARKER",
     "STREAMPARSE_RUN",
     "ComponentInfo",
     "InputInfo",
     "LoadedTopology",
     "OutputStream",
-    "is_stateful_class",
     "load_topology",
     "read_thrift",
     "thrift_bytes",
@@ -48,8 +47,6 @@ __all__ = [
 
 #: The command streamparse gives every Python component.
 STREAMPARSE_RUN: Final = "streamparse_run"
-#: Class attribute that marks a component class as stateful (checkpointed state).
-STATEFUL_MARKER: Final = "sr3_stateful"
 _SYSTEM_PREFIX: Final = "__"
 #: A streamparse project's component directory, beside ``topologies/``.
 _PROJECT_SRC: Final = "src"
@@ -63,15 +60,6 @@ _THRIFT_GROUPING_KINDS: Final = {
     "custom_serialized": GroupingKind.CUSTOM_SERIALIZED,
     "local_or_shuffle": GroupingKind.LOCAL_OR_SHUFFLE,
 }
-
-
-def is_stateful_class(component_cls: type) -> bool:
-    """Return whether a component class declares itself stateful.
-
-    A class is stateful when it (or a base class) sets ``sr3_stateful = True``;
-    the stateful bolt base class does so, and the cluster asks this per component.
-    """
-    return getattr(component_cls, STATEFUL_MARKER, False) is True
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ Target tasks are always sorted ascending first (Storm's ``Ordering.natural()``).
 * Storm's ``PartialKeyGrouping``, as CUSTOM_OBJECT (no arguments: keyed by the
   first value) or CUSTOM_SERIALIZED (with ``Fields``): one of the key's two
   candidate tasks, the less loaded one per sender
-  (:mod:`storm_bridge.partial_key`). Other Java classes cannot run here.
+  (:mod:`topology_api.partial_key`). Other Java classes cannot run here.
 
 How JSON integers become Java objects changed with Storm 2.6 (json-simple to
 json-smart), and with it the hash of negative integers: see :class:`IntegerBoxing`.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sr3.config import read_setting
-from storm_bridge.partial_key import (
+from topology_api.partial_key import (
     PARTIAL_KEY_CLASS,
     BalancedSelector,
     first_value_key,

@@ -62,7 +62,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storm_bridge.groupings import (
+from topology_api.groupings import (
     AllGrouper,
     DirectGrouper,
     FieldsGrouper,
