@@ -12,15 +12,41 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
+from tests.integration.conftest import running_lab
 
 pytestmark = [pytest.mark.zk]
 
 WORDCOUNT = Path(__file__).resolve().parents[3] / "topologies" / "wordcount.py"
+NODES = 3
+
+
+@pytest.fixture(scope="module")
+def module_lab(
+    tmp_path_factory: pytest.TempPathFactory, zk_server: object
+) -> Iterator[Lab]:
+    """One lab of three ring nodes for the module, shared by its cases.
+
+    Every case leaves it as it found it: refused commands change nothing, and
+    the case that kills a node restarts it. (``zk_server`` only skips without
+    ZooKeeper.)
+    """
+    with running_lab(tmp_path_factory.mktemp("cli-errors") / "lab", NODES) as lab:
+        yield lab
+
+
+@pytest.fixture
+def lab(module_lab: Lab) -> Lab:
+    """The module's lab, with its three nodes registered before each case."""
+    current = Lab.load(module_lab.root)  # `sr3 lab restart` records new pids
+    wait_for_members(current, NODES)
+    return current
 
 
 def sr3(
