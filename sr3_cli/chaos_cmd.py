@@ -320,6 +320,7 @@ def chaos(args: argparse.Namespace) -> int:
         emit_json(
             {
                 "seed": args.seed,
+                "engine": args.engine,
                 "topology": str(path),
                 "schedules": len(outcomes),
                 "passed": len(outcomes) - len(failed),
