@@ -146,7 +146,7 @@ def main() -> None:
     else:
         extra = ["--engine", args.engine] + (["--lab", args.lab] if args.lab else [])
         report = campaign(args.schedules, args.seed, args.conf, extra)
-    engine = report.get("engine", args.engine)
+    engine = report.setdefault("engine", args.engine)
     name = "chaos" if engine == "storm" else f"chaos-{engine}"
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
