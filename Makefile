@@ -45,7 +45,7 @@ imports: setup  ## import-linter layer contracts (CI: yes)
 test-fast: setup  ## Edit loop, a few minutes: unit tests and the quick ZooKeeper/ring integration tests (not in CI on its own)
 	$(BIN)/pytest -q -m "not slow and not spark and not apache_storm" tests/unit tests/integration/zk tests/integration/backend tests/integration/sr3
 
-chaos: setup  ## Randomized failure campaign: 100 seeded schedules on word count, ENGINE=storm|spark|both (not in CI; the suite runs a small one)
+chaos: setup  ## Randomized failure campaign: 100 seeded schedules on word count, ENGINE=storm|spark|both|apache-storm (the last with SR3_LAB of a `sr3 lab up --storm` lab; not in CI; the suite runs a small one)
 	$(BIN)/sr3 chaos --schedules $${SCHEDULES:-100} --seed $${SEED:-1} --engine $${ENGINE:-storm}
 
 test-unit: setup  ## Unit tests only: no JVM, no sockets (not in CI on its own)

@@ -16,7 +16,11 @@ checkpoint modes, a lab of 4 ring nodes it starts itself) and reports:
 
 Writes ``bench/results/chaos.{json,md,png}``: a strip plot of every recovery
 time by failure kind, and each schedule's run time in order with failures
-marked.
+marked. A campaign on a real Apache Storm cluster (worker and coordinator
+kills among its faults; the lab's cluster, ``sr3 lab up --storm``) writes
+``bench/results/chaos-apache-storm.{json,md,png}``:
+
+    .venv/bin/python bench/chaos.py --engine apache-storm --lab LAB --seed 5
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 
 
-def campaign(schedules: int, seed: int, conf: list[str]) -> dict[str, Any]:
-    """Run ``sr3 chaos --json`` and return its report."""
-    options = [arg for kv in conf for arg in ("-o", kv)]
+def campaign(
+    schedules: int, seed: int, conf: list[str], extra: list[str]
+) -> dict[str, Any]:
+    """Run ``sr3 chaos --json`` (with ``extra`` options) and return its report."""
+    options = [arg for kv in conf for arg in ("-o", kv)] + extra
     command = [
         sys.executable, "-m", "sr3_cli", "chaos", "--schedules", str(schedules),
         "--seed", str(seed), *options, "--json",
@@ -124,6 +130,8 @@ def main() -> None:
     parser.add_argument(
         "-o", dest="conf", action="append", default=[], metavar="KEY=VALUE"
     )
+    parser.add_argument("--engine", default="storm", help="sr3 chaos --engine")
+    parser.add_argument("--lab", default=None, help="sr3 chaos --lab")
     parser.add_argument(
         "--report",
         type=Path,
@@ -136,14 +144,17 @@ def main() -> None:
     if args.report is not None:
         report = json.loads(args.report.read_text())
     else:
-        report = campaign(args.schedules, args.seed, args.conf)
+        extra = ["--engine", args.engine] + (["--lab", args.lab] if args.lab else [])
+        report = campaign(args.schedules, args.seed, args.conf, extra)
+    engine = report.setdefault("engine", args.engine)
+    name = "chaos" if engine == "storm" else f"chaos-{engine}"
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "chaos.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     text = markdown(report)
-    (RESULTS / "chaos.md").write_text(text)
-    plot(report, RESULTS / "chaos.png")
+    (RESULTS / f"{name}.md").write_text(text)
+    plot(report, RESULTS / f"{name}.png")
     print(text)
-    print(f"wrote {RESULTS / 'chaos.json'}, chaos.md, chaos.png")
+    print(f"wrote {RESULTS / name}.json, {name}.md, {name}.png")
 
 
 if __name__ == "__main__":

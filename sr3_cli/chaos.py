@@ -23,14 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
+from sr3.errors import ConfigError
 from storm_bridge.report import RunReport
 from topology_api.topology import LoadedTopology
 
 __all__ = [
+    "APACHE_STORM",
+    "APACHE_STORM_KINDS",
     "NETNS_KINDS",
     "Fault",
     "Outcome",
     "Schedule",
+    "drawn_kinds",
     "generate",
     "recovery_times",
     "replay_command",
@@ -46,6 +50,8 @@ FaultKind = Literal[
     "restart-zk",
     "partition-node",
     "netem-slow",
+    "kill-worker",
+    "kill-coordinator",
 ]
 KINDS: Final[tuple[FaultKind, ...]] = (
     "kill-task",
@@ -56,6 +62,8 @@ KINDS: Final[tuple[FaultKind, ...]] = (
 )
 #: Faults of a task (``component:index``), injected by the run itself.
 TASK_KINDS: Final = ("kill-task", "freeze-task")
+#: Faults every run injects itself (the others are the lab's, on a timeline).
+RUN_KINDS: Final = (*TASK_KINDS, "kill-worker", "kill-coordinator")
 MODES: Final = ("local", "native")
 #: The Spark engine's schedules: a mode of their own, without task kills (a
 #: Spark task is not a process the campaign can kill in local mode).
@@ -65,6 +73,24 @@ SPARK_KINDS: Final[tuple[FaultKind, ...]] = ("kill-node", "freeze-node", "restar
 #: the faults land while it commits them.
 SPARK_ROWS: Final = 150
 NODE_KINDS: Final = ("kill-node", "freeze-node")
+#: Schedules on a real Apache Storm cluster (``sr3 chaos --engine
+#: apache-storm``; checkpoints are always ``native`` there): a mode of its own,
+#: so the other modes draw as they did. A worker JVM SIGKILLed (``kill-worker``,
+#: its index by slot port) and the native coordinator's process SIGKILLed
+#: (``kill-coordinator``: spout task 0 holding the coordinator znode) besides
+#: task and ring-node kills. No ``restart-zk``: the lab's Storm cluster keeps
+#: its state in the ring's ZooKeeper, so a restart would hit Nimbus and the
+#: supervisors too, not the ring alone. No freezes: a frozen task's trees only
+#: time out, as a killed one's do.
+APACHE_STORM: Final = "apache-storm"
+APACHE_STORM_KINDS: Final[tuple[FaultKind, ...]] = (
+    "kill-task",
+    "kill-worker",
+    "kill-coordinator",
+    "kill-node",
+)
+#: The target of a ``kill-coordinator`` fault (its process is found at the kill).
+COORDINATOR: Final = "coordinator"
 #: Faults of a network-namespace lab (``sr3 chaos --netns-faults``), drawn only
 #: there, so the draws of every other campaign stay as they were: a ring node's
 #: host cut off from every other host and the CLI, and every host's link slowed
@@ -138,6 +164,7 @@ def generate(
     replicas: int = 3,
     modes: Sequence[str] = MODES,
     netns: bool = False,
+    kinds: Sequence[str] | None = None,
 ) -> list[Schedule]:
     """Return ``count`` schedules drawn from ``seed`` (the same seed, the same list).
 
@@ -145,7 +172,10 @@ def generate(
     once; a killed node comes back after its ``down_s``. With ``spark`` among
     ``modes`` each schedule's mode is drawn first, and Spark's schedules draw
     no task kills; without it, the draws are those of the Storm-only campaign.
-    With ``netns`` the kinds of :data:`NETNS_KINDS` are drawn too.
+    With ``netns`` the kinds of :data:`NETNS_KINDS` are drawn too. With
+    ``modes`` of :data:`APACHE_STORM` alone the kinds are
+    :data:`APACHE_STORM_KINDS`. ``kinds`` (None: all) keeps only those of a
+    mode's kinds (:func:`drawn_kinds`).
     """
     rng = random.Random(seed)
     tasks = [
@@ -155,16 +185,20 @@ def generate(
     ]
     schedules = []
     with_spark = SPARK in modes
+    workers = int(topology.config.get("topology.workers", 1))
     for index in range(count):
         mode = rng.choice(list(modes)) if with_spark else ""
-        kinds = SPARK_KINDS if mode == SPARK else KINDS
-        kinds = (*kinds, *NETNS_KINDS) if netns else kinds
+        drawn = drawn_kinds(mode or modes[0], netns=netns, only=kinds)
         faults: list[Fault] = []
         for _ in range(rng.randint(1, 3)):
-            kind = rng.choice(kinds)
+            kind = rng.choice(drawn)
             at_s = round(rng.uniform(0.3, WINDOW_S), 1)
             if kind == "kill-task":
                 faults.append(Fault(kind, at_s, rng.choice(tasks)))
+            elif kind == "kill-worker":
+                faults.append(Fault(kind, at_s, str(rng.randrange(workers))))
+            elif kind == "kill-coordinator":
+                faults.append(Fault(kind, at_s, COORDINATOR))
             elif kind == "freeze-task":
                 down_s = round(rng.uniform(1.0, 4.0), 1)
                 faults.append(Fault(kind, at_s, rng.choice(tasks), down_s))
@@ -186,6 +220,33 @@ def generate(
         mode = mode or rng.choice(list(modes))
         schedules.append(Schedule(seed, index, mode, tuple(faults)))
     return schedules
+
+
+def drawn_kinds(
+    mode: str, *, netns: bool = False, only: Sequence[str] | None = None
+) -> tuple[FaultKind, ...]:
+    """Return the fault kinds a schedule of ``mode`` draws from, in draw order.
+
+    ``only`` (None: all) keeps those among them.
+
+    Raises:
+        ConfigError: none of ``only`` is drawn in ``mode``.
+    """
+    if mode == APACHE_STORM:
+        kinds = APACHE_STORM_KINDS
+    else:
+        kinds = SPARK_KINDS if mode == SPARK else KINDS
+        kinds = (*kinds, *NETNS_KINDS) if netns else kinds
+    if only is None:
+        return kinds
+    kept = tuple(k for k in kinds if k in only)
+    if not kept:
+        msg = (
+            f"--kinds {','.join(only)}: the {mode} schedules draw none of them; "
+            f"they draw {', '.join(kinds)}"
+        )
+        raise ConfigError(msg)
+    return kept
 
 
 def _node_budget_ok(faults: Sequence[Fault], new: Fault, replicas: int) -> bool:
@@ -255,6 +316,11 @@ def _cause_kind(schedule: Schedule, entry: Mapping[str, Any]) -> str:
         if fault.kind in TASK_KINDS and first == fault.target:
             return fault.kind
         if fault.kind in NODE_KINDS and first == f"ring node {fault.target}":
+            return fault.kind
+        # how a run on Apache Storm names them (storm_bridge.sparse.run.Kill)
+        if fault.kind == "kill-worker" and first == f"worker {fault.target}":
+            return fault.kind
+        if fault.kind == "kill-coordinator" and first == COORDINATOR:
             return fault.kind
     return "other"
 

@@ -5,17 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
 from sr3_cli.argtypes import at_least, positive_seconds
 from sr3_cli.chaos import (
+    APACHE_STORM,
     SPARK,
+    FaultKind,
     Outcome,
+    Schedule,
+    drawn_kinds,
     generate,
     recovery_times,
     replay_command,
@@ -23,10 +28,12 @@ from sr3_cli.chaos import (
 )
 from sr3_cli.chaos_netns import E_NOT_NETNS, require_netns
 from sr3_cli.chaos_runs import final_state, run_schedule
+from sr3_cli.chaos_storm import StormTarget, run_clean, run_storm_schedule
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.output import JSON_HELP, emit_json, table
 from sr3_cli.run_checks import check_topology_file, parse_conf
 from sr3_cli.topology_cmd import embedded_lab
+from storm_bridge.report import RunReport
 from storm_bridge.runner import RunOptions, run_topology
 from storm_bridge.wiring import RingAccess
 from topology_api.topology import load_topology
@@ -36,7 +43,13 @@ __all__ = ["add_parsers"]
 DEFAULT_TOPOLOGY = Path("topologies") / "wordcount.py"
 #: Conf of the default topology: small enough for a schedule every ~10 s.
 DEFAULT_CONF = {"wordcount.lines": 600, "sr3.checkpoint.interval.s": 0.3}
+#: On Apache Storm: a run long enough that kills land while lines still flow.
+STORM_DEFAULT_CONF = {"wordcount.lines": 2000, "sr3.checkpoint.interval.s": 0.5}
 CAMPAIGN_NODES = 4
+E_NO_STORM = (
+    "--engine apache-storm needs a Storm cluster: a lab's (`sr3 lab up --storm "
+    "--dir DIR`, then --lab DIR) or --nimbus HOST:PORT with --lab DIR of the ring"
+)
 
 
 def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
@@ -62,10 +75,27 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--engine",
-        choices=["storm", "spark", "both"],
+        choices=["storm", "spark", "both", APACHE_STORM],
         default="storm",
         help="engines drawn: the Storm engine's local cluster in the --mode "
-        "checkpoint modes, Spark (local[2]; no task kills), or both (storm)",
+        "checkpoint modes, Spark (local[2]; no task kills), or both; or a real "
+        "Apache Storm cluster alone (the lab's, `sr3 lab up --storm`, or "
+        "--nimbus; native checkpoints; also worker and coordinator kills) (storm)",
+    )
+    p.add_argument(
+        "--nimbus",
+        default=None,
+        metavar="HOST:PORT",
+        help="--engine apache-storm: this Nimbus, not the lab's (its workers run "
+        "on this machine)",
+    )
+    p.add_argument(
+        "--kinds",
+        type=_kinds,
+        default=None,
+        metavar="KIND,...",
+        help="draw only these fault kinds (all of the engine's): "
+        + ", ".join(get_args(FaultKind)),
     )
     p.add_argument(
         "--mode",
@@ -98,6 +128,18 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.set_defaults(handler=chaos)
 
 
+def _kinds(text: str) -> tuple[str, ...]:
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in get_args(FaultKind)]
+    if unknown or not kinds:
+        msg = (
+            f"unknown fault kind {', '.join(unknown) or repr(text)}; "
+            f"choose among {', '.join(get_args(FaultKind))}"
+        )
+        raise argparse.ArgumentTypeError(msg)
+    return kinds
+
+
 @contextmanager
 def _lab(args: argparse.Namespace) -> Iterator[Lab]:
     root = resolve_lab_dir(args.lab)
@@ -112,24 +154,132 @@ def _lab(args: argparse.Namespace) -> Iterator[Lab]:
         yield lab
 
 
-def chaos(args: argparse.Namespace) -> int:
-    """Run the campaign; print a table (or JSON); 1 when a schedule failed."""
-    path = Path(args.topology)
-    check_topology_file(str(path))
-    conf = {**(DEFAULT_CONF if args.topology == str(DEFAULT_TOPOLOGY) else {})}
-    conf.update(parse_conf(args.conf))
+def _modes(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.engine == APACHE_STORM:
+        if args.nimbus is None and resolve_lab_dir(args.lab) is None:
+            raise ConfigError(E_NO_STORM)
+        if args.mode == "local" or args.netns_faults:
+            flag = "--mode local" if args.mode == "local" else "--netns-faults"
+            msg = (
+                f"{flag}: --engine apache-storm runs native checkpoints on the "
+                "Storm cluster, with no netns faults; leave it out"
+            )
+            raise ConfigError(msg)
+        return (APACHE_STORM,)
+    if args.nimbus is not None:
+        msg = "--nimbus is for --engine apache-storm; leave it out"
+        raise ConfigError(msg)
     modes: tuple[str, ...] = ()
     if args.engine in ("storm", "both"):
         modes = ("local", "native") if args.mode == "both" else (args.mode,)
     if args.engine in ("spark", "both"):
         modes += (SPARK,)
+    return modes
+
+
+def _draws(args: argparse.Namespace) -> list[str]:
+    """The options a replay needs to draw (and run) the same schedules."""
     draws = [f"--engine={args.engine}"] if args.engine != "storm" else []
     draws += [f"--mode={args.mode}"] if args.mode != "both" else []
     draws += ["--netns-faults"] if args.netns_faults else []
+    draws += [f"--kinds={','.join(args.kinds)}"] if args.kinds else []
+    if args.engine == APACHE_STORM:
+        # a replay on Storm needs the cluster too
+        draws += [f"--nimbus={args.nimbus}"] if args.nimbus else []
+        lab = resolve_lab_dir(args.lab)
+        draws += [f"--lab={lab}"] if lab is not None else []
+    return draws
+
+
+Runner = Callable[[Schedule], Outcome]
+
+
+def _engine_runner(
+    args: argparse.Namespace, lab: Lab, path: Path, conf: dict[str, Any]
+) -> Runner:
+    """The failure-free run on the local cluster, then a runner of schedules."""
+    topology = load_topology(path)
+    ring = RingAccess(lab.config(Sr3Config.from_env()))
+    try:
+        clean = run_topology(
+            path,
+            ring=ring,
+            options=RunOptions(until_idle=True, conf=conf, timeout_s=args.timeout),
+        )
+        _check_clean(path, clean)
+        expected = final_state(ring, topology)
+    finally:
+        ring.close()
+    return partial(
+        run_schedule,
+        lab,
+        path,
+        conf=conf,
+        expected=expected,
+        expected_outputs=clean.outputs,
+        timeout_s=args.timeout,
+    )
+
+
+def _storm_runner(
+    args: argparse.Namespace, lab: Lab, path: Path, conf: dict[str, Any]
+) -> Runner:
+    """The failure-free run on Apache Storm, then a runner of schedules there."""
+    target = _storm_target(args, lab)
+    clean, expected = run_clean(lab, path, target, conf=conf, timeout_s=args.timeout)
+    _check_clean(path, clean)
+    return partial(
+        run_storm_schedule,
+        lab,
+        path,
+        target=target,
+        conf=conf,
+        expected=expected,
+        timeout_s=args.timeout,
+    )
+
+
+def _storm_target(args: argparse.Namespace, lab: Lab) -> StormTarget:
+    if args.nimbus is not None:
+        return StormTarget(args.nimbus)
+    # Storm on demand: only a campaign on it loads streamparse
+    from sr3_cli.lab_storm import storm_cluster  # noqa: PLC0415
+
+    cluster = storm_cluster(lab)
+    if cluster is None:
+        msg = f"the lab at {lab.root} runs no Storm cluster: {E_NO_STORM}"
+        raise ConfigError(msg)
+    # the lab's workers get the ring secret in their environment
+    return StormTarget(cluster.nimbus, supervisors=cluster, secret_in_conf=False)
+
+
+def _check_clean(path: Path, clean: RunReport) -> None:
+    if not clean.idle or clean.task_failures:
+        errors = "; ".join(clean.errors[:3])
+        msg = (
+            f"the failure-free run of {path} did not end cleanly "
+            f"({clean.busy or 'tasks failed'}): {errors}; fix the topology "
+            "or its -o conf before a campaign"
+        )
+        raise ConfigError(msg)
+
+
+def chaos(args: argparse.Namespace) -> int:
+    """Run the campaign; print a table (or JSON); 1 when a schedule failed."""
+    path = Path(args.topology)
+    check_topology_file(str(path))
+    conf = {**(DEFAULT_CONF if args.topology == str(DEFAULT_TOPOLOGY) else {})}
+    if args.engine == APACHE_STORM and args.topology == str(DEFAULT_TOPOLOGY):
+        conf.update(STORM_DEFAULT_CONF)
+    conf.update(parse_conf(args.conf))
+    modes = _modes(args)
+    draws = _draws(args)
     topology = load_topology(path)
     if args.only is not None and args.only >= args.schedules:
         msg = f"--only {args.only}: the campaign has schedules 0..{args.schedules - 1}"
         raise ConfigError(msg)
+    for mode in modes:  # a bad --kinds is refused before any run
+        drawn_kinds(mode, netns=args.netns_faults, only=args.kinds)
     started = time.monotonic()
     outcomes: list[Outcome] = []
     if args.netns_faults and resolve_lab_dir(args.lab) is None:
@@ -144,37 +294,14 @@ def chaos(args: argparse.Namespace) -> int:
             nodes=sorted(lab.nodes),
             modes=modes,
             netns=args.netns_faults,
+            kinds=args.kinds,
         )
         if args.only is not None:
             schedules = [schedules[args.only]]
-        ring = RingAccess(lab.config(Sr3Config.from_env()))
-        try:
-            clean = run_topology(
-                path,
-                ring=ring,
-                options=RunOptions(until_idle=True, conf=conf, timeout_s=args.timeout),
-            )
-            if not clean.idle or clean.task_failures:
-                errors = "; ".join(clean.errors[:3])
-                msg = (
-                    f"the failure-free run of {path} did not end cleanly "
-                    f"({clean.busy or 'tasks failed'}): {errors}; fix the topology "
-                    "or its -o conf before a campaign"
-                )
-                raise ConfigError(msg)
-            expected = final_state(ring, topology)
-        finally:
-            ring.close()
+        runner = _storm_runner if args.engine == APACHE_STORM else _engine_runner
+        run_one = runner(args, lab, path, conf)
         for schedule in schedules:
-            outcome = run_schedule(
-                lab,
-                path,
-                schedule,
-                conf=conf,
-                expected=expected,
-                expected_outputs=clean.outputs,
-                timeout_s=args.timeout,
-            )
+            outcome = run_one(schedule)
             outcomes.append(outcome)
             if not args.json:
                 verdict = "pass" if outcome.passed else "FAIL"
@@ -193,6 +320,7 @@ def chaos(args: argparse.Namespace) -> int:
         emit_json(
             {
                 "seed": args.seed,
+                "engine": args.engine,
                 "topology": str(path),
                 "schedules": len(outcomes),
                 "passed": len(outcomes) - len(failed),

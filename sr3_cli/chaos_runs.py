@@ -1,7 +1,8 @@
 """Running a chaos schedule: its faults injected into a run, the result compared.
 
 :func:`run_schedule` runs one :class:`~sr3_cli.chaos.Schedule` of a campaign
-against a lab, on the Storm engine's local cluster or on Spark, and says
+against a lab, on the Storm engine's local cluster or on Spark (on Apache
+Storm: :mod:`sr3_cli.chaos_storm`), and says
 whether its final committed state (and last outputs) equal a failure-free
 run's (:func:`final_state`).
 """
@@ -21,9 +22,9 @@ from sr3.config import Sr3Config
 from sr3.errors import SR3Error
 from sr3_cli.chaos import (
     NETNS_KINDS,
+    RUN_KINDS,
     SPARK,
     SPARK_ROWS,
-    TASK_KINDS,
     Fault,
     Outcome,
     Schedule,
@@ -44,7 +45,7 @@ from topology_api.topology import LoadedTopology, load_topology
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["final_state", "run_schedule"]
+__all__ = ["Injector", "final_state", "run_schedule", "state_difference"]
 
 
 def final_state(
@@ -65,7 +66,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class _Injector:
+class Injector:
     """Runs a schedule's node freezes and ZooKeeper restarts, and restarts nodes.
 
     Each action runs on a thread of its own with the lab read afresh, as a user
@@ -77,7 +78,7 @@ class _Injector:
         self, lab: Lab, faults: Sequence[Fault], *, kills_nodes: bool = False
     ) -> None:
         self._root = lab.root
-        self._faults = [f for f in faults if f.kind not in TASK_KINDS]
+        self._faults = [f for f in faults if f.kind not in RUN_KINDS]
         #: Kill the nodes too (the Spark runner has no node-kill hook).
         self._kills_nodes = kills_nodes
         self._stop = threading.Event()
@@ -88,6 +89,7 @@ class _Injector:
         self.errors: list[str] = []
 
     def start(self) -> None:
+        """Start the schedule's timeline: its faults' ``at_s`` count from now."""
         self._started = time.monotonic()
         self._thread.start()
 
@@ -142,7 +144,8 @@ class _Injector:
             return
         self._finished = True
         self._stop.set()
-        self._thread.join(timeout_s)
+        if self._started:  # a run on Storm that never started never started it
+            self._thread.join(timeout_s)
         for thread in self._actions:
             thread.join(timeout_s)
         lab = Lab.load(self._root)
@@ -217,7 +220,7 @@ def run_schedule(
         conf={**conf, "sr3.checkpoint.mode": schedule.mode},
         timeout_s=timeout_s,
     )
-    injector = _Injector(lab, schedule.faults)
+    injector = Injector(lab, schedule.faults)
     started = time.monotonic()
     ring: RingAccess | None = None
     try:
@@ -254,7 +257,7 @@ def _difference(
         return "the schedule could not be applied: " + "; ".join(errors)
     if not report.idle:
         return f"the run did not end idle: {report.busy}"
-    difference = _state_difference(state, expected)
+    difference = state_difference(state, expected)
     if difference:
         return difference
     if expected_outputs is not None and dict(report.outputs) != dict(expected_outputs):
@@ -262,7 +265,8 @@ def _difference(
     return ""
 
 
-def _state_difference(state: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
+def state_difference(state: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
+    """Return what differs from ``expected`` (by component), or ``""``."""
     for component, keys in expected.items():
         got = state.get(component, {})
         if got != keys:
@@ -292,7 +296,7 @@ def _run_spark_schedule(  # noqa: PLR0913 (run_schedule's options)
     from spark_bridge.runner import run_topology as run_spark  # noqa: PLC0415
 
     topology = load_topology(path)
-    injector = _Injector(lab, schedule.faults, kills_nodes=True)
+    injector = Injector(lab, schedule.faults, kills_nodes=True)
     started = time.monotonic()
     ring = RingAccess(lab.config(Sr3Config()))
     errors: list[str] = []
@@ -324,7 +328,7 @@ def _run_spark_schedule(  # noqa: PLR0913 (run_schedule's options)
     if not reason and not report.get("idle", True):
         reason = f"the run did not end idle: {report.get('busy')}"
     if not reason:
-        reason = _state_difference(state, expected)
+        reason = state_difference(state, expected)
     return Outcome(schedule, not reason, seconds, reason)
 
 

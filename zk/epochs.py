@@ -316,6 +316,15 @@ class ZkEpochStore:
                 return False
         return True
 
+    def coordinator(self) -> str | None:
+        """Return the name of the task holding the coordinator znode, else None.
+
+        Raises:
+            CoordinationError: ZooKeeper failed.
+        """
+        holder = self._get(self._paths.native_coordinator(self._topology))
+        return None if holder is None else str(holder)
+
     def release_coordinator(self) -> None:
         """Delete the coordinator znode if this session holds it.
 

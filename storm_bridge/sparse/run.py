@@ -86,6 +86,8 @@ class Kill:
 
     ``kind`` is ``task`` (the Python process of task ``index`` of
     ``component``), ``worker`` (worker JVM ``index`` by slot port),
+    ``coordinator`` (the Python process of the spout task holding the native
+    coordinator's znode at the kill),
     ``supervisor`` (the lab's supervisor ``index`` counted from 0, i.e.
     ``supervisor-<index + 1>``, restarted at once, as a process manager
     would) or ``node`` (ring node ``node``).
@@ -104,6 +106,8 @@ class Kill:
             return f"{self.component}:{self.index}"
         if self.kind == "node":
             return f"ring node {self.node}"
+        if self.kind == "coordinator":
+            return "coordinator"
         return f"{self.kind} {self.index}"
 
 
@@ -132,6 +136,8 @@ class StormRunOptions:
     timeout_s: float = 600.0
     resume: bool = False
     start_timeout_s: float = 180.0
+    #: Called once the topology started: the moment kills count from.
+    on_started: Callable[[], None] | None = None
 
 
 def _check_kills(topology: LoadedTopology, options: StormRunOptions) -> None:
@@ -185,37 +191,27 @@ class _Run:
     #: thread kept committing, so commits before then prove no final state
     inactive_at: float | None = None
 
-    def inject(self, kill: Kill) -> None:
+    def inject(self, kill: Kill, due_at: float) -> bool:
+        """SIGKILL what ``kill`` names; False while its process is not up yet.
+
+        A task, worker or coordinator that is not live after an earlier kill
+        (its worker restarts) is waited for up to :data:`_GONE_TIMEOUT_S` after
+        ``due_at``, the kill's moment; then, or with no earlier kill, the run
+        fails naming it.
+
+        Raises:
+            StormRunError: the target never came up, or cannot be killed.
+        """
         now = self.clock()
-        if kill.kind == "task":
-            tasks = task_processes(self.topology_id).get(kill.component, [])
-            if len(tasks) <= kill.index:
-                msg = f"--kill {kill.label}: no live Python process of that task"
-                raise StormRunError(msg)
-            _sigkill(tasks[kill.index].pid)
-        elif kill.kind == "worker":
-            workers = worker_processes(self.topology_id)
-            if len(workers) <= kill.index:
-                msg = f"--kill-worker {kill.index}: the topology has {len(workers)}"
-                raise StormRunError(msg)
-            _sigkill(workers[kill.index].pid)
+        if kill.kind in ("task", "worker", "coordinator"):
+            pid, missing = self._pid(kill)
+            if pid is None:
+                if self.killed and now < due_at + _GONE_TIMEOUT_S:
+                    return False
+                raise StormRunError(missing)
+            _sigkill(pid)
         elif kill.kind == "supervisor":
-            if self.supervisors is None:
-                msg = "--kill-supervisor needs the lab's Storm cluster (--lab)"
-                raise StormRunError(msg)
-            # the lab names its supervisors supervisor-1, supervisor-2, ...
-            number = kill.index + 1
-            self.supervisors.kill_supervisor(number)
-            # restarting before the killed JVM is gone would find it "running"
-            deadline = self.clock() + _GONE_TIMEOUT_S
-            while self.supervisors.supervisor_pid(number) is not None:
-                if self.clock() > deadline:
-                    msg = (
-                        f"--kill-supervisor {kill.index}: supervisor-{number} lives on"
-                    )
-                    raise StormRunError(msg)
-                time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
-            self.supervisors.restart_supervisor(number)
+            self._kill_supervisor(kill)
         else:
             if self.kill_node is None:
                 msg = f"--kill-node {kill.node}: this run cannot kill ring nodes"
@@ -223,6 +219,44 @@ class _Run:
             self.kill_node(kill.node)
         self.killed.append((kill, now))
         logger.info("killed %s", kill.label)
+        return True
+
+    def _pid(self, kill: Kill) -> tuple[int | None, str]:
+        """The live process ``kill`` names, or None and why."""
+        if kill.kind == "worker":
+            workers = worker_processes(self.topology_id)
+            if len(workers) <= kill.index:
+                count = len(workers)
+                return None, f"--kill-worker {kill.index}: the topology has {count}"
+            return workers[kill.index].pid, ""
+        component, index = kill.component, kill.index
+        if kill.kind == "coordinator":
+            # the holder's name is its replayable spout task's ``component/index``
+            holder = self.monitor.store.coordinator() or ""
+            component, _, number = holder.rpartition("/")
+            if not number.isdigit():
+                return None, "kill of the coordinator: no spout task holds its znode"
+            index = int(number)
+        tasks = task_processes(self.topology_id).get(component, [])
+        if len(tasks) <= index:
+            return None, f"kill of {component}:{index}: no live Python process of it"
+        return tasks[index].pid, ""
+
+    def _kill_supervisor(self, kill: Kill) -> None:
+        if self.supervisors is None:
+            msg = "--kill-supervisor needs the lab's Storm cluster (--lab)"
+            raise StormRunError(msg)
+        # the lab names its supervisors supervisor-1, supervisor-2, ...
+        number = kill.index + 1
+        self.supervisors.kill_supervisor(number)
+        # restarting before the killed JVM is gone would find it "running"
+        deadline = self.clock() + _GONE_TIMEOUT_S
+        while self.supervisors.supervisor_pid(number) is not None:
+            if self.clock() > deadline:
+                msg = f"--kill-supervisor {kill.index}: supervisor-{number} lives on"
+                raise StormRunError(msg)
+            time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
+        self.supervisors.restart_supervisor(number)
 
     def check_errors(self) -> None:
         """Raise when a task reported an error no restart cures (at most every 2 s).
@@ -261,7 +295,7 @@ class _Run:
         return all(
             self.monitor.rollback_after(at) is not None
             for kill, at in self.killed
-            if kill.kind in ("task", "worker")
+            if kill.kind in ("task", "worker", "coordinator")
         )
 
 
@@ -411,6 +445,8 @@ def _drive(
     run: _Run, options: StormRunOptions, conf: Mapping[str, Any], submitted: float
 ) -> dict[str, Any]:
     started = _started(run, options)
+    if options.on_started is not None:
+        options.on_started()
     limit = options.timeout_s if options.until_idle else float("inf")
     if options.duration_s is not None:
         limit = min(limit, options.duration_s)
@@ -420,7 +456,9 @@ def _drive(
     spouts = _spout_tasks(run.topology)
     while run.clock() < end:
         while pending and run.clock() >= started + pending[0].at_s:
-            run.inject(pending.pop(0))
+            if not run.inject(pending[0], started + pending[0].at_s):
+                break
+            pending.pop(0)
         if options.until_idle and not pending and run.recovered():
             final_at = run.monitor.final_commit(spouts, after=_settled_since(run))
             # spouts deactivated (a rebalance) emit nothing while the

@@ -52,6 +52,21 @@ def test_a_one_schedule_campaign_reports_and_replays_it(zk_server: object) -> No
         (["--schedules", "2", "--only", "2"], "the campaign has schedules 0..1"),
         (["--topology", "nowhere.py"], "nowhere.py"),
         (["--schedules", "0"], "--schedules"),
+        (["--kinds", "kill-everything"], "unknown fault kind kill-everything"),
+        (["--kinds", "kill-worker"], "the local schedules draw none of them"),
+        (["--nimbus", "127.0.0.1:6627"], "--nimbus is for --engine apache-storm"),
+        (["--engine", "apache-storm"], "--engine apache-storm needs a Storm cluster"),
+        (
+            [
+                "--engine",
+                "apache-storm",
+                "--nimbus",
+                "127.0.0.1:6627",
+                "--mode",
+                "local",
+            ],
+            "--mode local: --engine apache-storm runs native checkpoints",
+        ),
     ],
 )
 def test_bad_requests_are_refused_before_any_run(args: list[str], says: str) -> None:

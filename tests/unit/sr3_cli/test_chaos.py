@@ -5,7 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from sr3.errors import ConfigError
 from sr3_cli.chaos import (
+    APACHE_STORM,
+    APACHE_STORM_KINDS,
+    KINDS,
     MODES,
     NETNS_KINDS,
     NODE_KINDS,
@@ -15,6 +21,7 @@ from sr3_cli.chaos import (
     Fault,
     Outcome,
     Schedule,
+    drawn_kinds,
     generate,
     recovery_times,
     replay_command,
@@ -121,3 +128,43 @@ def test_netns_kinds_are_drawn_only_for_a_netns_campaign() -> None:
         for fault in out:
             at_once = [f for f in out if f.at_s <= fault.at_s < f.at_s + f.down_s]
             assert len(at_once) <= 2
+
+
+def test_apache_storm_schedules_kill_workers_and_the_coordinator_only_there() -> None:
+    topology = load_topology(TOPOLOGY)
+    nodes = ["node-1", "node-2", "node-3"]
+    storm = generate(5, 40, topology=topology, nodes=nodes, modes=(APACHE_STORM,))
+    assert {s.mode for s in storm} == {APACHE_STORM}
+    kinds = {f.kind for s in storm for f in s.faults}
+    # the lab's Storm cluster shares the ring's ZooKeeper: no restart-zk there
+    assert kinds == set(APACHE_STORM_KINDS)
+    assert {f.target for s in storm for f in s.faults if f.kind == "kill-worker"} == {
+        "0"
+    }
+    # the other modes never draw them, so their seeds replay as before
+    local = generate(5, 40, topology=topology, nodes=nodes)
+    assert {f.kind for s in local for f in s.faults} == set(KINDS)
+
+
+def test_kinds_narrow_a_campaign_and_one_drawn_nowhere_is_refused() -> None:
+    topology = load_topology(TOPOLOGY)
+    nodes = ["node-1", "node-2", "node-3"]
+    only = ("kill-worker", "kill-coordinator")
+    storm = generate(
+        8, 20, topology=topology, nodes=nodes, modes=(APACHE_STORM,), kinds=only
+    )
+    assert {f.kind for s in storm for f in s.faults} == set(only)
+    with pytest.raises(ConfigError, match="the local schedules draw none of them"):
+        drawn_kinds("local", only=only)
+
+
+def test_worker_and_coordinator_recoveries_count_under_their_kinds() -> None:
+    faults = (
+        Fault("kill-worker", 0.5, "0"),
+        Fault("kill-coordinator", 1.0, "coordinator"),
+    )
+    run = outcome(
+        faults, [recovery("worker 0", 1.0, 2.0, 3.0), recovery("coordinator", 1, 1, 1)]
+    )
+    times = recovery_times([run])
+    assert times == {"kill-worker": [6.0], "kill-coordinator": [3.0]}
