@@ -27,8 +27,8 @@ from sr3_cli.chaos_runs import Injector, final_state, state_difference
 from sr3_cli.lab import Lab
 from storm_bridge.report import RunReport
 from storm_bridge.sparse.run import Kill, StormRunOptions, Supervisors, run_on_storm
-from storm_bridge.topology import load_topology
 from storm_bridge.wiring import RingAccess
+from topology_api.topology import load_topology
 
 __all__ = ["StormTarget", "run_clean", "run_storm_schedule", "storm_kills"]
 
