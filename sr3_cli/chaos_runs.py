@@ -45,7 +45,7 @@ from topology_api.topology import LoadedTopology, load_topology
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["Injector", "final_state", "run_schedule", "state_difference"]
+__all__ = ["Injector", "final_state", "run_schedule", "state_difference", "verdict"]
 
 
 def final_state(
@@ -242,17 +242,22 @@ def run_schedule(
         if ring is not None:
             ring.close()
     seconds = time.monotonic() - started
-    reason = _difference(report, state, expected, expected_outputs, injector.errors)
+    reason = verdict(report, state, expected, expected_outputs, injector.errors)
     return Outcome(schedule, not reason, seconds, reason, report)
 
 
-def _difference(
+def verdict(
     report: RunReport,
     state: Mapping[str, Any],
     expected: Mapping[str, Any],
     expected_outputs: Mapping[str, Any] | None,
     errors: Sequence[str],
 ) -> str:
+    """Why a schedule failed (``""``: it passed), on any engine.
+
+    Its faults not applied, a run not idle, state unlike ``expected``, or (with
+    ``expected_outputs``) last outputs unlike the failure-free run's.
+    """
     if errors:
         return "the schedule could not be applied: " + "; ".join(errors)
     if not report.idle:

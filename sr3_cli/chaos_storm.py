@@ -23,7 +23,7 @@ from sr3.config import Sr3Config
 from sr3.errors import SR3Error
 from sr3.recovery.recover import BROKEN_BUILD_ENV
 from sr3_cli.chaos import Outcome, Schedule
-from sr3_cli.chaos_runs import Injector, final_state, state_difference
+from sr3_cli.chaos_runs import Injector, final_state, verdict
 from sr3_cli.lab import Lab
 from storm_bridge.report import RunReport
 from storm_bridge.sparse.run import Kill, StormRunOptions, Supervisors, run_on_storm
@@ -158,8 +158,6 @@ def run_storm_schedule(  # noqa: PLR0913 (run_schedule's options)
         ring.close()
     seconds = time.monotonic() - started
     report = _report(raw)
-    reason = "; ".join(injector.errors)
-    if not reason and not report.idle:
-        reason = f"the run did not end idle: {report.busy}"
-    reason = reason or state_difference(state, expected)
+    # Storm's report has no last outputs: the state alone is compared
+    reason = verdict(report, state, expected, None, injector.errors)
     return Outcome(schedule, not reason, seconds, reason, report)
