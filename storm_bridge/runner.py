@@ -563,6 +563,11 @@ def run_topology(
         clock=clock,
     )
     run = _Run(cluster, ring, kill_node, clock)
+    if options.until_idle:
+        # a task that cannot come up keeps the topology from ever being
+        # idle (or, with two such spouts, even active): end the run (reported
+        # as failed) instead of restarting it until --timeout
+        cluster.give_up_on_tasks_never_up()
     cluster.start()
     live = None
     if checkpoint is not None:
@@ -579,10 +584,6 @@ def run_topology(
         run.watch_ring()
         run.inject(options.kills, options.node_kills, started, options.freezes)
         if options.until_idle:
-            # a task that cannot come up keeps the topology from ever being
-            # idle: end the run (reported as failed) instead of restarting it
-            # until --timeout
-            cluster.give_up_on_tasks_never_up()
             limit = options.timeout_s
             if options.duration_s is not None:
                 limit = min(limit, options.duration_s)

@@ -158,6 +158,10 @@ class LocalCluster:
     def start(self, timeout_s: float = 60.0) -> None:
         """Spawn every task and wait until all have shaken hands and spouts are active.
 
+        After :meth:`give_up_on_tasks_never_up` it also returns, with the
+        cluster running, once a task cannot come up (its ``initialize`` raised
+        every time): the caller reports the task's exception.
+
         Raises:
             ClusterStateError: the cluster was already started.
             StormBridgeError: not every task was ready within ``timeout_s`` (the
@@ -171,6 +175,11 @@ class LocalCluster:
         )
         self._thread.start()
         if not self._wait(lambda: self._engine.active, timeout_s):
+            if self._give_up_on_never_up and self.cannot_come_up():
+                # the caller asked (give_up_on_tasks_never_up) to end on a task
+                # whose initialize raises every time: its run reports the
+                # exception instead of a start timeout
+                return
             with self._lock:
                 waiting = [
                     f"{rt.component.name}:{rt.task_id}"

@@ -274,6 +274,27 @@ def test_tasks_that_never_start(make_cluster: Callable[..., LocalCluster]) -> No
     assert all(c.restarts >= 1 for c in cluster.counters().values())
 
 
+def test_a_start_that_gives_up_returns_once_a_task_cannot_come_up(
+    make_cluster: Callable[..., LocalCluster],
+) -> None:
+    """``sr3 run --until-idle`` reports the exception instead of a start timeout.
+
+    The flaky bolt dies in every ``initialize`` while the slow bolt is not up
+    yet: the topology is never wholly ready at one moment.
+    """
+    cluster = make_cluster("sbt_slow_start", {"sbt.sentences": ["a b"]})
+    cluster.give_up_on_tasks_never_up()
+    cluster.start(timeout_s=20.0)
+    assert cluster.state is ClusterState.RUNNING
+    assert cluster.cannot_come_up()
+    assert not cluster.run_until_idle(IDLE_TIMEOUT_S)
+    died = cluster.events(EventKind.TASK_DIED)
+    assert any(
+        "ConnectionError: cannot reach db.example:5432" in e.data["stderr"]
+        for e in died
+    )
+
+
 def test_conf_must_be_serializable(make_cluster: Callable[..., LocalCluster]) -> None:
     with pytest.raises(TopologyError, match="cannot be sent with the json serializer"):
         make_cluster("sbt_wordcount", {"sbt.sentences": [], "sbt.when": object()})
