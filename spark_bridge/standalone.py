@@ -57,7 +57,12 @@ from sr3.net import free_port
 
 # StandaloneClusterError lives in spark_bridge.spark_install; it is re-exported
 # here because sr3_cli/lab_spark.py imports it from this module.
-__all__ = ["DaemonSpot", "StandaloneCluster", "StandaloneClusterError"]
+__all__ = [
+    "DaemonSpot",
+    "StandaloneCluster",
+    "StandaloneClusterError",
+    "driver_executors",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -421,6 +426,28 @@ class StandaloneCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+def driver_executors(driver_port: int) -> dict[str, int]:
+    """Return ``{executor id: pid}`` of this machine's executors of one driver.
+
+    An application's executors are the ``CoarseGrainedExecutorBackend`` JVMs
+    whose ``--driver-url`` ends with the port of its driver
+    (``spark.driver.port``), on any cluster whose workers run on this machine
+    (also in another network namespace: they share ``/proc``).
+    """
+    suffix = f":{driver_port}"
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        argv = command_line(int(entry.name))
+        if _EXECUTOR not in argv:
+            continue
+        pairs = dict(zip(argv, argv[1:], strict=False))
+        if pairs.get("--driver-url", "").endswith(suffix) and "--executor-id" in pairs:
+            found[pairs["--executor-id"]] = int(entry.name)
+    return found
 
 
 def _registered(worker: WorkerInfo) -> Callable[[dict[str, Any]], bool]:

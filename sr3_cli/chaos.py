@@ -31,6 +31,8 @@ __all__ = [
     "APACHE_STORM",
     "APACHE_STORM_KINDS",
     "NETNS_KINDS",
+    "SPARK_STANDALONE",
+    "SPARK_STANDALONE_KINDS",
     "Fault",
     "Outcome",
     "Schedule",
@@ -52,6 +54,8 @@ FaultKind = Literal[
     "netem-slow",
     "kill-worker",
     "kill-coordinator",
+    "kill-executor",
+    "kill-driver",
 ]
 KINDS: Final[tuple[FaultKind, ...]] = (
     "kill-task",
@@ -63,7 +67,13 @@ KINDS: Final[tuple[FaultKind, ...]] = (
 #: Faults of a task (``component:index``), injected by the run itself.
 TASK_KINDS: Final = ("kill-task", "freeze-task")
 #: Faults every run injects itself (the others are the lab's, on a timeline).
-RUN_KINDS: Final = (*TASK_KINDS, "kill-worker", "kill-coordinator")
+RUN_KINDS: Final = (
+    *TASK_KINDS,
+    "kill-worker",
+    "kill-coordinator",
+    "kill-executor",
+    "kill-driver",
+)
 MODES: Final = ("local", "native")
 #: The Spark engine's schedules: a mode of their own, without task kills (a
 #: Spark task is not a process the campaign can kill in local mode).
@@ -89,6 +99,26 @@ APACHE_STORM_KINDS: Final[tuple[FaultKind, ...]] = (
     "kill-coordinator",
     "kill-node",
 )
+#: Schedules on a Spark standalone cluster (``sr3 chaos --engine
+#: spark-standalone``), each run by a driver process of its own: a mode of its
+#: own, so the other modes draw as they did. One of the application's executor
+#: JVMs SIGKILLed (``kill-executor``: the worker launches a new one, Spark runs
+#: the lost tasks again from its state store), the driver SIGKILLed
+#: (``kill-driver``, at most one per schedule: a new driver resumes from the
+#: ring with ``--resume`` and a fresh Spark checkpoint) and ring nodes killed.
+#: No freezes or ZooKeeper restarts: the ``spark`` (``local[2]``) schedules
+#: draw them against the same driver code, and this mode is about the
+#: cluster's processes.
+SPARK_STANDALONE: Final = "spark-standalone"
+SPARK_STANDALONE_KINDS: Final[tuple[FaultKind, ...]] = (
+    "kill-executor",
+    "kill-driver",
+    "kill-node",
+)
+#: The targets of ``kill-executor`` (the application's executor with the
+#: lowest id at the kill) and ``kill-driver`` faults.
+EXECUTOR: Final = "executor"
+DRIVER: Final = "driver"
 #: The target of a ``kill-coordinator`` fault (its process is found at the kill).
 COORDINATOR: Final = "coordinator"
 #: Faults of a network-namespace lab (``sr3 chaos --netns-faults``), drawn only
@@ -174,7 +204,8 @@ def generate(
     no task kills; without it, the draws are those of the Storm-only campaign.
     With ``netns`` the kinds of :data:`NETNS_KINDS` are drawn too. With
     ``modes`` of :data:`APACHE_STORM` alone the kinds are
-    :data:`APACHE_STORM_KINDS`. ``kinds`` (None: all) keeps only those of a
+    :data:`APACHE_STORM_KINDS`, of :data:`SPARK_STANDALONE` alone
+    :data:`SPARK_STANDALONE_KINDS`. ``kinds`` (None: all) keeps only those of a
     mode's kinds (:func:`drawn_kinds`).
     """
     rng = random.Random(seed)
@@ -199,6 +230,11 @@ def generate(
                 faults.append(Fault(kind, at_s, str(rng.randrange(workers))))
             elif kind == "kill-coordinator":
                 faults.append(Fault(kind, at_s, COORDINATOR))
+            elif kind == "kill-executor":
+                faults.append(Fault(kind, at_s, EXECUTOR))
+            elif kind == "kill-driver":
+                if not any(f.kind == kind for f in faults):
+                    faults.append(Fault(kind, at_s, DRIVER))
             elif kind == "freeze-task":
                 down_s = round(rng.uniform(1.0, 4.0), 1)
                 faults.append(Fault(kind, at_s, rng.choice(tasks), down_s))
@@ -234,6 +270,8 @@ def drawn_kinds(
     """
     if mode == APACHE_STORM:
         kinds = APACHE_STORM_KINDS
+    elif mode == SPARK_STANDALONE:
+        kinds = SPARK_STANDALONE_KINDS
     else:
         kinds = SPARK_KINDS if mode == SPARK else KINDS
         kinds = (*kinds, *NETNS_KINDS) if netns else kinds
@@ -293,7 +331,9 @@ def recovery_times(outcomes: Sequence[Outcome]) -> dict[str, list[float]]:
     cause: ``kill-task`` or ``freeze-task`` for a task, ``kill-node`` or
     ``freeze-node`` for a ring node that left the ring; rollbacks with any other
     cause (a task that died of a ZooKeeper restart, say) count under ``other``.
-    Rollbacks that never resumed are left out.
+    Rollbacks that never resumed are left out. A recovery timed only end to
+    end (a Spark standalone run's, :mod:`sr3_cli.chaos_spark`) has the whole
+    in its timeline's ``total_s``.
     """
     times: dict[str, list[float]] = {}
     for outcome in outcomes:
@@ -302,6 +342,12 @@ def recovery_times(outcomes: Sequence[Outcome]) -> dict[str, list[float]]:
             continue
         for entry in report.recoveries:
             timeline = entry.get("timeline") or {}
+            if timeline.get("total_s") is not None:
+                seconds = float(timeline["total_s"])
+                times.setdefault(_cause_kind(outcome.schedule, entry), []).append(
+                    seconds
+                )
+                continue
             phases = [timeline.get(k) for k in ("detect_s", "restore_s", "replay_s")]
             if any(p is None for p in phases):
                 continue
@@ -321,6 +367,9 @@ def _cause_kind(schedule: Schedule, entry: Mapping[str, Any]) -> str:
         if fault.kind == "kill-worker" and first == f"worker {fault.target}":
             return fault.kind
         if fault.kind == "kill-coordinator" and first == COORDINATOR:
+            return fault.kind
+        # a Spark standalone run's (sr3_cli.chaos_spark)
+        if fault.kind in ("kill-executor", "kill-driver") and first == fault.target:
             return fault.kind
     return "other"
 

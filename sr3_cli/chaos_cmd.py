@@ -17,6 +17,7 @@ from sr3_cli.argtypes import at_least, positive_seconds
 from sr3_cli.chaos import (
     APACHE_STORM,
     SPARK,
+    SPARK_STANDALONE,
     FaultKind,
     Outcome,
     Schedule,
@@ -28,6 +29,7 @@ from sr3_cli.chaos import (
 )
 from sr3_cli.chaos_netns import E_NOT_NETNS, require_netns
 from sr3_cli.chaos_runs import final_state, run_schedule
+from sr3_cli.chaos_spark import check_options, spark_runner
 from sr3_cli.chaos_storm import StormTarget, run_clean, run_storm_schedule
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.output import JSON_HELP, emit_json, table
@@ -45,6 +47,8 @@ DEFAULT_TOPOLOGY = Path("topologies") / "wordcount.py"
 DEFAULT_CONF = {"wordcount.lines": 600, "sr3.checkpoint.interval.s": 0.3}
 #: On Apache Storm: a run long enough that kills land while lines still flow.
 STORM_DEFAULT_CONF = {"wordcount.lines": 2000, "sr3.checkpoint.interval.s": 0.5}
+#: On a Spark standalone cluster: 6 micro-batches of SPARK_ROWS lines.
+SPARK_STANDALONE_CONF = {"wordcount.lines": 900}
 CAMPAIGN_NODES = 4
 E_NO_STORM = (
     "--engine apache-storm needs a Storm cluster: a lab's (`sr3 lab up --storm "
@@ -75,12 +79,21 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     )
     p.add_argument(
         "--engine",
-        choices=["storm", "spark", "both", APACHE_STORM],
+        choices=["storm", "spark", "both", APACHE_STORM, SPARK_STANDALONE],
         default="storm",
         help="engines drawn: the Storm engine's local cluster in the --mode "
         "checkpoint modes, Spark (local[2]; no task kills), or both; or a real "
         "Apache Storm cluster alone (the lab's, `sr3 lab up --storm`, or "
-        "--nimbus; native checkpoints; also worker and coordinator kills) (storm)",
+        "--nimbus; native checkpoints; also worker and coordinator kills); or a "
+        "Spark standalone cluster (the lab's, `sr3 lab up --spark`, or --master; "
+        "executor and driver kills) (storm)",
+    )
+    p.add_argument(
+        "--master",
+        default=None,
+        metavar="spark://HOST:PORT",
+        help="--engine spark-standalone: this master, not the lab's (its workers "
+        "run on this machine)",
     )
     p.add_argument(
         "--nimbus",
@@ -155,6 +168,12 @@ def _lab(args: argparse.Namespace) -> Iterator[Lab]:
 
 
 def _modes(args: argparse.Namespace) -> tuple[str, ...]:
+    if args.engine == SPARK_STANDALONE:
+        check_options(args)
+        return (SPARK_STANDALONE,)
+    if args.master is not None:
+        msg = "--master is for --engine spark-standalone; leave it out"
+        raise ConfigError(msg)
     if args.engine == APACHE_STORM:
         if args.nimbus is None and resolve_lab_dir(args.lab) is None:
             raise ConfigError(E_NO_STORM)
@@ -183,9 +202,10 @@ def _draws(args: argparse.Namespace) -> list[str]:
     draws += [f"--mode={args.mode}"] if args.mode != "both" else []
     draws += ["--netns-faults"] if args.netns_faults else []
     draws += [f"--kinds={','.join(args.kinds)}"] if args.kinds else []
-    if args.engine == APACHE_STORM:
-        # a replay on Storm needs the cluster too
+    if args.engine in (APACHE_STORM, SPARK_STANDALONE):
+        # a replay on a cluster needs the cluster too
         draws += [f"--nimbus={args.nimbus}"] if args.nimbus else []
+        draws += [f"--master={args.master}"] if args.master else []
         lab = resolve_lab_dir(args.lab)
         draws += [f"--lab={lab}"] if lab is not None else []
     return draws
@@ -271,6 +291,8 @@ def chaos(args: argparse.Namespace) -> int:
     conf = {**(DEFAULT_CONF if args.topology == str(DEFAULT_TOPOLOGY) else {})}
     if args.engine == APACHE_STORM and args.topology == str(DEFAULT_TOPOLOGY):
         conf.update(STORM_DEFAULT_CONF)
+    if args.engine == SPARK_STANDALONE and args.topology == str(DEFAULT_TOPOLOGY):
+        conf.update(SPARK_STANDALONE_CONF)
     conf.update(parse_conf(args.conf))
     modes = _modes(args)
     draws = _draws(args)
@@ -298,7 +320,9 @@ def chaos(args: argparse.Namespace) -> int:
         )
         if args.only is not None:
             schedules = [schedules[args.only]]
-        runner = _storm_runner if args.engine == APACHE_STORM else _engine_runner
+        runner = {APACHE_STORM: _storm_runner, SPARK_STANDALONE: spark_runner}.get(
+            args.engine, _engine_runner
+        )
         run_one = runner(args, lab, path, conf)
         for schedule in schedules:
             outcome = run_one(schedule)

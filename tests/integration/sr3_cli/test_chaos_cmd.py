@@ -67,6 +67,26 @@ def test_a_one_schedule_campaign_reports_and_replays_it(zk_server: object) -> No
             ],
             "--mode local: --engine apache-storm runs native checkpoints",
         ),
+        (
+            ["--engine", "spark-standalone"],
+            "--engine spark-standalone needs a Spark standalone cluster",
+        ),
+        (
+            ["--engine", "spark-standalone", "--master", "local[2]"],
+            "--master local[2]: give a standalone master's spark://HOST:PORT",
+        ),
+        (["--master", "spark://127.0.0.1:7077"], "--master is for --engine spark-st"),
+        (
+            [
+                "--engine",
+                "spark-standalone",
+                "--master",
+                "spark://h:7077",
+                "--kinds",
+                "kill-worker",
+            ],
+            "the spark-standalone schedules draw none of them",
+        ),  # fmt: skip
     ],
 )
 def test_bad_requests_are_refused_before_any_run(args: list[str], says: str) -> None:

@@ -18,6 +18,8 @@ from sr3_cli.chaos import (
     SLOW_LINK,
     SPARK,
     SPARK_KINDS,
+    SPARK_STANDALONE,
+    SPARK_STANDALONE_KINDS,
     Fault,
     Outcome,
     Schedule,
@@ -168,3 +170,46 @@ def test_worker_and_coordinator_recoveries_count_under_their_kinds() -> None:
     )
     times = recovery_times([run])
     assert times == {"kill-worker": [6.0], "kill-coordinator": [3.0]}
+
+
+def test_spark_standalone_schedules_kill_executors_and_one_driver_only_there() -> None:
+    topology = load_topology(TOPOLOGY)
+    nodes = ["node-1", "node-2", "node-3"]
+    spark = generate(3, 40, topology=topology, nodes=nodes, modes=(SPARK_STANDALONE,))
+    assert {s.mode for s in spark} == {SPARK_STANDALONE}
+    assert {f.kind for s in spark for f in s.faults} == set(SPARK_STANDALONE_KINDS)
+    # a second driver kill is not drawn: one resume from the ring per schedule
+    assert all(sum(f.kind == "kill-driver" for f in s.faults) <= 1 for s in spark)
+    assert {f.target for s in spark for f in s.faults if f.kind != "kill-node"} == {
+        "executor",
+        "driver",
+    }
+    # the other modes never draw them, so their seeds replay as before
+    local = generate(3, 40, topology=topology, nodes=nodes, modes=(*MODES, SPARK))
+    assert not {"kill-executor", "kill-driver"} & {
+        f.kind for s in local for f in s.faults
+    }
+
+
+def test_executor_and_driver_recoveries_timed_end_to_end_count_under_their_kinds() -> (
+    None
+):
+    faults = (
+        Fault("kill-executor", 0.5, "executor"),
+        Fault("kill-driver", 1.0, "driver"),
+        Fault("kill-node", 1.5, "node-2", 2.0),
+    )
+    run = outcome(
+        faults,
+        [
+            {"cause": "executor", "timeline": {"total_s": 4.0}},
+            {"cause": "driver", "timeline": {"total_s": 9.0}},
+            {"cause": "ring node node-2", "timeline": {"total_s": 1.5}},
+            {"cause": "executor", "timeline": {"total_s": None}},  # never committed
+        ],
+    )
+    assert recovery_times([run]) == {
+        "kill-executor": [4.0],
+        "kill-driver": [9.0],
+        "kill-node": [1.5],
+    }
