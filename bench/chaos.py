@@ -21,6 +21,11 @@ kills among its faults; the lab's cluster, ``sr3 lab up --storm``) writes
 ``bench/results/chaos-apache-storm.{json,md,png}``:
 
     .venv/bin/python bench/chaos.py --engine apache-storm --lab LAB --seed 5
+
+On a Spark standalone cluster (executor and driver kills; the lab's, ``sr3 lab
+up --spark``) it writes ``bench/results/chaos-spark-standalone.{json,md,png}``:
+
+    .venv/bin/python bench/chaos.py --engine spark-standalone --lab LAB --seed 1
 """
 
 from __future__ import annotations
