@@ -151,7 +151,8 @@ def plot(r: dict[str, Any], out: Path) -> None:
         bars = ax.bar(xs, [by_name[n] for n in names], width, label=label)
         ax.bar_label(bars, fmt="%.2f", fontsize=8)
     ax.set_xticks(range(len(names)))
-    ax.set_xticklabels([n.replace(" (", "\n(").replace(", ", ",\n") for n in names])
+    wrapped = [n.replace(" (", "\n(").replace(", ", ",\n") for n in names]
+    ax.set_xticklabels([n.replace(" + ", " +\n") for n in wrapped])
     ax.tick_params(axis="x", labelsize=8)
     ax.set_ylabel("seconds (median)")
     ax.set_title(f"sr3 start-up, median of {r['repeat']} runs")

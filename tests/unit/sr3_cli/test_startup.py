@@ -8,12 +8,18 @@ interpreter and lists the modules it loaded.
 
 from __future__ import annotations
 
+import argparse
+import importlib
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from sr3_cli.main import build_parser
 
 #: Engines, clients and bridges a parser must never need.
 HEAVY = (
@@ -110,3 +116,21 @@ def test_node_loads_the_ring_node_and_no_other_command(tmp_path: Path) -> None:
     engines = [m for m in _heavy(modules) if m.split(".")[0] not in ("zk", "kazoo")]
     assert engines == []
     assert sorted(m for m in OTHER_COMMANDS if m in modules) == []
+
+
+def _handlers(parser: argparse.ArgumentParser, words: str) -> Iterator[tuple[str, Any]]:
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for name, sub in action.choices.items():
+                yield from _handlers(sub, f"{words} {name}")
+    found = parser.get_default("handler")
+    if found is not None:
+        yield words, found
+
+
+def test_every_sub_command_reaches_its_handler() -> None:
+    handlers = dict(_handlers(build_parser(), "sr3"))
+    assert len(handlers) == 21  # every leaf sub-command has one
+    for words, lazy in handlers.items():
+        module = importlib.import_module(lazy.module)
+        assert callable(getattr(module, lazy.name, None)), (words, lazy)
