@@ -21,11 +21,13 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from sr3.errors import ConfigError
-from storm_bridge.report import RunReport
-from topology_api.topology import LoadedTopology
+
+if TYPE_CHECKING:  # annotations only: `sr3 chaos --help` loads no engine
+    from storm_bridge.report import RunReport
+    from topology_api.topology import LoadedTopology
 
 __all__ = [
     "APACHE_STORM",

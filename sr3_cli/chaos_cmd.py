@@ -9,16 +9,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError
-from sr3_cli.argtypes import at_least, positive_seconds
+from sr3_cli.args.chaos import DEFAULT_TOPOLOGY
 from sr3_cli.chaos import (
     APACHE_STORM,
     SPARK,
     SPARK_STANDALONE,
-    FaultKind,
     Outcome,
     Schedule,
     drawn_kinds,
@@ -32,7 +31,7 @@ from sr3_cli.chaos_runs import final_state, run_schedule
 from sr3_cli.chaos_spark import check_options, spark_runner
 from sr3_cli.chaos_storm import StormTarget, run_clean, run_storm_schedule
 from sr3_cli.lab import Lab, resolve_lab_dir
-from sr3_cli.output import JSON_HELP, emit_json, table
+from sr3_cli.output import emit_json, table
 from sr3_cli.run_checks import check_topology_file, parse_conf
 from sr3_cli.topology_cmd import embedded_lab
 from storm_bridge.report import RunReport
@@ -40,9 +39,8 @@ from storm_bridge.runner import RunOptions, run_topology
 from storm_bridge.wiring import RingAccess
 from topology_api.topology import load_topology
 
-__all__ = ["add_parsers"]
+__all__ = ["chaos"]
 
-DEFAULT_TOPOLOGY = Path("topologies") / "wordcount.py"
 #: Conf of the default topology: small enough for a schedule every ~10 s.
 DEFAULT_CONF = {"wordcount.lines": 600, "sr3.checkpoint.interval.s": 0.3}
 #: On Apache Storm: a run long enough that kills land while lines still flow.
@@ -54,103 +52,6 @@ E_NO_STORM = (
     "--engine apache-storm needs a Storm cluster: a lab's (`sr3 lab up --storm "
     "--dir DIR`, then --lab DIR) or --nimbus HOST:PORT with --lab DIR of the ring"
 )
-
-
-def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
-    """Add ``sr3 chaos`` to the ``sr3`` parser."""
-    p = sub.add_parser(
-        "chaos",
-        help="randomized failure campaign: seeded schedules checked against a "
-        "failure-free run",
-    )
-    p.add_argument(
-        "--topology",
-        default=str(DEFAULT_TOPOLOGY),
-        help=f"topology file ({DEFAULT_TOPOLOGY}, with a small corpus)",
-    )
-    p.add_argument("--schedules", type=at_least(1), default=10, help="how many (10)")
-    p.add_argument("--seed", type=int, default=1, help="campaign seed (1)")
-    p.add_argument(
-        "--only",
-        type=at_least(0),
-        default=None,
-        metavar="INDEX",
-        help="run only schedule INDEX of the seed (replays a failure)",
-    )
-    p.add_argument(
-        "--engine",
-        choices=["storm", "spark", "both", APACHE_STORM, SPARK_STANDALONE],
-        default="storm",
-        help="engines drawn: the Storm engine's local cluster in the --mode "
-        "checkpoint modes, Spark (local[2]; no task kills), or both; or a real "
-        "Apache Storm cluster alone (the lab's, `sr3 lab up --storm`, or "
-        "--nimbus; native checkpoints; also worker and coordinator kills); or a "
-        "Spark standalone cluster (the lab's, `sr3 lab up --spark`, or --master; "
-        "executor and driver kills) (storm)",
-    )
-    p.add_argument(
-        "--master",
-        default=None,
-        metavar="spark://HOST:PORT",
-        help="--engine spark-standalone: this master, not the lab's (its workers "
-        "run on this machine)",
-    )
-    p.add_argument(
-        "--nimbus",
-        default=None,
-        metavar="HOST:PORT",
-        help="--engine apache-storm: this Nimbus, not the lab's (its workers run "
-        "on this machine)",
-    )
-    p.add_argument(
-        "--kinds",
-        type=_kinds,
-        default=None,
-        metavar="KIND,...",
-        help="draw only these fault kinds (all of the engine's): "
-        + ", ".join(get_args(FaultKind)),
-    )
-    p.add_argument(
-        "--mode",
-        choices=["local", "native", "both"],
-        default="both",
-        help="checkpoint modes drawn (both)",
-    )
-    p.add_argument(
-        "-o",
-        dest="conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Storm conf of every run (repeatable)",
-    )
-    p.add_argument(
-        "--timeout",
-        type=positive_seconds,
-        default=120.0,
-        help="bound of each run (120 s)",
-    )
-    p.add_argument("--lab", default=None, help="a running lab (default: a new one)")
-    p.add_argument(
-        "--netns-faults",
-        action="store_true",
-        help="also draw partition-node (a ring node's host cut off) and netem-slow "
-        "(every link slowed) faults; needs --lab of a `sr3 lab up --netns` lab",
-    )
-    p.add_argument("--json", action="store_true", help=JSON_HELP)
-    p.set_defaults(handler=chaos)
-
-
-def _kinds(text: str) -> tuple[str, ...]:
-    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
-    unknown = [k for k in kinds if k not in get_args(FaultKind)]
-    if unknown or not kinds:
-        msg = (
-            f"unknown fault kind {', '.join(unknown) or repr(text)}; "
-            f"choose among {', '.join(get_args(FaultKind))}"
-        )
-        raise argparse.ArgumentTypeError(msg)
-    return kinds
 
 
 @contextmanager

@@ -7,20 +7,19 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from sr3.client import ClientPool
 from sr3.config import Sr3Config, ZkConfig
 from sr3.errors import AuthenticationError, ConfigError, StorageError
 from sr3.replication import LiveMembers, ReplicatedStore
 from sr3_cli.lab import Lab, resolve_lab_dir
+from sr3_cli.secret_file import read_secret
 from zk.client import ZkSession, connect
 from zk.manifests import ZkManifestStore
 from zk.membership import ZkMembership
 
 __all__ = [
     "Cluster",
-    "add_cluster_args",
     "check_secret",
     "checked_config",
     "cluster_config",
@@ -33,57 +32,6 @@ E_AUTH_REFUSED = (
     "ring's secret: --lab DIR uses DIR/secret, --secret-file FILE or "
     "SR3_NODE_SECRET otherwise"
 )
-
-
-#: Largest secret file read: a secret is one line, never a stream.
-MAX_SECRET_BYTES = 4096
-
-
-def add_cluster_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--lab``, ``--zk``, ``--chroot`` and ``--secret-file``."""
-    parser.add_argument("--lab", help="lab dir (default: $SR3_LAB)")
-    parser.add_argument(
-        "--zk", help="ZooKeeper HOST:PORT[,HOST:PORT] of a real ensemble"
-    )
-    parser.add_argument(
-        "--chroot", default=None, help="cluster root znode (/sr3/default)"
-    )
-    parser.add_argument("--secret-file", help="ring secret file (default: the lab's)")
-
-
-def read_secret(path: str | None) -> str:
-    """Return the secret from ``path`` or ``SR3_NODE_SECRET``, or empty.
-
-    Raises:
-        ConfigError: the file cannot be read.
-    """
-    if path:
-        try:
-            with Path(path).open("rb") as f:  # not /dev/zero into memory
-                raw = f.read(MAX_SECRET_BYTES + 1)
-            if len(raw) > MAX_SECRET_BYTES:
-                msg = (
-                    f"secret file {path} holds more than {MAX_SECRET_BYTES} bytes; "
-                    "a ring secret is one line (a lab writes 64 hex digits): give "
-                    "--secret-file the ring's secret file"
-                )
-                raise ConfigError(msg)
-            secret = raw.decode("utf-8").strip()
-        except (OSError, UnicodeError) as exc:
-            msg = (
-                f"cannot read secret file {path}: {exc}; give --secret-file a "
-                "readable UTF-8 text file holding the ring's shared secret (a lab "
-                "keeps it in LAB_DIR/secret)"
-            )
-            raise ConfigError(msg) from exc
-        if not secret:
-            msg = (
-                f"secret file {path} is empty; put the ring's shared secret in it "
-                "(a lab keeps its own in LAB_DIR/secret)"
-            )
-            raise ConfigError(msg)
-        return secret
-    return os.environ.get("SR3_NODE_SECRET", "")
 
 
 def cluster_config(args: argparse.Namespace) -> Sr3Config:

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 
-from sr3.config import Sr3Config
 from sr3.errors import ConfigError, SR3Error
 from sr3_cli import lab_netns
-from sr3_cli.cluster import add_cluster_args, open_cluster, read_secret
+from sr3_cli.cluster import open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.lab_netns_cmd import build_hosts
 from sr3_cli.processes import lab_processes, stop_processes
@@ -21,13 +18,11 @@ from sr3_cli.snapshot_cmd import run_get, run_put
 from sr3_cli.status import run_status
 
 __all__ = [
-    "add_cluster_args",
     "demo",
     "lab_down",
     "lab_kill",
     "lab_restart",
     "lab_up",
-    "node",
     "snapshot_get",
     "snapshot_put",
     "status",
@@ -167,55 +162,6 @@ def lab_restart(args: argparse.Namespace) -> int:
         print("restarted " + ", ".join(started))
     if running:
         print("already running: " + ", ".join(running))
-    return 0
-
-
-def _unspecified(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_unspecified
-    except ValueError:  # a host name
-        return False
-
-
-def node(args: argparse.Namespace) -> int:
-    """``sr3 node``: run one ring node in the foreground."""
-    from zk.node import NodeOptions, run_node  # noqa: PLC0415 - heavy, node only
-
-    if _unspecified(args.host):
-        msg = (
-            f"--host {args.host} binds every interface but is no address other "
-            "nodes and clients can reach; give this machine's address on the "
-            "ring's network (--host is bound and announced)"
-        )
-        raise ConfigError(msg)
-    base = Sr3Config.from_env()
-    secret = read_secret(args.secret_file) or base.node.secret
-    data_dir: Path = args.data_dir.resolve()
-    if data_dir.exists() and not data_dir.is_dir():
-        msg = f"--data-dir {data_dir} is a file; give the node a directory"
-        raise ConfigError(msg)
-    config = replace(
-        base,
-        zk=replace(base.zk, hosts=args.zk, chroot=args.chroot or base.zk.chroot),
-        node=replace(base.node, secret=secret),
-    )
-    options = NodeOptions(
-        data_dir=data_dir,
-        host=args.host,
-        port=args.port,
-        zone=args.zone,
-        node_id=args.node_id,
-        capacity=args.capacity,
-    )
-    try:
-        run_node(config, options)
-    except OSError as exc:
-        msg = (
-            f"ring node on {args.host}:{args.port} with data dir {data_dir} failed: "
-            f"{exc}; if the address is taken or not local, pick another --port "
-            "(0 = any free port) or --host"
-        )
-        raise ConfigError(msg) from exc
     return 0
 
 

@@ -1,0 +1,192 @@
+"""How long an ``sr3`` process takes before it does anything.
+
+Every ring node of a lab is an ``sr3 node`` process, and every ``sr3 run``,
+chaos child and CLI test starts one more; each pays the start-up measured here.
+In one run, median of ``--repeat`` runs of each:
+
+* ``python -c pass``: the interpreter alone (the baseline, in the same run);
+* importing ``sr3_cli.main`` and building the whole ``sr3`` parser, timed
+  inside the process (what every command pays before its handler);
+* ``sr3 --help``, ``sr3 node --help`` and ``sr3 run --help``;
+* ``sr3 node`` up to its first check (``--host 0.0.0.0`` is refused once the
+  node's modules are loaded, before it connects anywhere): a ring node's
+  start-up before it serves.
+
+``--before DIR`` also runs every command from another checkout (for instance
+``git worktree add --detach /tmp/sr3-main main``), interleaved with this one's
+so that load from elsewhere hits both alike, and adds the after/before ratio.
+
+    .venv/bin/python bench/cli_startup.py --repeat 15 --before /tmp/sr3-main
+
+Writes ``bench/results/cli_startup.{json,md,png}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+BASELINE = "python -c pass"
+#: In-process: prints the seconds to import sr3_cli.main and build the parser.
+_PARSER_PROBE = (
+    "import time; t = time.perf_counter(); from sr3_cli.main import build_parser; "
+    "build_parser(); print(time.perf_counter() - t)"
+)
+
+
+def _commands(data_dir: str) -> dict[str, list[str]]:
+    sr3 = [sys.executable, "-m", "sr3_cli"]
+    anywhere = "0.0.0.0"  # noqa: S104 - the address `sr3 node` refuses
+    return {
+        BASELINE: [sys.executable, "-c", "pass"],
+        "sr3 --help": [*sr3, "--help"],
+        "sr3 node --help": [*sr3, "node", "--help"],
+        "sr3 run --help": [*sr3, "run", "--help"],
+        "sr3 node, up to its first check": [
+            *sr3, "node", "--zk", "127.0.0.1:1", "--host", anywhere,
+            "--data-dir", data_dir,
+        ],
+    }  # fmt: skip
+
+
+def _wall(argv: list[str], tree: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    started = time.perf_counter()
+    proc = subprocess.run(argv, cwd=tree, env=env, capture_output=True, check=False)
+    elapsed = time.perf_counter() - started
+    if proc.returncode not in (0, 2):
+        msg = f"{' '.join(argv)} in {tree} exited {proc.returncode}: {proc.stderr!r}"
+        raise RuntimeError(msg)
+    return elapsed
+
+
+def _parser_build(tree: Path) -> float:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(
+        [sys.executable, "-c", _PARSER_PROBE],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return float(out.strip())
+
+
+def measure(trees: dict[str, Path], repeat: int) -> dict[str, Any]:
+    """Return every command's run times per tree, rounds interleaved."""
+    with tempfile.TemporaryDirectory(prefix="sr3-cli-startup-") as tmp:
+        commands = _commands(tmp)
+        names = [*commands, "import sr3_cli + build the parser (in-process)"]
+        runs: dict[str, dict[str, list[float]]] = {
+            label: {name: [] for name in names} for label in trees
+        }
+        for _ in range(repeat):
+            for label, tree in trees.items():
+                for name, argv in commands.items():
+                    runs[label][name].append(_wall(argv, tree))
+                runs[label][names[-1]].append(_parser_build(tree))
+    pooled = [t for by_name in runs.values() for t in by_name[BASELINE]]
+    return {
+        "repeat": repeat,
+        "baseline_s": statistics.median(pooled),
+        "trees": {label: str(tree) for label, tree in trees.items()},
+        "load_after": os.getloadavg()[0],
+        "runs": runs,
+        "median_s": {
+            label: {n: statistics.median(v) for n, v in by_name.items()}
+            for label, by_name in runs.items()
+        },
+    }
+
+
+def markdown(r: dict[str, Any]) -> str:
+    after = r["median_s"]["after"]
+    before = r["median_s"].get("before")
+    base = r["baseline_s"]  # the same command in every tree: pooled
+    head = "| command | median s | x python -c pass |"
+    rule = "| --- | ---: | ---: |"
+    if before is not None:
+        head += " before: median s | before: x python -c pass | after / before |"
+        rule += " ---: | ---: | ---: |"
+    lines = [
+        f"Medians of {r['repeat']} runs, rounds interleaved; load average "
+        f"{r['load_after']:.1f} at the end (2 cores). x python -c pass: against "
+        f"its median over every tree's runs, {base:.3f} s.",
+        "",
+        head,
+        rule,
+    ]
+    for name, s in after.items():
+        row = f"| {name} | {s:.3f} | {s / base:.1f} |"
+        if before is not None:
+            b = before[name]
+            row += f" {b:.3f} | {b / base:.1f} | {s / b:.2f} |"
+        lines.append(row)
+    return "\n".join(lines) + "\n"
+
+
+def plot(r: dict[str, Any], out: Path) -> None:
+    import matplotlib  # noqa: PLC0415
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    medians = r["median_s"]
+    names = list(medians["after"])
+    fig, ax = plt.subplots(figsize=(9, 4))
+    width = 0.8 / len(medians)
+    for i, (label, by_name) in enumerate(sorted(medians.items(), reverse=True)):
+        xs = [j + (i - (len(medians) - 1) / 2) * width for j in range(len(names))]
+        bars = ax.bar(xs, [by_name[n] for n in names], width, label=label)
+        ax.bar_label(bars, fmt="%.2f", fontsize=8)
+    ax.set_xticks(range(len(names)))
+    wrapped = [n.replace(" (", "\n(").replace(", ", ",\n") for n in names]
+    ax.set_xticklabels([n.replace(" + ", " +\n") for n in wrapped])
+    ax.tick_params(axis="x", labelsize=8)
+    ax.set_ylabel("seconds (median)")
+    ax.set_title(f"sr3 start-up, median of {r['repeat']} runs")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=15, help="runs of each (15)")
+    parser.add_argument(
+        "--before",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="another checkout to measure alongside this one (as main's)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON, not Markdown")
+    args = parser.parse_args()
+    trees = {"after": ROOT}
+    if args.before is not None:
+        if not (args.before / "sr3_cli" / "main.py").is_file():
+            parser.error(f"--before {args.before}: no sr3 checkout there (sr3_cli/)")
+        trees["before"] = args.before.resolve()
+    result = measure(trees, args.repeat)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "cli_startup.json").write_text(json.dumps(result, indent=2) + "\n")
+    text = markdown(result)
+    (RESULTS / "cli_startup.md").write_text(text)
+    plot(result, RESULTS / "cli_startup.png")
+    print(json.dumps(result["median_s"], indent=2) if args.json else text)
+
+
+if __name__ == "__main__":
+    main()
