@@ -34,6 +34,7 @@ Python stream receives the extra trailing value (by name, ``_sr3_g``).
 
 from __future__ import annotations
 
+import ast
 import importlib
 import os
 import sys
@@ -52,9 +53,11 @@ __all__ = [
     "GenerationFieldSerializer",
     "carries_generation",
     "launch_script",
+    "launch_target",
     "main",
 ]
 
+_LAUNCH = f"-cfrom {__name__} import main; main"
 #: Where Storm >= 1.0.3 unpacks a topology jar's modules (as streamparse_run).
 _RESOURCES = "resources"
 
@@ -176,7 +179,18 @@ def launch_script(serializer: str, target: str) -> str:
     Storm runs a ShellComponent as ``[execution_command, script]``; ``-c``
     takes the rest of its argument as the program.
     """
-    return f"-cfrom {__name__} import main; main({serializer!r}, {target!r})"
+    return f"{_LAUNCH}({serializer!r}, {target!r})"
+
+
+def launch_target(script: str) -> str | None:
+    """Return the ``module.Class`` a :func:`launch_script` runs (None: not one)."""
+    if not script.startswith(_LAUNCH):
+        return None
+    try:
+        _serializer, target = ast.literal_eval(script.removeprefix(_LAUNCH))
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    return str(target)
 
 
 def main(serializer: str, target: str) -> None:

@@ -33,7 +33,11 @@ from thriftpy2.transport import TFramedTransportFactory, TTransportException
 
 from storm_bridge.apache.nimbus import E_UNREACHABLE, NimbusUnreachableError
 from storm_bridge.errors import StormBridgeError
-from storm_bridge.generation_field import carries_generation, launch_script
+from storm_bridge.generation_field import (
+    carries_generation,
+    launch_script,
+    launch_target,
+)
 from storm_bridge.messages import HIDDEN_GENERATION_FIELD
 from topology_api.topology import STREAMPARSE_RUN, LoadedTopology
 
@@ -97,27 +101,31 @@ def python_components(
     for name, shell, common in components:
         if not isinstance(shell, ShellComponent):
             continue
-        if STREAMPARSE_RUN not in str(shell.execution_command):
-            continue
         script = str(shell.script)
-        if generation_field:
+        # a topology file is imported once per process: a component may carry
+        # an earlier call's command (a bench running with and without the field)
+        target = launch_target(script)
+        if target is None:
+            if STREAMPARSE_RUN not in str(shell.execution_command):
+                continue
             target = script.rsplit(maxsplit=1)[-1]
+        if generation_field:
             shell.execution_command = str(run.parent / "python")
             shell.script = launch_script(serializer, target)
-            _declare_generation_field(common)
         else:
             shell.execution_command = str(run)
-            if not script.startswith("-s "):
-                shell.script = f"-s {serializer} {script}"
+            shell.script = f"-s {serializer} {target}"
+        _declare_generation_field(common, on=generation_field)
         changed.append(name)
     return changed
 
 
-def _declare_generation_field(common: Any) -> None:
+def _declare_generation_field(common: Any, *, on: bool) -> None:
     for stream, info in (common.streams or {}).items():
-        fields = list(info.output_fields or [])
-        if carries_generation(stream) and HIDDEN_GENERATION_FIELD not in fields:
-            info.output_fields = [*fields, HIDDEN_GENERATION_FIELD]
+        fields = [f for f in info.output_fields or [] if f != HIDDEN_GENERATION_FIELD]
+        if on and carries_generation(stream):
+            fields.append(HIDDEN_GENERATION_FIELD)
+        info.output_fields = fields
 
 
 def _address(nimbus: str) -> tuple[str, int]:

@@ -177,6 +177,11 @@ def test_submit_declares_the_field_on_python_streams_but_not_the_barrier() -> No
     assert shell.execution_command == str(run.parent / "python")
     assert shell.script == launch_script("json", "wordcount.Lines")
     assert not carries_generation("__tick")
+    # the same loaded topology submitted again without the field loses it
+    python_components(topology, run=run, serializer="json", generation_field=False)
+    assert streams["default"].output_fields == ["line"]
+    assert shell.execution_command == str(run)
+    assert shell.script == "-s json wordcount.Lines"
 
 
 def test_a_plain_streamparse_bolt_run_as_storm_starts_it_passes_the_generation_on(
