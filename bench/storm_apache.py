@@ -99,9 +99,12 @@ def overhead(
 def field_cost(
     ring: RingAccess, cluster: ApacheStormCluster, tmp: Path, args: argparse.Namespace
 ) -> list[dict[str, Any]]:
-    """Word count (P=2, until idle) with and without the hidden generation field."""
+    """Word count (P=2, until idle) without and with the hidden generation field.
+
+    Alternating, ``--field-rounds`` times each, so neither side always runs first.
+    """
     rows = []
-    for field_on in (True, False):
+    for field_on in [False, True] * args.field_rounds:
         report = run_on_storm(
             topology_at(2, tmp),
             ring=ring,
@@ -201,6 +204,7 @@ def main() -> None:
         action="store_true",
         help="only word count (P=2) with and without the hidden generation field",
     )
+    parser.add_argument("--field-rounds", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with bench_lab(3) as lab:
