@@ -9,6 +9,7 @@ their ratio, then the timeline of one worker-JVM SIGKILL on Storm: Storm's part
 (kill to the restarted tasks bumping the generation) and ours (restore, replay).
 
     .venv/bin/python bench/storm_apache.py --lines 20000
+    .venv/bin/python bench/storm_apache.py --only-field --lines 50000
 """
 
 from __future__ import annotations
@@ -95,6 +96,38 @@ def overhead(
     return rows
 
 
+def field_cost(
+    ring: RingAccess, cluster: ApacheStormCluster, tmp: Path, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Word count (P=2, until idle) without and with the hidden generation field.
+
+    Alternating, ``--field-rounds`` times each, so neither side always runs first.
+    """
+    rows = []
+    for field_on in [False, True] * args.field_rounds:
+        report = run_on_storm(
+            topology_at(2, tmp),
+            ring=ring,
+            nimbus=cluster.nimbus,
+            options=StormRunOptions(
+                until_idle=True,
+                conf={"wordcount.lines": args.lines, "sr3.checkpoint.interval.s": 1.0},
+                generation_field=field_on,
+            ),
+            secret_in_conf=False,
+        )
+        rows.append(
+            {
+                "generation_field": field_on,
+                "tuples_per_s": report["throughput"]["tuples_per_s"],
+                "bolt_tuples": report["throughput"]["bolt_tuples"],
+                "seconds": report["seconds"],
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def measure(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
     conf = {
         "wordcount.lines": args.lines,
@@ -107,6 +140,9 @@ def measure(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
         cluster = storm_cluster(lab, Path(tmp) / "storm")
         cluster.start()
         try:
+            if args.only_field:
+                results["field"] = field_cost(ring, cluster, Path(tmp), args)
+                return results
             for par in [] if args.only_overhead else args.par:
                 path = topology_at(par, Path(tmp))
                 storm = run_on_storm(
@@ -163,6 +199,12 @@ def main() -> None:
     parser.add_argument(
         "--only-overhead", action="store_true", help="skip throughput and the kill"
     )
+    parser.add_argument(
+        "--only-field",
+        action="store_true",
+        help="only word count (P=2) with and without the hidden generation field",
+    )
+    parser.add_argument("--field-rounds", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with bench_lab(3) as lab:
@@ -187,6 +229,12 @@ def main() -> None:
             f"checkpoints {row['checkpoints']}: {row['tuples_per_s']} tuples/s, "
             f"{row['epochs']} epochs, pause mean {row['mean_pause_s']} s, "
             f"max {row['max_pause_s']} s"
+        )
+    for row in results.get("field") or []:
+        print(
+            f"generation field {'on' if row['generation_field'] else 'off'}: "
+            f"{row['tuples_per_s']} tuples/s ({row['bolt_tuples']} bolt tuples, "
+            f"{row['seconds']} s)"
         )
     for rec in results["worker_kill"] or []:
         t = rec["timeline"]

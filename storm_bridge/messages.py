@@ -17,7 +17,9 @@ from storm_bridge.errors import E_STDOUT, MultilangProtocolError
 
 __all__ = [
     "DEFAULT_STREAM",
+    "GENERATION_FIELD_KEY",
     "GENERATION_KEY",
+    "HIDDEN_GENERATION_FIELD",
     "HEARTBEAT_STREAM",
     "LOG_LEVELS",
     "SYSTEM_COMPONENT",
@@ -34,11 +36,18 @@ __all__ = [
 
 DEFAULT_STREAM: Final = "default"
 #: Extra key of a spout's emit and a bolt's input tuple: the native-mode
-#: rollback generation of the tree (:mod:`storm_bridge.native`). Storm's own
-#: ShellSpout and ShellBolt ignore keys they do not know, so it never reaches
-#: a task there; the local cluster carries it from a spout's emit to every
-#: tuple anchored on it.
+#: rollback generation of the tree (:mod:`storm_bridge.native`). The local
+#: cluster carries it from a spout's emit to every tuple anchored on it.
+#: Storm's own ShellSpout and ShellBolt drop keys they do not know: there the
+#: generation travels in :data:`HIDDEN_GENERATION_FIELD` instead, which
+#: :mod:`storm_bridge.generation_field` turns back into this key.
 GENERATION_KEY: Final = "sr3_generation"
+#: Trailing output field declared (at submit to real Storm, native mode) on
+#: every stream of every Python component: the tree's generation, or null.
+HIDDEN_GENERATION_FIELD: Final = "_sr3_g"
+#: Storm conf key set at submit (never by hand) when the Python components'
+#: streams carry :data:`HIDDEN_GENERATION_FIELD`.
+GENERATION_FIELD_KEY: Final = "sr3.storm.generation.field"
 HEARTBEAT_STREAM: Final = "__heartbeat"
 SYSTEM_COMPONENT: Final = "__system"
 TICK_STREAM: Final = "__tick"

@@ -34,10 +34,13 @@ tells when the topology is quiescent. Phases of the control record::
   passes it on to every tuple anchored on it, and a stateful bolt drops a data
   tuple of a generation older than its last restore whenever it comes
   (:meth:`BoltAgent.stale`); once every owner restored and saw only such
-  tuples, spouts resume at once. Storm's own ShellBolt drops the key, so on a
-  Storm cluster the bolts instead ignore every data tuple until RUNNING, which
-  waits ``sr3.checkpoint.rollback.quiet.s`` without one (a fallback bounded by
-  time: a task stalled longer can still leak one).
+  tuples, spouts resume at once. Storm's own ShellBolt drops the key: there
+  the generation travels in a hidden trailing tuple field
+  (:mod:`storm_bridge.generation_field`), turned back into the key before the
+  bolt reads it. A tuple with no generation at all (unanchored, through a Java
+  bolt, or a ``sparse submit`` without the field) is instead ignored until
+  RUNNING, which waits ``sr3.checkpoint.rollback.quiet.s`` without one (a
+  fallback bounded by time: a task stalled longer can still leak one).
 * A rollback asked for before the coordinator wrote its first control record
   (a tree failed, a task restarted) makes that record a ROLLBACK: spouts may
   have emitted and owners counted already.

@@ -264,9 +264,10 @@ class BoltAgent:
         followed, and every tuple anchored on it carries it too. A tuple of an
         older generation than the one this task last restored is a straggler
         of a rolled-back tree, however late it comes: it must not touch the
-        restored state. None: the tuple carries no generation (Storm's own
-        ShellBolt passes none on, nor does an unanchored emit); the caller
-        falls back to :meth:`resumed` and the rollback's quiet time.
+        restored state. None: the tuple carries no generation (an unanchored
+        emit, a tree through a Java bolt, a Storm submit without the hidden
+        field of :mod:`storm_bridge.generation_field`); the caller falls back
+        to :meth:`resumed` and the rollback's quiet time.
         """
         if generation is None:
             self._untagged = True

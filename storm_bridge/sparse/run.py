@@ -28,6 +28,7 @@ from typing import Any, Final, Protocol
 from backend.committer import EpochCommitter
 from sr3.config import CheckpointConfig
 from storm_bridge.errors import StormBridgeError
+from storm_bridge.messages import GENERATION_FIELD_KEY
 from storm_bridge.native import MODE_KEY, NATIVE, SPOUT
 from storm_bridge.report import native_checkpoints, state_summary
 from storm_bridge.runner import _deliver_stopped
@@ -138,6 +139,9 @@ class StormRunOptions:
     start_timeout_s: float = 180.0
     #: Called once the topology started: the moment kills count from.
     on_started: Callable[[], None] | None = None
+    #: Whether trees carry their generation in the hidden trailing field
+    #: (:mod:`storm_bridge.generation_field`); off only to measure without it.
+    generation_field: bool = True
 
 
 def _check_kills(topology: LoadedTopology, options: StormRunOptions) -> None:
@@ -327,6 +331,7 @@ def _conf(
         **topology.config,
         **options.conf,
         MODE_KEY: NATIVE,
+        GENERATION_FIELD_KEY: options.generation_field,
         "sr3.zk.hosts": config.zk.hosts,
         "sr3.zk.chroot": config.zk.chroot,
     }
@@ -381,7 +386,12 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
             f"kill it first (`sparse kill -e lab -n {topology.name}`)"
         )
         raise StormRunError(msg)
-    python_components(topology, run=streamparse_run_of(), serializer=options.serializer)
+    python_components(
+        topology,
+        run=streamparse_run_of(),
+        serializer=options.serializer,
+        generation_field=options.generation_field,
+    )
     EpochCommitter(ring, topology.name, background=False).start(resume=options.resume)
     store = ZkEpochStore(ring.session, topology.name)
     # a new deployment, resumed or not: the previous run's tasks (maybe at

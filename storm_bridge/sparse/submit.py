@@ -33,6 +33,12 @@ from thriftpy2.transport import TFramedTransportFactory, TTransportException
 
 from storm_bridge.apache.nimbus import E_UNREACHABLE, NimbusUnreachableError
 from storm_bridge.errors import StormBridgeError
+from storm_bridge.generation_field import (
+    carries_generation,
+    launch_script,
+    launch_target,
+)
+from storm_bridge.messages import HIDDEN_GENERATION_FIELD
 from topology_api.topology import STREAMPARSE_RUN, LoadedTopology
 
 __all__ = [
@@ -70,30 +76,56 @@ def streamparse_run_of(prefix: Path | None = None) -> Path:
 
 
 def python_components(
-    topology: LoadedTopology, *, run: Path, serializer: str
+    topology: LoadedTopology,
+    *,
+    run: Path,
+    serializer: str,
+    generation_field: bool = False,
 ) -> list[str]:
     """Point every Python component at ``run`` with ``-s serializer``.
 
     What ``sparse submit`` does with ``use_virtualenv`` and the project's
-    ``serializer``; returns the components changed.
+    ``serializer``; returns the components changed. With ``generation_field``
+    (native checkpoint mode), each also declares
+    :data:`~storm_bridge.messages.HIDDEN_GENERATION_FIELD` last on every stream
+    that carries it and runs through :mod:`storm_bridge.generation_field`,
+    with the virtualenv's ``python``; the topology conf must then set
+    :data:`~storm_bridge.messages.GENERATION_FIELD_KEY`.
     """
     cls: Any = topology.topology_class
     changed = []
-    shells = [
-        *((n, b.bolt_object.shell) for n, b in cls.thrift_bolts.items()),
-        *((n, s.spout_object.shell) for n, s in cls.thrift_spouts.items()),
+    components = [
+        *((n, b.bolt_object.shell, b.common) for n, b in cls.thrift_bolts.items()),
+        *((n, s.spout_object.shell, s.common) for n, s in cls.thrift_spouts.items()),
     ]
-    for name, shell in shells:
+    for name, shell, common in components:
         if not isinstance(shell, ShellComponent):
             continue
-        if STREAMPARSE_RUN not in str(shell.execution_command):
-            continue
-        shell.execution_command = str(run)
         script = str(shell.script)
-        if not script.startswith("-s "):
-            shell.script = f"-s {serializer} {script}"
+        # a topology file is imported once per process: a component may carry
+        # an earlier call's command (a bench running with and without the field)
+        target = launch_target(script)
+        if target is None:
+            if STREAMPARSE_RUN not in str(shell.execution_command):
+                continue
+            target = script.rsplit(maxsplit=1)[-1]
+        if generation_field:
+            shell.execution_command = str(run.parent / "python")
+            shell.script = launch_script(serializer, target)
+        else:
+            shell.execution_command = str(run)
+            shell.script = f"-s {serializer} {target}"
+        _declare_generation_field(common, on=generation_field)
         changed.append(name)
     return changed
+
+
+def _declare_generation_field(common: Any, *, on: bool) -> None:
+    for stream, info in (common.streams or {}).items():
+        fields = [f for f in info.output_fields or [] if f != HIDDEN_GENERATION_FIELD]
+        if on and carries_generation(stream):
+            fields.append(HIDDEN_GENERATION_FIELD)
+        info.output_fields = fields
 
 
 def _address(nimbus: str) -> tuple[str, int]:

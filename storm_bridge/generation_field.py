@@ -1,0 +1,212 @@
+"""The tree's generation through real Storm, in a hidden trailing tuple field.
+
+In native checkpoint mode every tree carries the rollback generation it was
+emitted in, so a stateful bolt can drop a straggler of a rolled-back tree
+however late it comes (:meth:`~storm_bridge.native_agents.BoltAgent.stale`).
+Our local cluster carries it in the multilang key
+:data:`~storm_bridge.messages.GENERATION_KEY`; Storm's ShellSpout and ShellBolt
+drop keys they do not know. On real Storm it travels as the value of one extra
+output field, :data:`~storm_bridge.messages.HIDDEN_GENERATION_FIELD`, declared
+at submit after the user's fields on every stream of every Python component
+(:func:`carries_generation`; Storm's ``TupleImpl`` checks a tuple's value count
+against its declared fields).
+
+Every Python component then runs through :func:`main` instead of
+``streamparse_run``: the same class, its serializer wrapped in
+:class:`GenerationFieldSerializer`, which translates at the wire, so the
+components (ours and plain streamparse ones) never see the field:
+
+* the handshake's context lists its sources' fields without the hidden one
+  (pystorm makes namedtuples of them; the field trails, so the index of a
+  fields grouping's field is unchanged);
+* a tuple in from a stream whose declared fields end with the hidden field
+  loses its last value; the value becomes the message's ``GENERATION_KEY``
+  (what :class:`~storm_bridge.stateful.StatefulBolt` reads, as on the local
+  cluster) and is remembered for the tuple's id until it is acked or failed;
+* an emit gets the generation appended: a spout's is its ``GENERATION_KEY``
+  (:class:`~storm_bridge.replayable.ReplayableSpout` sets it; a plain spout's
+  emit carries null), a bolt's is the newest generation among its anchors'
+  (as the local cluster passes it on), null when unanchored or unknown.
+
+Java components' streams carry no such field; a Java bolt subscribed to a
+Python stream receives the extra trailing value (by name, ``_sr3_g``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from storm_bridge.messages import (
+    GENERATION_FIELD_KEY,
+    GENERATION_KEY,
+    HIDDEN_GENERATION_FIELD,
+)
+from topology_api.barriers import internal_stream
+
+__all__ = [
+    "GenerationFieldSerializer",
+    "carries_generation",
+    "launch_script",
+    "launch_target",
+    "main",
+]
+
+_LAUNCH = f"-cfrom {__name__} import main; main"
+#: Where Storm >= 1.0.3 unpacks a topology jar's modules (as streamparse_run).
+_RESOURCES = "resources"
+
+
+def carries_generation(stream: str) -> bool:
+    """Whether a Python component's output ``stream`` gets the hidden field.
+
+    Every stream but Storm's own (``__...``) and the checkpoint barrier stream
+    (native mode sends no barriers).
+    """
+    return not internal_stream(stream)
+
+
+def _generation(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+class GenerationFieldSerializer:
+    """A pystorm serializer that appends and strips the hidden generation field.
+
+    Off (passing every message through) until a handshake whose conf sets
+    :data:`~storm_bridge.messages.GENERATION_FIELD_KEY`.
+
+    Args:
+        inner: The component's pystorm serializer (JSON or msgpack).
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.on = False
+        #: The (source component, stream) this task reads that carry the field.
+        self._tagged: set[tuple[str, str]] = set()
+        #: Generation of each input tuple not yet acked or failed, by tuple id.
+        self._pending: dict[str, int | None] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def input_stream(self) -> Any:
+        """The inner serializer's input stream (pystorm reads it)."""
+        return self.inner.input_stream
+
+    @property
+    def output_stream(self) -> Any:
+        """The inner serializer's output stream (pystorm compares it to stdout)."""
+        return self.inner.output_stream
+
+    def read_message(self) -> Any:
+        """Read a message from Storm; strip a tuple's hidden field."""
+        message = self.inner.read_message()
+        if isinstance(message, dict):
+            if "conf" in message and "context" in message:
+                self._handshake(message["conf"], message["context"])
+            elif self.on and "tuple" in message:
+                self._strip(message)
+        return message
+
+    def send_message(self, message: Any) -> None:
+        """Send a message to Storm; append the hidden field to an emit."""
+        if self.on and isinstance(message, dict):
+            command = message.get("command")
+            if command == "emit":
+                message = self._append(message)
+            elif command in ("ack", "fail"):
+                with self._lock:
+                    self._pending.pop(str(message.get("id")), None)
+        self.inner.send_message(message)
+
+    def serialize_dict(self, message: Mapping[str, Any]) -> Any:
+        """The inner serializer's encoding (some callers use it directly)."""
+        return self.inner.serialize_dict(message)
+
+    def _handshake(self, conf: Mapping[str, Any], context: dict[str, Any]) -> None:
+        self.on = conf.get(GENERATION_FIELD_KEY) is True
+        if not self.on:
+            return
+        sources = context.get("source->stream->fields") or {}
+        for source, streams in sources.items():
+            for stream, names in (streams or {}).items():
+                if names and names[-1] == HIDDEN_GENERATION_FIELD:
+                    # the component sees its sources' fields as declared by
+                    # the user (pystorm makes namedtuples of them)
+                    streams[stream] = names[:-1]
+                    self._tagged.add((str(source), str(stream)))
+
+    def _strip(self, message: dict[str, Any]) -> None:
+        key = (str(message.get("comp")), str(message.get("stream")))
+        values = message.get("tuple")
+        if key not in self._tagged or not isinstance(values, list) or not values:
+            return
+        generation = _generation(values.pop())
+        if generation is not None:
+            message[GENERATION_KEY] = generation
+        with self._lock:
+            self._pending[str(message.get("id"))] = generation
+
+    def _append(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        out = dict(message)
+        spout_generation = out.pop(GENERATION_KEY, None)
+        stream = out.get("stream") or "default"
+        if not carries_generation(str(stream)):
+            return out
+        anchors = out.get("anchors") or []
+        if anchors:
+            with self._lock:
+                known = [self._pending.get(str(a)) for a in anchors]
+            tagged = [g for g in known if g is not None]
+            generation = max(tagged) if tagged else None
+        else:
+            generation = _generation(spout_generation)
+        out["tuple"] = [*out.get("tuple", []), generation]
+        return out
+
+
+def launch_script(serializer: str, target: str) -> str:
+    """Return the one argument Storm passes to the virtualenv's ``python``.
+
+    Storm runs a ShellComponent as ``[execution_command, script]``; ``-c``
+    takes the rest of its argument as the program.
+    """
+    return f"{_LAUNCH}({serializer!r}, {target!r})"
+
+
+def launch_target(script: str) -> str | None:
+    """Return the ``module.Class`` a :func:`launch_script` runs (None: not one)."""
+    if not script.startswith(_LAUNCH):
+        return None
+    try:
+        _serializer, target = ast.literal_eval(script.removeprefix(_LAUNCH))
+    except (ValueError, SyntaxError, TypeError):
+        return None
+    return str(target)
+
+
+def main(serializer: str, target: str) -> None:
+    """Run the component class ``target`` (``module.Class``) as streamparse_run does.
+
+    Its serializer is wrapped in :class:`GenerationFieldSerializer`.
+    """
+    module_name, class_name = target.rsplit(".", 1)
+    import_path = os.getcwd()
+    module_file = os.path.join(
+        import_path, _RESOURCES, module_name.replace(".", os.path.sep) + ".py"
+    )
+    if os.path.isfile(module_file):
+        import_path = os.path.join(import_path, _RESOURCES)
+    sys.path.append(import_path)
+    component_class = getattr(importlib.import_module(module_name), class_name)
+    component = component_class(serializer=serializer)
+    component.serializer = GenerationFieldSerializer(component.serializer)
+    component.run()

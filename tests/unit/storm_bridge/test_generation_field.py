@@ -1,0 +1,212 @@
+"""The hidden generation field: appended to emits, stripped from tuples.
+
+The serializer is driven with pystorm's own JSON serializer over in-memory
+streams; a plain streamparse bolt (word count's ``Split``) runs as Storm starts
+it, a ``python`` subprocess fed the multilang protocol on its stdin.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from pystorm.serializers.json_serializer import JSONSerializer
+
+from storm_bridge.generation_field import (
+    GenerationFieldSerializer,
+    carries_generation,
+    launch_script,
+)
+from storm_bridge.messages import (
+    GENERATION_FIELD_KEY,
+    GENERATION_KEY,
+    HIDDEN_GENERATION_FIELD,
+)
+from storm_bridge.sparse.submit import python_components
+from topology_api.barriers import BARRIER_STREAM
+from topology_api.topology import load_topology
+
+REPO = Path(__file__).resolve().parents[3]
+WORDCOUNT = REPO / "topologies" / "wordcount.py"
+G = HIDDEN_GENERATION_FIELD
+
+CONTEXT = {
+    "taskid": 3,
+    "componentid": "split",
+    "source->stream->fields": {
+        "lines": {"default": ["line", G]},
+        "java": {"default": ["line"]},
+    },
+}
+
+
+def _wire(*messages: Any) -> str:
+    return "".join(f"{json.dumps(m)}\nend\n" for m in messages)
+
+
+def _serializer(*messages: Any, on: bool = True) -> tuple[Any, Any]:
+    conf = {GENERATION_FIELD_KEY: True} if on else {}
+    handshake = {"conf": conf, "context": CONTEXT, "pidDir": "/nonexistent"}
+    wire_in = io.BytesIO(_wire(handshake, *messages).encode())
+    inner = JSONSerializer(wire_in, io.BytesIO(), _Lock(), _Lock())
+    wrapped = GenerationFieldSerializer(inner)
+    wrapped.read_message()
+    return wrapped, inner.output_stream
+
+
+class _Lock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _sent(out: Any) -> list[Any]:
+    if not isinstance(out, str):
+        out.flush()
+    text = out if isinstance(out, str) else out.buffer.getvalue().decode()
+    return [json.loads(m) for m in text.split("\nend\n") if m.strip()]
+
+
+def _tuple(tuple_id: str, comp: str, values: list[Any]) -> dict[str, Any]:
+    return {
+        "id": tuple_id,
+        "comp": comp,
+        "stream": "default",
+        "task": 1,
+        "tuple": values,
+    }
+
+
+def test_a_tuple_from_a_stream_with_the_field_loses_it_and_keeps_its_generation() -> (
+    None
+):
+    wrapped, _out = _serializer(_tuple("t1", "lines", ["a b", 4]))
+    message = wrapped.read_message()
+    assert message["tuple"] == ["a b"]
+    assert message[GENERATION_KEY] == 4
+
+
+def test_the_context_lists_the_sources_fields_without_the_hidden_one() -> None:
+    handshake = {
+        "conf": {GENERATION_FIELD_KEY: True},
+        "context": json.loads(json.dumps(CONTEXT)),
+        "pidDir": "/nonexistent",
+    }
+    inner = JSONSerializer(
+        io.BytesIO(_wire(handshake).encode()), io.BytesIO(), _Lock(), _Lock()
+    )
+    read = GenerationFieldSerializer(inner).read_message()
+    fields = read["context"]["source->stream->fields"]
+    assert fields == {"lines": {"default": ["line"]}, "java": {"default": ["line"]}}
+
+
+def test_a_tuple_from_a_stream_without_the_field_is_untouched() -> None:
+    wrapped, _out = _serializer(_tuple("t1", "java", ["a b"]))
+    message = wrapped.read_message()
+    assert message["tuple"] == ["a b"]
+    assert GENERATION_KEY not in message
+
+
+def test_a_null_generation_is_stripped_and_leaves_the_tuple_untagged() -> None:
+    wrapped, _out = _serializer(_tuple("t1", "lines", ["a b", None]))
+    message = wrapped.read_message()
+    assert message["tuple"] == ["a b"]
+    assert GENERATION_KEY not in message
+
+
+def test_a_bolt_emit_carries_the_newest_generation_of_its_anchors() -> None:
+    wrapped, out = _serializer(
+        _tuple("t1", "lines", ["a", 2]), _tuple("t2", "lines", ["b", 5])
+    )
+    wrapped.read_message()
+    wrapped.read_message()
+    wrapped.send_message({"command": "emit", "tuple": ["x"], "anchors": ["t1", "t2"]})
+    wrapped.send_message({"command": "emit", "tuple": ["y"], "anchors": ["t1"]})
+    wrapped.send_message({"command": "emit", "tuple": ["z"]})
+    wrapped.send_message({"command": "ack", "id": "t1"})
+    # an acked tuple's generation is forgotten
+    wrapped.send_message({"command": "emit", "tuple": ["w"], "anchors": ["t1"]})
+    emits = [m["tuple"] for m in _sent(out) if m["command"] == "emit"]
+    assert emits == [["x", 5], ["y", 2], ["z", None], ["w", None]]
+
+
+def test_a_spout_emit_moves_its_generation_key_into_the_field() -> None:
+    wrapped, out = _serializer()
+    wrapped.send_message({"command": "emit", "tuple": ["l"], GENERATION_KEY: 3})
+    wrapped.send_message(
+        {"command": "emit", "tuple": [1, {}], "stream": BARRIER_STREAM}
+    )
+    sent = _sent(out)
+    assert sent[0]["tuple"] == ["l", 3]
+    assert GENERATION_KEY not in sent[0]
+    assert sent[1]["tuple"] == [1, {}]
+
+
+def test_without_the_conf_key_messages_pass_through() -> None:
+    wrapped, out = _serializer(_tuple("t1", "lines", ["a b", 4]), on=False)
+    assert wrapped.read_message()["tuple"] == ["a b", 4]
+    wrapped.send_message({"command": "emit", "tuple": ["a"], "anchors": ["t1"]})
+    assert _sent(out)[0]["tuple"] == ["a"]
+
+
+def test_submit_declares_the_field_on_python_streams_but_not_the_barrier() -> None:
+    topology = load_topology(WORDCOUNT)
+    run = Path(sys.prefix) / "bin" / "streamparse_run"
+    changed = python_components(
+        topology, run=run, serializer="json", generation_field=True
+    )
+    assert sorted(changed) == ["count", "lines", "split"]
+    cls: Any = topology.topology_class
+    lines = cls.thrift_spouts["lines"]
+    streams = lines.common.streams
+    assert streams["default"].output_fields == ["line", G]
+    assert streams[BARRIER_STREAM].output_fields[-1] != G
+    assert cls.thrift_bolts["count"].common.streams["default"].output_fields == [
+        "word",
+        "count",
+        G,
+    ]
+    shell = lines.spout_object.shell
+    assert shell.execution_command == str(run.parent / "python")
+    assert shell.script == launch_script("json", "wordcount.Lines")
+    assert not carries_generation("__tick")
+    # the same loaded topology submitted again without the field loses it
+    python_components(topology, run=run, serializer="json", generation_field=False)
+    assert streams["default"].output_fields == ["line"]
+    assert shell.execution_command == str(run)
+    assert shell.script == "-s json wordcount.Lines"
+
+
+def test_a_plain_streamparse_bolt_run_as_storm_starts_it_passes_the_generation_on(
+    tmp_path: Path,
+) -> None:
+    context = {
+        "taskid": 3,
+        "componentid": "split",
+        "task->component": {"3": "split"},
+        "source->stream->fields": {"lines": {"default": ["line", G]}},
+    }
+    conf = {GENERATION_FIELD_KEY: True, "topology.name": "wordcount"}
+    handshake = {"conf": conf, "context": context, "pidDir": str(tmp_path)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(WORDCOUNT.parent)]),
+    }
+    proc = subprocess.run(  # noqa: S603 (our interpreter, our module)
+        [sys.executable, launch_script("json", "wordcount.Split")],
+        input=_wire(handshake, _tuple("t1", "lines", ["apple pear", 7])),
+        capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
+        check=False,
+    )  # fmt: skip
+    sent = _sent(proc.stdout)
+    emits = [m for m in sent if m.get("command") == "emit"]
+    assert [m["tuple"] for m in emits] == [["apple", 7], ["pear", 7]], proc.stderr
+    assert all(m["anchors"] == ["t1"] for m in emits)
+    assert {"command": "ack", "id": "t1"} in sent
