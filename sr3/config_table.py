@@ -294,7 +294,8 @@ KEYS: Final[Mapping[str, Key]] = {key.name: key for key in _ROWS}
 #: The :class:`~sr3.config.Sr3Config` sections, in table order.
 SECTIONS: Final = tuple(dict.fromkeys(key.section for key in _ROWS))
 #: ``sr3.*`` names that are no config keys (metrics, Kafka headers, state
-#: keys): never reported as unknown keys.
+#: keys, the marker ``sr3 run`` sets on a Storm submit): never reported as
+#: unknown keys.
 NOT_KEYS: Final = frozenset(
     {
         "sr3.restored",
@@ -303,6 +304,7 @@ NOT_KEYS: Final = frozenset(
         "sr3.error",
         "sr3.kafka.out",
         "sr3.kafka.next",
+        "sr3.storm.generation.field",
     }
 )
 _NOT_KEY_PREFIXES: Final = ("sr3.source.",)
