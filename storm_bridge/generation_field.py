@@ -50,6 +50,7 @@ from storm_bridge.messages import (
 from topology_api.barriers import internal_stream
 
 __all__ = [
+    "PENDING_MAX",
     "GenerationFieldSerializer",
     "carries_generation",
     "launch_script",
@@ -58,6 +59,10 @@ __all__ = [
 ]
 
 _LAUNCH = f"-cfrom {__name__} import main; main"
+#: Input tuples whose generation is remembered at most: a bolt that never acks
+#: nor fails (Storm times its trees out) must not grow the map without end. An
+#: emit anchored on a forgotten tuple carries null (the quiet-time fence).
+PENDING_MAX = 65536
 #: Where Storm >= 1.0.3 unpacks a topology jar's modules (as streamparse_run).
 _RESOURCES = "resources"
 
@@ -154,6 +159,8 @@ class GenerationFieldSerializer:
             message[GENERATION_KEY] = generation
         with self._lock:
             self._pending[str(message.get("id"))] = generation
+            if len(self._pending) > PENDING_MAX:  # the oldest first (insertion order)
+                del self._pending[next(iter(self._pending))]
 
     def _append(self, message: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(message)

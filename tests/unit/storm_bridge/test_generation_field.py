@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pystorm.serializers.json_serializer import JSONSerializer
 
+from storm_bridge import generation_field
 from storm_bridge.generation_field import (
     GenerationFieldSerializer,
     carries_generation,
@@ -135,6 +137,25 @@ def test_a_bolt_emit_carries_the_newest_generation_of_its_anchors() -> None:
     wrapped.send_message({"command": "emit", "tuple": ["w"], "anchors": ["t1"]})
     emits = [m["tuple"] for m in _sent(out) if m["command"] == "emit"]
     assert emits == [["x", 5], ["y", 2], ["z", None], ["w", None]]
+
+
+def test_a_bolt_that_never_acks_keeps_only_the_newest_generations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Storm times out its trees; the wrapper must not remember them forever
+    monkeypatch.setattr(generation_field, "PENDING_MAX", 2)
+    wrapped, out = _serializer(
+        _tuple("t1", "lines", ["a", 1]),
+        _tuple("t2", "lines", ["b", 2]),
+        _tuple("t3", "lines", ["c", 3]),
+    )
+    for _ in range(3):
+        wrapped.read_message()
+    for anchor in ("t1", "t2", "t3"):
+        wrapped.send_message({"command": "emit", "tuple": ["x"], "anchors": [anchor]})
+    emits = [m["tuple"] for m in _sent(out) if m["command"] == "emit"]
+    # the oldest is forgotten: its emit falls back to null (the quiet-time fence)
+    assert emits == [["x", None], ["x", 2], ["x", 3]]
 
 
 def test_a_spout_emit_moves_its_generation_key_into_the_field() -> None:
