@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any, get_args
 
-from sr3_cli.args.common import handler
+from sr3_cli.args.common import conf_arg, handler
 from sr3_cli.argtypes import at_least, positive_seconds
 from sr3_cli.chaos import APACHE_STORM, SPARK_STANDALONE, FaultKind
 from sr3_cli.output import JSON_HELP
@@ -77,14 +77,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         default="both",
         help="checkpoint modes drawn (both)",
     )
-    p.add_argument(
-        "-o",
-        dest="conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Storm conf of every run (repeatable)",
-    )
+    conf_arg(p, "Storm conf of every run (repeatable)")
     p.add_argument(
         "--timeout",
         type=positive_seconds,

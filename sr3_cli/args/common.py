@@ -7,7 +7,15 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Handler", "LazyHandler", "add_cluster_args", "handler", "lab_dir_arg"]
+__all__ = [
+    "Handler",
+    "LazyHandler",
+    "add_cluster_args",
+    "conf_arg",
+    "handler",
+    "lab_dir_arg",
+    "schedule_arg",
+]
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -33,6 +41,32 @@ def handler(target: str) -> LazyHandler:
     """Return the handler ``"module:function"``, imported when it is called."""
     module, _, name = target.partition(":")
     return LazyHandler(module, name)
+
+
+def conf_arg(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """Add ``-o KEY=VALUE`` (repeatable) into ``args.conf``, as sparse -o."""
+    parser.add_argument(
+        "-o",
+        dest="conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=help_text,
+    )
+
+
+def schedule_arg(
+    parser: argparse.ArgumentParser, flag: str, metavar: str, help_text: str
+) -> None:
+    """Add a repeatable ``flag WHAT@SECONDS`` fault option (a list, default empty)."""
+    parser.add_argument(
+        flag,
+        action="extend",
+        nargs="+",
+        default=[],
+        metavar=metavar,
+        help=help_text,
+    )
 
 
 def lab_dir_arg(parser: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sr3_cli.args.common import handler
+from sr3_cli.args.common import conf_arg, handler, schedule_arg
 from sr3_cli.argtypes import at_least, positive_seconds
 
 __all__ = ["add_parsers"]
@@ -24,22 +24,17 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         help="comma-separated, run in this order, the first is the reference: "
         "storm, spark, apache-storm (needs `sr3 lab up --storm`) (storm,spark)",
     )
-    p.add_argument(
+    schedule_arg(
+        p,
         "--kill",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="COMPONENT:INDEX@SECONDS",
-        help="SIGKILL task INDEX of COMPONENT (Storm engines; Spark retries its "
-        "own tasks)",
+        "COMPONENT:INDEX@SECONDS",
+        "SIGKILL task INDEX of COMPONENT (Storm engines; Spark retries its own tasks)",
     )
-    p.add_argument(
+    schedule_arg(
+        p,
         "--kill-node",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="NODE@SECONDS",
-        help="SIGKILL a ring node at a moment of each engine's run",
+        "NODE@SECONDS",
+        "SIGKILL a ring node at a moment of each engine's run",
     )
     p.add_argument(
         "--netem",
@@ -55,14 +50,7 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         default=None,
         help="longest run per engine, s (default: until idle, at most 600 s)",
     )
-    p.add_argument(
-        "-o",
-        dest="conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Storm conf override for every engine (repeatable)",
-    )
+    conf_arg(p, "Storm conf override for every engine (repeatable)")
     p.add_argument(
         "--max-rows-per-batch",
         type=at_least(1),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from sr3_cli.args.common import add_cluster_args, handler
+from sr3_cli.args.common import add_cluster_args, conf_arg, handler, schedule_arg
 from sr3_cli.argtypes import at_least, nonempty, positive_seconds
 from sr3_cli.output import JSON_HELP
 
@@ -31,22 +31,17 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         metavar="HOST:PORT",
         help="Nimbus of the Storm cluster (--engine apache-storm; default: the lab's)",
     )
-    p.add_argument(
+    schedule_arg(
+        p,
         "--kill-worker",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="INDEX@SECONDS",
-        help="SIGKILL worker JVM INDEX (by slot port) (--engine apache-storm)",
+        "INDEX@SECONDS",
+        "SIGKILL worker JVM INDEX (by slot port) (--engine apache-storm)",
     )
-    p.add_argument(
+    schedule_arg(
+        p,
         "--kill-supervisor",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="INDEX@SECONDS",
-        help="SIGKILL the lab's supervisor INDEX, then restart it "
-        "(--engine apache-storm)",
+        "INDEX@SECONDS",
+        "SIGKILL the lab's supervisor INDEX, then restart it (--engine apache-storm)",
     )
     p.add_argument(
         "--master", default="local[2]", help="Spark master (--engine spark; local[2])"
@@ -76,30 +71,19 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     p.add_argument(
         "--duration", type=positive_seconds, default=None, help="seconds to run"
     )
-    p.add_argument(
+    schedule_arg(
+        p,
         "--kill",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="COMPONENT:INDEX@SECONDS",
-        help="SIGKILL task INDEX of COMPONENT at a moment (several allowed)",
+        "COMPONENT:INDEX@SECONDS",
+        "SIGKILL task INDEX of COMPONENT at a moment (several allowed)",
     )
-    p.add_argument(
+    schedule_arg(
+        p,
         "--kill-node",
-        action="extend",
-        nargs="+",
-        default=[],
-        metavar="NODE@SECONDS",
-        help="SIGKILL a ring node of the lab at a moment (several allowed)",
+        "NODE@SECONDS",
+        "SIGKILL a ring node of the lab at a moment (several allowed)",
     )
-    p.add_argument(
-        "-o",
-        dest="conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="Storm conf override, as sparse -o (repeatable)",
-    )
+    conf_arg(p, "Storm conf override, as sparse -o (repeatable)")
     p.add_argument("--serializer", choices=["json", "msgpack"], default="json")
     p.add_argument(
         "--timeout",
