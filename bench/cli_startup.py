@@ -137,10 +137,10 @@ def markdown(r: dict[str, Any]) -> str:
 
 
 def plot(r: dict[str, Any], out: Path) -> None:
-    import matplotlib  # noqa: PLC0415
+    import matplotlib  # noqa: PLC0415 (only when plotting)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415 (only when plotting)
 
     medians = r["median_s"]
     names = list(medians["after"])

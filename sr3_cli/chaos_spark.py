@@ -51,7 +51,8 @@ E_NO_SPARK: Final = (
     "(`sr3 lab up --spark --dir DIR`, then --lab DIR) or --master "
     "spark://HOST:PORT (its workers on this machine) with --lab DIR of the ring"
 )
-#: A driver that has not committed its first micro-batch by then is stuck.
+#: How often the campaign looks at a driver's commits and executors (a 50 ms
+#: poll: a kill lands within that of its time; a stuck driver is ended by --timeout).
 _POLL_S: Final = 0.05
 _LOG_TAIL: Final = 2000
 
@@ -262,7 +263,7 @@ class _Runner:
             if fault.kind not in ("kill-executor", "kill-driver"):
                 continue
             delay = t0 + fault.at_s - time.monotonic()
-            if delay > 0:
+            if delay > 0:  # the fault's time on the schedule, from the first commit
                 time.sleep(delay)
             driver = run.drivers[-1]
             if driver.proc.poll() is not None:

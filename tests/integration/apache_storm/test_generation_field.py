@@ -76,7 +76,7 @@ def test_stragglers_arriving_after_the_quiet_time_are_dropped_by_generation(
 ) -> None:
     ring = RingAccess(ring_lab.config(Sr3Config()))
     store = ZkEpochStore(ring.session, "wordcount")
-    run = subprocess.Popen(  # noqa: S603
+    run = subprocess.Popen(  # noqa: S603 (sr3 run, our arguments)
         [sys.executable, "-m", "sr3_cli", "run", str(WORDCOUNT), "--engine",
          "apache-storm", "--nimbus", apache_storm.nimbus, "--lab", str(ring_lab.root),
          "--until-idle", "--json", "--timeout", str(_TIMEOUT_S),

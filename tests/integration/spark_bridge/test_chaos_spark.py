@@ -63,7 +63,7 @@ def ring_lab(
 def sr3_chaos(
     master: str, lab: Lab, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(  # noqa: S603 (sr3 chaos, our arguments)
         [sys.executable, "-m", "sr3_cli", "chaos", "--engine", "spark-standalone",
          "--master", master, "--lab", str(lab.root), "--timeout", "150", *args,
          "--json"],

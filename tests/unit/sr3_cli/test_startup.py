@@ -120,7 +120,7 @@ def test_node_loads_the_ring_node_and_no_other_command(tmp_path: Path) -> None:
 
 def _handlers(parser: argparse.ArgumentParser, words: str) -> Iterator[tuple[str, Any]]:
     for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
-        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001 - as above
             for name, sub in action.choices.items():
                 yield from _handlers(sub, f"{words} {name}")
     found = parser.get_default("handler")
