@@ -24,9 +24,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import secrets
 import signal
 import socket
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -45,7 +47,15 @@ from sr3.errors import (
 from sr3.node_ops import BuiltinOps, PullSources
 from sr3.storage import ReplicaStore
 
-__all__ = ["Connection", "Handler", "NodeServer", "main", "require", "require_shard"]
+__all__ = [
+    "Connection",
+    "Handler",
+    "NodeServer",
+    "announce_ready",
+    "main",
+    "require",
+    "require_shard",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -313,13 +323,34 @@ def _address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def announce_ready(line: str) -> None:
+    """Print ``line`` on stdout for the process that started this node.
+
+    That process reads stdout up to this line, then closes it; if it went away
+    first (an interrupted ``sr3 lab up``, or one that failed on another node),
+    the node keeps serving: it is registered and the lab records it. Its stdout
+    then goes to /dev/null, so a later write cannot kill it either.
+    """
+    try:
+        print(line, flush=True)
+    except OSError as exc:  # BrokenPipeError, or a closed stdout
+        logger.warning(
+            "nobody reads this node's stdout (%s); serving all the same", exc
+        )
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+
+
 async def _run(server: NodeServer) -> None:
     await server.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"READY {server.port}", flush=True)  # parents wait for this line
+    announce_ready(f"READY {server.port}")  # parents wait for this line
     try:
         await stop.wait()
     finally:

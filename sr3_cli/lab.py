@@ -40,7 +40,7 @@ import subprocess
 from pathlib import Path
 
 from sr3.config import NodeConfig, Sr3Config, ZkConfig
-from sr3.errors import ConfigError
+from sr3.errors import ConfigError, SR3Error
 from sr3_cli import lab_netns, lab_spark
 from sr3_cli.lab_nodes import node_log, spawn_node, wait_ready
 from sr3_cli.lab_state import LabState, resolve_lab_dir
@@ -253,12 +253,14 @@ class Lab(LabState):
             return
         with self.locked():
             started, offsets = self._spawn_nodes(node_ids, log_level=log_level)
-        ports = {n: self._wait_ready(n, p, offsets[n]) for n, p in started.items()}
+        ports, failure = self._wait_all_ready(started, offsets)
         with self.locked():
             for node_id, port in ports.items():
                 node = self.nodes.get(node_id)
                 if node is not None and node.pid == started[node_id].pid:
                     node.port = port
+        if failure is not None:
+            raise failure
         if started:
             self._refresh_metrics_targets()
 
@@ -275,9 +277,29 @@ class Lab(LabState):
     def _start_nodes(self, node_ids: list[str], *, log_level: str) -> bool:
         """Start the nodes not running (lock held); return whether any started."""
         started, offsets = self._spawn_nodes(node_ids, log_level=log_level)
-        for node_id, proc in started.items():
-            self.nodes[node_id].port = self._wait_ready(node_id, proc, offsets[node_id])
+        ports, failure = self._wait_all_ready(started, offsets)
+        for node_id, port in ports.items():
+            self.nodes[node_id].port = port
+        if failure is not None:
+            raise failure
         return bool(started)
+
+    def _wait_all_ready(
+        self, started: dict[str, subprocess.Popen[bytes]], offsets: dict[str, int]
+    ) -> tuple[dict[str, int], SR3Error | None]:
+        """Wait for every started node; return the ports and the first failure.
+
+        A node that did not start does not stop the wait for the others: they
+        run on, so their ports are recorded and read from their stdout pipes.
+        """
+        ports: dict[str, int] = {}
+        failure: SR3Error | None = None
+        for node_id, proc in started.items():
+            try:
+                ports[node_id] = self._wait_ready(node_id, proc, offsets[node_id])
+            except SR3Error as exc:
+                failure = failure or exc
+        return ports, failure
 
     def _spawn_nodes(
         self, node_ids: list[str], *, log_level: str

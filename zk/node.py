@@ -28,7 +28,7 @@ from sr3.metrics import Endpoint, NodeMetrics, serve
 from sr3.ports import NodeInfo
 from sr3.recovery import RelayFaults, RelayOps
 from sr3.repair import RepairCoordinator, Scrubber
-from sr3.server import NodeServer
+from sr3.server import NodeServer, announce_ready
 from sr3.storage import ReplicaStore
 from zk.client import connect
 from zk.election import ZkElection
@@ -360,7 +360,7 @@ async def _serve(
         if endpoint is not None:
             logger.info("node %s serves metrics at %s", node_id, endpoint.url)
         # the lab waits for this line on stdout
-        print(f"READY {node_id} {server.port}", flush=True)
+        announce_ready(f"READY {node_id} {server.port}")
         await stop.wait()
     finally:
         logger.info("node %s stopping", node_id)

@@ -13,12 +13,15 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
+from sr3_cli.lab_nodes import node_log, spawn_node
 from sr3_cli.processes import alive, lab_processes, terminate
 
 pytestmark = [pytest.mark.zk]
@@ -186,5 +189,35 @@ def test_a_node_whose_replica_dir_became_a_file_names_the_fix(
     (tmp_path / "kept").rename(replicas)
     restart = sr3("lab", "restart", "node-3", "--dir", root)
     assert restart.returncode == 0, restart.stderr
+    got = sr3("snapshot", "get", "--owner", "o", "--verify", "--lab", root)
+    assert got.returncode == 0, got.stderr
+
+
+def test_a_node_serves_on_when_the_command_that_started_it_went_away(lab: Lab) -> None:
+    # `sr3 lab up` reads each node's READY line, then closes its stdout; one
+    # that failed on another node, or was interrupted, exits before reading
+    root = str(lab.root)
+    put = sr3("snapshot", "put", "--owner", "o", "--size", "64KB", "--lab", root)
+    assert put.returncode == 0, put.stderr
+    assert sr3("lab", "kill", "node-3", "--dir", root).returncode == 0
+    with Lab.update(lab.root) as current:
+        node = current.nodes["node-3"]
+        proc, offset = spawn_node(
+            node, zk_hosts=current.zk_hosts, chroot=current.chroot,
+            secret_file=current.secret_file, log_level="INFO",
+        )  # fmt: skip
+    assert proc.stdout is not None
+    proc.stdout.close()  # the starter is gone before the node is ready
+    log = node_log(node)
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        with log.open("rb") as f:
+            f.seek(offset)
+            if b"nobody reads this node's stdout" in f.read():
+                break
+        time.sleep(0.1)
+    assert proc.poll() is None, log.read_text(encoding="utf-8")[-2000:]
+    wait_for_members(lab, 3)
+    assert sr3("lab", "kill", "node-1", "--dir", root).returncode == 0
     got = sr3("snapshot", "get", "--owner", "o", "--verify", "--lab", root)
     assert got.returncode == 0, got.stderr
