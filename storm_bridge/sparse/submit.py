@@ -45,7 +45,9 @@ __all__ = [
     "CHUNK_BYTES",
     "NimbusSession",
     "SubmitError",
+    "declare_generation_field",
     "python_components",
+    "shell_components",
     "streamparse_run_of",
 ]
 
@@ -92,15 +94,8 @@ def python_components(
     with the virtualenv's ``python``; the topology conf must then set
     :data:`~storm_bridge.messages.GENERATION_FIELD_KEY`.
     """
-    cls: Any = topology.topology_class
     changed = []
-    components = [
-        *((n, b.bolt_object.shell, b.common) for n, b in cls.thrift_bolts.items()),
-        *((n, s.spout_object.shell, s.common) for n, s in cls.thrift_spouts.items()),
-    ]
-    for name, shell, common in components:
-        if not isinstance(shell, ShellComponent):
-            continue
+    for name, shell, common in shell_components(topology.topology_class):
         script = str(shell.script)
         # a topology file is imported once per process: a component may carry
         # an earlier call's command (a bench running with and without the field)
@@ -115,12 +110,31 @@ def python_components(
         else:
             shell.execution_command = str(run)
             shell.script = f"-s {serializer} {target}"
-        _declare_generation_field(common, on=generation_field)
+        declare_generation_field(common, on=generation_field)
         changed.append(name)
     return changed
 
 
-def _declare_generation_field(common: Any, *, on: bool) -> None:
+def shell_components(topology_class: Any) -> list[tuple[str, ShellComponent, Any]]:
+    """Return ``(name, shell, common)`` of a Thrift topology's shell components.
+
+    ``topology_class`` is a streamparse ``Topology`` subclass; Java components
+    (no ``ShellComponent``) are left out.
+    """
+    cls: Any = topology_class
+    components = [
+        *((n, b.bolt_object.shell, b.common) for n, b in cls.thrift_bolts.items()),
+        *((n, s.spout_object.shell, s.common) for n, s in cls.thrift_spouts.items()),
+    ]
+    return [c for c in components if isinstance(c[1], ShellComponent)]
+
+
+def declare_generation_field(common: Any, *, on: bool) -> None:
+    """Declare (``on``) or drop the hidden field last on a component's streams.
+
+    ``common`` is the component's Thrift ``ComponentCommon``; only the streams
+    :func:`~storm_bridge.generation_field.carries_generation` names get it.
+    """
     for stream, info in (common.streams or {}).items():
         fields = [f for f in info.output_fields or [] if f != HIDDEN_GENERATION_FIELD]
         if on and carries_generation(stream):
