@@ -12,9 +12,11 @@ at submit after the user's fields on every stream of every Python component
 against its declared fields).
 
 Every Python component then runs through :func:`main` instead of
-``streamparse_run``: the same class, its serializer wrapped in
-:class:`GenerationFieldSerializer`, which translates at the wire, so the
-components (ours and plain streamparse ones) never see the field:
+``streamparse_run`` (``sr3 run`` launches it with ``python -c``, ``sparse
+submit`` with the console script :data:`LAUNCHER`, :func:`cli`): the same
+class, its serializer wrapped in :class:`GenerationFieldSerializer`, which
+translates at the wire, so the components (ours and plain streamparse ones)
+never see the field:
 
 * the handshake's context lists its sources' fields without the hidden one
   (pystorm makes namedtuples of them; the field trails, so the index of a
@@ -34,13 +36,14 @@ Python stream receives the extra trailing value (by name, ``_sr3_g``).
 
 from __future__ import annotations
 
+import argparse
 import ast
 import importlib
 import os
 import sys
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
 
 from storm_bridge.messages import (
     GENERATION_FIELD_KEY,
@@ -50,15 +53,20 @@ from storm_bridge.messages import (
 from topology_api.barriers import internal_stream
 
 __all__ = [
+    "LAUNCHER",
     "PENDING_MAX",
     "GenerationFieldSerializer",
     "carries_generation",
+    "cli",
     "launch_script",
     "launch_target",
     "main",
 ]
 
 _LAUNCH = f"-cfrom {__name__} import main; main"
+#: The console script that runs :func:`cli` (setup.cfg's ``console_scripts``):
+#: no ``streamparse_run`` in its name, so ``sparse submit`` leaves it be.
+LAUNCHER: Final = "sr3_component_run"
 #: Input tuples whose generation is remembered at most: a bolt that never acks
 #: nor fails (Storm times its trees out) must not grow the map without end. An
 #: emit anchored on a forgotten tuple carries null (the quiet-time fence).
@@ -217,3 +225,26 @@ def main(serializer: str, target: str) -> None:
     component = component_class(serializer=serializer)
     component.serializer = GenerationFieldSerializer(component.serializer)
     component.run()
+
+
+def cli(argv: Sequence[str] | None = None) -> None:
+    """Run :func:`main` from ``streamparse_run``'s arguments (:data:`LAUNCHER`).
+
+    ``[-s SERIALIZER] module.Class``: ``sparse submit`` prepends ``-s`` to a
+    component's script and Storm passes the script as one argument, split here
+    as ``streamparse_run`` splits it.
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 1:
+        args = args[0].split()
+    parser = argparse.ArgumentParser(
+        prog=LAUNCHER,
+        description="Run a streamparse spout or bolt class as streamparse_run "
+        "does, carrying sr3's generation in a hidden trailing tuple field.",
+    )
+    parser.add_argument("target_class", help="the component, as module.Class")
+    parser.add_argument(
+        "-s", "--serializer", default="json", help="pystorm serializer (json)"
+    )
+    parsed = parser.parse_args(args)
+    main(parsed.serializer, parsed.target_class)

@@ -205,8 +205,21 @@ def test_submit_declares_the_field_on_python_streams_but_not_the_barrier() -> No
     assert shell.script == "-s json wordcount.Lines"
 
 
+#: How Storm starts a Python component: ``sr3 run``'s ``python -c`` script, and
+#: ``sparse submit``'s console script (its entry point, run the same way) with
+#: the one argument streamparse builds.
+LAUNCHES = {
+    "sr3 run": [launch_script("json", "wordcount.Split")],
+    "sparse submit": [
+        "-cfrom storm_bridge.generation_field import cli; cli()",
+        "-s json wordcount.Split",
+    ],
+}
+
+
+@pytest.mark.parametrize("launch", sorted(LAUNCHES))
 def test_a_plain_streamparse_bolt_run_as_storm_starts_it_passes_the_generation_on(
-    tmp_path: Path,
+    tmp_path: Path, launch: str
 ) -> None:
     context = {
         "taskid": 3,
@@ -221,7 +234,7 @@ def test_a_plain_streamparse_bolt_run_as_storm_starts_it_passes_the_generation_o
         "PYTHONPATH": os.pathsep.join([str(REPO), str(WORDCOUNT.parent)]),
     }
     proc = subprocess.run(  # noqa: S603 (our interpreter, our module)
-        [sys.executable, launch_script("json", "wordcount.Split")],
+        [sys.executable, *LAUNCHES[launch]],
         input=_wire(handshake, _tuple("t1", "lines", ["apple pear", 7])),
         capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env,
         check=False,
