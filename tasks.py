@@ -4,7 +4,10 @@ An env of ``config.json`` with ``"sr3_virtualenv": "submitter"`` (the ``lab``
 env) has workers on this machine: they run ``streamparse_run`` from the
 virtualenv that runs ``sparse submit`` (this project's ``.venv``, where the
 project is installed) instead of ``virtualenv_root/<topology>/``, which
-streamparse would create over SSH. Nothing else changes in streamparse's path.
+streamparse would create over SSH.
+
+In native checkpoint mode the topology's Python components carry the rollback
+generation in a hidden tuple field (:mod:`storm_bridge.sparse.hook`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def pre_submit(
     env_config: dict[str, Any],
     options: dict[str, Any],
 ) -> None:
-    """Point the workers of a ``submitter`` env at this virtualenv's ``bin/``.
+    """Fence generations in native mode; point a ``submitter`` env's workers here.
 
     streamparse builds each component's command as
     ``virtualenv_root/virtualenv_name/bin/streamparse_run`` right after this
@@ -57,10 +60,22 @@ def pre_submit(
     Raises:
         FileNotFoundError: this virtualenv has no ``streamparse_run``.
         ValueError: native mode without ``sr3.zk.hosts``.
+        SubmitError: native mode and this virtualenv has no ``sr3_component_run``.
     """
+    from storm_bridge.sparse.hook import fence_sparse_submit  # noqa: PLC0415
+
     _check_ring(env_name, env_config, options)
-    if env_config.get(VIRTUALENV_KEY) != SUBMITTER:
-        return
+    local = env_config.get(VIRTUALENV_KEY) == SUBMITTER
+    if local:
+        _run_from_submitter(topology_name, env_name, options)
+    fenced = fence_sparse_submit(topology_name, options, local=local)
+    if fenced:
+        print(f"{topology_name}: generation field on {', '.join(sorted(fenced))}")
+
+
+def _run_from_submitter(
+    topology_name: str, env_name: str, options: dict[str, Any]
+) -> None:
     # streamparse keeps its settings in fabric 1's global env (untyped)
     from fabric.api import env  # type: ignore[import-untyped]  # noqa: PLC0415
 

@@ -1,0 +1,155 @@
+"""The generation field for a topology streamparse's ``sparse submit`` builds.
+
+``sparse submit`` imports the topology file, calls the project's ``pre_submit``
+hook (``tasks.py``), then, in this order: sets every component whose execution
+command contains ``streamparse_run`` to
+``virtualenv_root/virtualenv_name/bin/streamparse_run``, prepends
+``-s SERIALIZER`` to every shell component's script, and submits the topology
+class's own Thrift with the options as its conf.
+
+In native checkpoint mode :func:`fence_sparse_submit`, called by the hook, does
+what ``sr3 run`` does at submit
+(:func:`~storm_bridge.sparse.submit.python_components`): each Python component
+declares :data:`~storm_bridge.messages.HIDDEN_GENERATION_FIELD` last on its
+streams and runs through :mod:`storm_bridge.generation_field`, and the conf
+sets :data:`~storm_bridge.messages.GENERATION_FIELD_KEY`. The command is the
+console script :data:`~storm_bridge.generation_field.LAUNCHER` of the same
+virtualenv: its name has no ``streamparse_run`` (streamparse leaves it be) and
+it takes ``streamparse_run``'s arguments, ``-s SERIALIZER`` included (a
+``python -c`` script would not survive that prefix).
+
+``-o sr3.storm.generation.field=false`` turns it off (stragglers are then
+fenced by the rollback quiet time alone); without native mode nothing changes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import MutableMapping
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from streamparse.dsl.topology import Topology, TopologyType
+
+from storm_bridge.generation_field import LAUNCHER
+from storm_bridge.messages import GENERATION_FIELD_KEY
+from storm_bridge.native import MODE_KEY, NATIVE
+from storm_bridge.sparse.submit import (
+    SubmitError,
+    declare_generation_field,
+    shell_components,
+)
+from topology_api.topology import STREAMPARSE_RUN
+
+__all__ = [
+    "fence_generations",
+    "fence_sparse_submit",
+    "launcher_path",
+    "submitted_topology",
+]
+
+#: streamparse's function that calls ``pre_submit``, and its local holding the
+#: topology class it imported (streamparse 5's ``streamparse.cli.submit``).
+_SUBMIT_MODULE = "streamparse.cli.submit"
+_SUBMIT_FUNCTION = "submit_topology"
+_TOPOLOGY_LOCAL = "topology_class"
+
+
+def submitted_topology() -> type[Topology]:
+    """Return the ``Topology`` class the running ``sparse submit`` submits.
+
+    streamparse passes the hook no topology; it is the ``topology_class``
+    local of streamparse's ``submit_topology``, the hook's caller. (Several
+    topology classes may be loaded: a topology file importing another's
+    components loads that file's topology too.)
+
+    Raises:
+        SubmitError: not called from within ``sparse submit``.
+    """
+    # the caller's frames are the only place streamparse keeps it
+    frame: FrameType | None = sys._getframe(1)  # noqa: SLF001
+    while frame is not None:
+        if (
+            frame.f_code.co_name == _SUBMIT_FUNCTION
+            and frame.f_globals.get("__name__") == _SUBMIT_MODULE
+        ):
+            found: Any = frame.f_locals.get(_TOPOLOGY_LOCAL)
+            if isinstance(found, TopologyType) and found is not Topology:
+                topology: type[Topology] = found
+                return topology
+        frame = frame.f_back
+    msg = (
+        f"no topology found: storm_bridge.sparse.hook must run inside streamparse's "
+        f"`sparse submit` ({_SUBMIT_MODULE}.{_SUBMIT_FUNCTION} with a "
+        f"{_TOPOLOGY_LOCAL}), called from the project's tasks.py pre_submit"
+    )
+    raise SubmitError(msg)
+
+
+def launcher_path(topology_name: str, options: MutableMapping[str, Any]) -> str:
+    """Return the command the workers run each Python component with.
+
+    The :data:`~storm_bridge.generation_field.LAUNCHER` beside the
+    ``streamparse_run`` streamparse will choose: in
+    ``virtualenv_root/virtualenv_name/bin/`` (``virtualenv_name`` defaults to
+    the topology's name) with ``use_virtualenv``, else on the workers' PATH.
+    """
+    if not options.get("use_virtualenv", True):
+        return LAUNCHER
+    # streamparse keeps its settings in fabric 1's global env (untyped)
+    from fabric.api import env  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    venv = options.get("virtualenv_name", topology_name)
+    return "/".join([str(env.virtualenv_root), str(venv), "bin", LAUNCHER])
+
+
+def fence_generations(
+    topology_class: type[Topology],
+    options: MutableMapping[str, Any],
+    *,
+    launcher: str,
+) -> list[str]:
+    """Give the Python components of ``topology_class`` the hidden field.
+
+    Each component streamparse would run with ``streamparse_run`` runs
+    ``launcher`` instead (its script, ``module.Class``, is kept) and declares
+    the field on its streams; ``options`` (the topology conf) gets the marker.
+    Returns the components changed.
+    """
+    changed = []
+    for name, shell, common in shell_components(topology_class):
+        if STREAMPARSE_RUN not in str(shell.execution_command):
+            continue
+        shell.execution_command = launcher
+        declare_generation_field(common, on=True)
+        changed.append(name)
+    options[GENERATION_FIELD_KEY] = True
+    return changed
+
+
+def fence_sparse_submit(
+    topology_name: str, options: MutableMapping[str, Any], *, local: bool
+) -> list[str]:
+    """Fence the generations of the topology ``sparse submit`` submits.
+
+    Only in native checkpoint mode, unless the options set
+    ``sr3.storm.generation.field`` false. ``local``: the workers' virtualenv
+    is on this machine, where the launcher must then exist. Returns the
+    components changed.
+
+    Raises:
+        SubmitError: the local virtualenv has no launcher, or not called from
+            within ``sparse submit``.
+    """
+    if options.get(MODE_KEY) != NATIVE or options.get(GENERATION_FIELD_KEY) is False:
+        return []
+    launcher = launcher_path(topology_name, options)
+    if local and not Path(launcher).is_file():
+        msg = (
+            f"{launcher} does not exist: native checkpoint mode runs the Python "
+            f"components with the virtualenv's {LAUNCHER}; reinstall the project "
+            "there (`pip install -e .`, or make setup)"
+        )
+        raise SubmitError(msg)
+    return fence_generations(submitted_topology(), options, launcher=launcher)

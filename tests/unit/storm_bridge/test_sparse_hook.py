@@ -1,0 +1,128 @@
+"""``sparse submit``'s hook gives native-mode topologies the hidden generation field.
+
+The topology's Thrift is changed as the hook changes it, then as streamparse
+changes it after the hook (``set_topology_serializer`` prepends ``-s json``,
+commands containing ``streamparse_run`` are pointed at the virtualenv); the
+real ``sparse submit`` is in tests/integration/apache_storm/test_generation_field.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from streamparse.util import set_topology_serializer
+
+from storm_bridge.messages import GENERATION_FIELD_KEY, HIDDEN_GENERATION_FIELD
+from storm_bridge.sparse.hook import fence_generations, fence_sparse_submit
+from storm_bridge.sparse.submit import SubmitError
+
+G = HIDDEN_GENERATION_FIELD
+LAUNCHER = "/venvs/wc/bin/sr3_component_run"
+
+TOPOLOGY = """
+from streamparse import Bolt, Grouping, JavaBolt, Spout, Topology
+
+
+class Words(Spout):
+    outputs = ["word"]
+
+    def next_tuple(self):
+        pass
+
+
+class Upper(Bolt):
+    outputs = ["word", "n"]
+
+    def process(self, tup):
+        pass
+
+
+class Fenced(Topology):
+    words = Words.spec()
+    upper = Upper.spec(inputs={words: Grouping.fields("word")})
+    echo = JavaBolt.spec(
+        full_class_name="org.example.Echo", args_list=[], inputs=[upper],
+        outputs=["word"],
+    )
+"""
+
+
+def _topology(tmp_path: Path) -> Any:
+    """A fresh topology class (with a Java bolt) from a file of its own."""
+    path = tmp_path / f"fenced_{uuid.uuid4().hex[:8]}.py"
+    path.write_text(TOPOLOGY)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Fenced
+
+
+def _as_streamparse_submits(cls: Any) -> None:
+    """What ``sparse submit`` does to the components after the hook."""
+    set_topology_serializer({}, {"serializer": "json"}, cls)
+    for component in (*cls.thrift_bolts.values(), *cls.thrift_spouts.values()):
+        shell = getattr(component, "bolt_object", None) or component.spout_object
+        shell = shell.shell
+        if shell is not None and "streamparse_run" in shell.execution_command:
+            shell.execution_command = "/venvs/wc/bin/streamparse_run"
+
+
+def test_python_components_run_the_launcher_with_streamparse_run_arguments(
+    tmp_path: Path,
+) -> None:
+    cls = _topology(tmp_path)
+    options: dict[str, Any] = {"sr3.checkpoint.mode": "native"}
+    changed = fence_generations(cls, options, launcher=LAUNCHER)
+    _as_streamparse_submits(cls)
+    assert sorted(changed) == ["upper", "words"]
+    assert options[GENERATION_FIELD_KEY] is True
+    words = cls.thrift_spouts["words"]
+    assert words.spout_object.shell.execution_command == LAUNCHER
+    # streamparse_run's arguments, as the launcher takes them
+    assert words.spout_object.shell.script == f"-s json {cls.__module__}.Words"
+    upper = cls.thrift_bolts["upper"]
+    assert upper.bolt_object.shell.execution_command == LAUNCHER
+    assert upper.bolt_object.shell.script == f"-s json {cls.__module__}.Upper"
+    assert words.common.streams["default"].output_fields == ["word", G]
+    assert upper.common.streams["default"].output_fields == ["word", "n", G]
+    # a Java bolt's streams stay as declared
+    echo = cls.thrift_bolts["echo"]
+    assert echo.common.streams["default"].output_fields == ["word"]
+
+
+def test_without_native_mode_nothing_changes(tmp_path: Path) -> None:
+    cls = _topology(tmp_path)
+    for options in (
+        {},
+        {"sr3.checkpoint.mode": "barrier"},
+        {"sr3.checkpoint.mode": "native", GENERATION_FIELD_KEY: False},
+    ):
+        conf: dict[str, Any] = dict(options)
+        assert fence_sparse_submit("wc", conf, local=True) == []
+        assert conf == options
+    words = cls.thrift_spouts["words"]
+    assert words.spout_object.shell.execution_command == "streamparse_run"
+    assert words.common.streams["default"].output_fields == ["word"]
+
+
+def test_a_local_virtualenv_without_the_launcher_names_the_fix(tmp_path: Path) -> None:
+    options = {"sr3.checkpoint.mode": "native", "use_virtualenv": False}
+    # the launcher on the workers' PATH: nothing to check, but no sparse submit
+    with pytest.raises(SubmitError, match="inside streamparse's `sparse submit`"):
+        fence_sparse_submit("wc", options, local=False)
+    from fabric.api import env  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    old = env.get("virtualenv_root")
+    env.virtualenv_root = str(tmp_path)
+    try:
+        native = {"sr3.checkpoint.mode": "native", "virtualenv_name": "venv"}
+        missing = r"venv/bin/sr3_component_run does not exist.*pip install -e \."
+        with pytest.raises(SubmitError, match=missing):
+            fence_sparse_submit("wc", native, local=True)
+    finally:
+        env.virtualenv_root = old
