@@ -15,6 +15,7 @@ ring there passes its secret in the topology conf (``sr3.node.secret``).
 
 from __future__ import annotations
 
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from zk.launcher import EmbeddedZooKeeper
 
 #: The ring chroot the shared cluster's workers are pointed at.
 RING_CHROOT = "/sr3/apache-storm-tests"
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -89,3 +91,20 @@ def storm_cluster_factory(
     yield make
     for cluster in made:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def topology_jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The jar of jvm/topology/pom.xml, built with Maven (as users without lein do).
+
+    ``sparse submit -j`` uploads it.
+    """
+    out = tmp_path_factory.mktemp("topology-jar")
+    proc = subprocess.run(  # noqa: S603
+        ["mvn", "-B", "-q", "-f", str(REPO / "jvm" / "topology" / "pom.xml"),  # noqa: S607
+         "package", f"-Dsr3.jar.dir={out}"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    jar = out / "sr3-topologies.jar"
+    assert proc.returncode == 0 and jar.is_file(), proc.stdout + proc.stderr
+    return jar

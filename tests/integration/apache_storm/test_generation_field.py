@@ -1,14 +1,16 @@
 """Stragglers of a rolled-back tree are dropped by their generation on real Storm.
 
 Word count runs on the session's Apache Storm cluster in native checkpoint mode
-with the default 1 s rollback quiet time. One splitter task's Python process is
-SIGSTOPped: the lines buffered in its pipe belong to trees that time out, the
-topology rolls back, every counter restores, the quiet time passes (the stopped
-splitter sends nothing) and the spouts resume in a newer generation. Only then
-is the splitter SIGCONTed: its words of the rolled-back trees reach the
-counters after the quiet time, and only the hidden generation field
-(:mod:`storm_bridge.generation_field`) tells them apart. The committed counts
-must be exact. Nothing here skips.
+with the default 1 s rollback quiet time, started by ``sr3 run`` and by
+streamparse's own ``sparse submit`` (config.json's ``lab`` env, through the
+project's ``pre_submit`` hook, :mod:`storm_bridge.sparse.hook`). One splitter
+task's Python process is SIGSTOPped: the lines buffered in its pipe belong to
+trees that time out, the topology rolls back, every counter restores, the quiet
+time passes (the stopped splitter sends nothing) and the spouts resume in a
+newer generation. Only then is the splitter SIGCONTed: its words of the
+rolled-back trees reach the counters after the quiet time, and only the hidden
+generation field (:mod:`storm_bridge.generation_field`) tells them apart. The
+committed counts must be exact. Nothing here skips.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +39,7 @@ from tests.integration.apache_storm.test_sparse_submit import (
     _env,
     committed_counts,
     expected_counts,
+    sparse,
 )
 from tests.integration.conftest import WaitUntil, running_lab
 from zk.epoch_control import Phase
@@ -63,8 +68,8 @@ def ring_lab(
         yield lab
 
 
-def _split_task(nimbus: str) -> TaskProcess | None:
-    topology = NimbusSession(nimbus).topologies().get("wordcount")
+def _split_task(nimbus: str, name: str = "wordcount") -> TaskProcess | None:
+    topology = NimbusSession(nimbus).topologies().get(name)
     if topology is None:
         return None
     tasks = task_processes(topology.topology_id).get("split")
@@ -91,28 +96,7 @@ def test_stragglers_arriving_after_the_quiet_time_are_dropped_by_generation(
             what="the run's first committed epoch",
         )
         assert run.poll() is None, run.communicate()[1][-3000:]
-        split = wait_until(
-            lambda: _split_task(apache_storm.nimbus),
-            timeout_s=60,
-            what="a split task's Python process",
-        )
-        before = store.generation()
-        os.kill(split.pid, signal.SIGSTOP)
-        try:
-
-            def resumed_newer() -> bool:
-                control = store.control()
-                return (
-                    control is not None
-                    and control.generation > before
-                    and control.phase is Phase.RUNNING
-                )
-
-            # RUNNING of a newer generation: every owner restored and the
-            # quiet time passed while the splitter held its stragglers
-            wait_until(resumed_newer, timeout_s=180, what="the rollback to resume")
-        finally:
-            os.kill(split.pid, signal.SIGCONT)
+        _stop_split_until_resumed(store, apache_storm.nimbus, "wordcount", wait_until)
         out, err = run.communicate(timeout=_TIMEOUT_S + 60)
     finally:
         if run.poll() is None:
@@ -129,3 +113,90 @@ def test_stragglers_arriving_after_the_quiet_time_are_dropped_by_generation(
         err[-3000:],
     )
     assert counts == expected_counts(LINES)
+
+
+def _stop_split_until_resumed(
+    store: ZkEpochStore, nimbus: str, name: str, wait_until: WaitUntil
+) -> None:
+    """SIGSTOP a split task until a rollback resumed in a newer generation."""
+    split = wait_until(
+        lambda: _split_task(nimbus, name),
+        timeout_s=60,
+        what="a split task's Python process",
+    )
+    before = store.generation()
+    os.kill(split.pid, signal.SIGSTOP)
+    try:
+
+        def resumed_newer() -> bool:
+            control = store.control()
+            return (
+                control is not None
+                and control.generation > before
+                and control.phase is Phase.RUNNING
+            )
+
+        # RUNNING of a newer generation: every owner restored and the
+        # quiet time passed while the splitter held its stragglers
+        wait_until(resumed_newer, timeout_s=180, what="the rollback to resume")
+    finally:
+        os.kill(split.pid, signal.SIGCONT)
+
+
+def test_sparse_submit_drops_stragglers_by_generation(
+    apache_storm: ApacheStormCluster,
+    ring_lab: Lab,
+    topology_jar: Path,
+    wait_until: WaitUntil,
+) -> None:
+    # five characters: `sparse list` wraps longer names over several table rows
+    name = f"g{uuid.uuid4().hex[:4]}"
+    nimbus = apache_storm.nimbus
+    config = ring_lab.config(Sr3Config())
+    conf = {
+        **CONF,
+        "sr3.zk.hosts": config.zk.hosts,
+        "sr3.zk.chroot": config.zk.chroot,
+        "sr3.node.secret": config.node.secret,
+    }
+    ring = RingAccess(config)
+    store = ZkEpochStore(ring.session, name)
+    options = [arg for k, v in conf.items() for arg in ("-o", f"{k}={v}")]
+    submitted = sparse(
+        ["submit", "-e", "lab", "-n", "wordcount", "-N", name, "-j",
+         str(topology_jar), *options],
+        nimbus,
+    )  # fmt: skip
+    try:
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        assert "generation field on count, lines, split" in submitted.stdout
+        wait_until(
+            lambda: ring.committed(name) is not None,
+            timeout_s=240,
+            what=f"{name}'s first committed epoch",
+        )
+        _stop_split_until_resumed(store, nimbus, name, wait_until)
+
+        def drained() -> bool:
+            # both spout tasks' last lines are in a committed epoch: every
+            # tree before them was drained into it (or rolled back)
+            record = ring.committed(name)
+            return record is not None and sorted(
+                v for v in record.offsets.values() if v is not None
+            ) == [LINES - 2, LINES - 1]
+
+        wait_until(drained, timeout_s=_TIMEOUT_S, what=f"{name}'s last lines")
+        counts = committed_counts(ring, name)
+    finally:
+        killed = sparse(["kill", "-e", "lab", "-n", name, "--wait", "0"], nimbus)
+        ring.close()
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    assert counts is not None
+    expected = expected_counts(LINES)
+    assert sum(counts.values()) == sum(expected.values())
+    assert counts == expected
+    wait_until(
+        lambda: name not in NimbusSession(nimbus).topologies(),
+        timeout_s=60,
+        what=f"{name} gone from Nimbus",
+    )

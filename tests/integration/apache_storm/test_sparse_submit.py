@@ -85,20 +85,6 @@ def ring(ring_lab: Lab) -> Iterator[RingAccess]:
     access.close()
 
 
-@pytest.fixture(scope="module")
-def topology_jar(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The jar of jvm/topology/pom.xml, built with Maven (as users without lein do)."""
-    out = tmp_path_factory.mktemp("topology-jar")
-    proc = subprocess.run(  # noqa: S603
-        ["mvn", "-B", "-q", "-f", str(REPO / "jvm" / "topology" / "pom.xml"),  # noqa: S607
-         "package", f"-Dsr3.jar.dir={out}"],
-        capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
-    jar = out / "sr3-topologies.jar"
-    assert proc.returncode == 0 and jar.is_file(), proc.stdout + proc.stderr
-    return jar
-
-
 def _env(nimbus: str) -> dict[str, str]:
     venv_bin = str(Path(sys.executable).parent)
     return {
