@@ -1,12 +1,14 @@
 """Run streamparse spouts and bolts in-process, the way a multilang task runs them.
 
 A hosted component is the user's class instantiated with discarded pipes: the
-bridge synthesises the Storm ``conf`` and ``context`` of the handshake, calls
-``_setup_component`` and ``initialize`` as pystorm's ``run`` does, and then
-drives it one step at a time. Emits are captured instead of written to Storm;
-the other multilang messages (ack, fail, sync, metrics) are dropped and ``log``
-messages go to Python logging. User classes run unchanged. Spouts are hosted
-by :class:`spark_bridge.spout_host.SpoutHost`, bolts by :class:`BoltHost`.
+bridge synthesises the Storm ``conf`` and ``context`` of the handshake, takes
+pystorm's set-up step and calls ``initialize`` as pystorm's ``run`` does, and
+then drives it one step at a time (pystorm's private steps are reached through
+:class:`topology_api.pystorm_steps.PystormSteps`). Emits are captured instead of
+written to Storm; the other multilang messages (ack, fail, sync, metrics) are
+dropped and ``log`` messages go to Python logging. User classes run unchanged.
+Spouts are hosted by :class:`spark_bridge.spout_host.SpoutHost`, bolts by
+:class:`BoltHost`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import functools
 import io
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Final, NamedTuple
 
@@ -29,6 +30,7 @@ from spark_bridge.rows import storm_values
 from sr3.codec import decode_value, encode_value
 from sr3.key_state import KeyState
 from topology_api.barriers import internal_stream
+from topology_api.pystorm_steps import PystormSteps
 from topology_api.topology import LoadedTopology
 
 __all__ = [
@@ -101,10 +103,12 @@ class Host:
         )
         instance.send_message = self._message
         self.instance = instance
+        #: the steps of pystorm's run loop this host takes
+        self.steps = PystormSteps(instance)
         root = logging.getLogger()
         before = list(root.handlers)
         try:
-            instance._setup_component(conf, context)  # noqa: SLF001 (pystorm's run)
+            self.steps.setup(conf, context)
         finally:
             # pystorm adds a root handler writing logs to Storm; ours is logging.
             for handler in root.handlers[:]:
@@ -291,7 +295,7 @@ class BoltHost(Host):
         try:
             val_type = self._types[(source, stream)]
         except KeyError:
-            types = self.instance._source_tuple_types  # noqa: SLF001 (pystorm's)
+            types = self.steps.source_tuple_types()
             val_type = self._types[(source, stream)] = types[source].get(stream)
         payload = tuple(values) if val_type is None else val_type(*values)
         sender = 0
@@ -324,18 +328,11 @@ class BoltHost(Host):
             tick = StormTuple(None, "__system", "__tick", -1, (rate,))
             yield self._flush_call([], functools.partial(instance.process_tick, tick))
             return
-        batches = instance._batches  # noqa: SLF001 (pystorm's batches)
-        instance._batches = defaultdict(list)  # noqa: SLF001 (pystorm's batches)
-        for key, tups in batches.items():
-            instance._current_tups = tups  # noqa: SLF001 (pystorm's anchoring)
-            instance._current_key = key  # noqa: SLF001 (pystorm's anchoring)
-            try:
+        for key, tups in self.steps.take_batches().items():
+            with self.steps.batch_anchored(key, tups):
                 yield self._flush_call(
                     list(tups), functools.partial(instance.process_batch, key, tups)
                 )
-            finally:
-                instance._current_tups = []  # noqa: SLF001 (pystorm's anchoring)
-                instance._current_key = None  # noqa: SLF001 (pystorm's anchoring)
 
     def _flush_call(self, held: list[StormTuple], call: Callable[[], Any]) -> Flushed:
         self.emits = []
@@ -351,7 +348,7 @@ class BoltHost(Host):
         """Run the bolt on ``tup`` (state scoping and auto-ack included)."""
         self.emits = []
         self._pending = tup
-        self.instance._run()  # noqa: SLF001 (one step of pystorm's run loop)
+        self.steps.run_step()
         emitted, self.emits = self.emits, []
         return emitted
 

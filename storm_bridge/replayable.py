@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Final
 
 from streamparse import Spout
 
 from sr3.config import CheckpointConfig
+from storm_bridge.errors import StormBridgeError
 from storm_bridge.messages import GENERATION_KEY
 from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
 from topology_api.barriers import (
@@ -24,11 +26,41 @@ from topology_api.barriers import (
 )
 from topology_api.contract import ReplayableComponent
 
-__all__ = ["ReplayableSpout"]
+__all__ = ["ReplayableSpout", "SpoutRuntime"]
 
 logger = logging.getLogger(__name__)
 
 _COORDINATOR_POLL_S: Final = 0.02
+
+
+@dataclass
+class SpoutRuntime:
+    """Everything SR3 holds for one :class:`ReplayableSpout` task.
+
+    One object under one attribute (``self._sr3``), so a subclass's attributes
+    never clash with ours.
+
+    Attributes:
+        name: The task's offset key, ``component/index``.
+        start_offset: The committed epoch's offset for this task (None: none).
+        start_epoch: The committed epoch (None: nothing committed).
+        offset: The offset of the last emit.
+        sought: Whether the first ``seek`` ran.
+        agent: Native mode's control agent (None on the local cluster).
+        ring: Native mode's ring access.
+        store: Native mode's epoch store.
+        topology: The topology's name (native mode).
+    """
+
+    name: str
+    start_offset: Any = None
+    start_epoch: int | None = None
+    offset: Any = None
+    sought: bool = False
+    agent: Any = None
+    ring: Any = None
+    store: Any = None
+    topology: str = ""
 
 
 class ReplayableSpout(Spout, ReplayableComponent):
@@ -40,7 +72,8 @@ class ReplayableSpout(Spout, ReplayableComponent):
     nothing was committed; ``seek`` runs after ``initialize``.
     """
 
-    _sr3_offset: Any = None
+    #: SR3's state for this task (None until the handshake; see SpoutRuntime).
+    _sr3: SpoutRuntime | None = None
 
     @classmethod
     def spec(cls, name: Any = None, par: Any = None, config: Any = None) -> Any:
@@ -77,18 +110,19 @@ class ReplayableSpout(Spout, ReplayableComponent):
         In native checkpoint mode the emit gets a message id, so Storm tracks its
         tree (``tup_id``, if given, is what ``ack``/``fail`` receive).
         """
-        agent = getattr(self, "_sr3_agent", None)
-        if agent is not None and stream != BARRIER_STREAM:
+        runtime = self._sr3
+        agent = None if runtime is None else runtime.agent
+        if runtime is not None and agent is not None and stream != BARRIER_STREAM:
             if agent.skips(offset):
                 # a poison tuple: its rollback replays everything but it, and
                 # Storm's spouts ack what they give up on (storm-kafka-client)
-                self._sr3_offset = offset
+                runtime.offset = offset
                 if tup_id is not None:
                     self.ack(tup_id)
                 return [] if need_task_ids else None
             tup_id = agent.track(tup_id, offset)
-        if offset is not None:
-            self._sr3_offset = offset
+        if offset is not None and runtime is not None:
+            runtime.offset = offset
         return super().emit(
             tup,
             tup_id=tup_id,
@@ -104,7 +138,8 @@ class ReplayableSpout(Spout, ReplayableComponent):
         every owner tell a tuple of a rolled-back tree from a new one
         (:meth:`storm_bridge.native_agents.BoltAgent.stale`).
         """
-        agent = getattr(self, "_sr3_agent", None)
+        runtime = self._sr3
+        agent = None if runtime is None else runtime.agent
         if (
             agent is not None
             and isinstance(message, dict)
@@ -116,17 +151,12 @@ class ReplayableSpout(Spout, ReplayableComponent):
 
     def _setup_component(self, storm_conf: Any, context: Any) -> None:
         super()._setup_component(storm_conf, context)
-        self._sr3_offset = None
-        self._sr3_sought = False
         index, _count = task_index(context)
-        self._sr3_name = f"{context['componentid']}/{index}"
-        self._sr3_start_offset: Any = None
-        self._sr3_start_epoch: int | None = None
+        runtime = SpoutRuntime(name=f"{context['componentid']}/{index}")
         from storm_bridge.wiring import RingAccess  # noqa: PLC0415 - ring clients on demand
 
-        self._sr3_agent: Any = None
         ring = RingAccess.from_conf(storm_conf)
-        require_ring(ring, storm_conf, self._sr3_name)
+        require_ring(ring, storm_conf, runtime.name)
         native = ring is not None and checkpoint_mode(storm_conf) == NATIVE
         if ring is not None:
             try:
@@ -135,12 +165,15 @@ class ReplayableSpout(Spout, ReplayableComponent):
                 if not native:
                     ring.close()
             if record is not None:
-                self._sr3_start_epoch = record.epoch
-                self._sr3_start_offset = record.offsets.get(self._sr3_name)
+                runtime.start_epoch = record.epoch
+                runtime.start_offset = record.offsets.get(runtime.name)
+        self._sr3 = runtime
         if native and ring is not None:
-            self._sr3_native_setup(ring, storm_conf, index)
+            self._sr3_native_setup(runtime, ring, storm_conf, index)
 
-    def _sr3_native_setup(self, ring: Any, storm_conf: Any, index: int) -> None:
+    def _sr3_native_setup(
+        self, runtime: SpoutRuntime, ring: Any, storm_conf: Any, index: int
+    ) -> None:
         from backend.committer import EpochCommitter  # noqa: PLC0415 - ring on demand
         from storm_bridge.native import (  # noqa: PLC0415 - ring clients on demand
             SPOUT,
@@ -154,16 +187,16 @@ class ReplayableSpout(Spout, ReplayableComponent):
         store = ZkEpochStore(ring.session, topology)
         # a restart bumps even before the first control record: the dead
         # process may have emitted trees the owners counted
-        bumped = store.register(SPOUT, self._sr3_name)
-        agent = SpoutAgent(name=self._sr3_name, bumped=bumped)
+        bumped = store.register(SPOUT, runtime.name)
+        agent = SpoutAgent(name=runtime.name, bumped=bumped)
         if bumped:
             agent.min_generation = store.bump_generation()
-            logger.info("spout %s restarted: rollback requested", self._sr3_name)
-        self._sr3_ring = ring
-        self._sr3_store = store
-        self._sr3_topology = topology
+            logger.info("spout %s restarted: rollback requested", runtime.name)
+        runtime.ring = ring
+        runtime.store = store
+        runtime.topology = topology
         store.watch_control(agent.on_control)
-        self._sr3_agent = agent
+        runtime.agent = agent
         if index == 0:
             checkpoints = CheckpointConfig.from_mapping(storm_conf)
             coordinator = NativeCoordinator(
@@ -178,15 +211,15 @@ class ReplayableSpout(Spout, ReplayableComponent):
             CoordinatorThread(
                 store=store,
                 coordinator=coordinator,
-                name=self._sr3_name,
+                name=runtime.name,
                 poll_s=_COORDINATOR_POLL_S,
             ).start()
 
-    def _sr3_native_next(self) -> None:
+    def _sr3_native_next(self, runtime: SpoutRuntime) -> None:
         """``next`` in native mode: emit, or hold still and report (module doc)."""
         from zk.epochs import Phase  # noqa: PLC0415 - ring clients on demand
 
-        agent = self._sr3_agent
+        agent = runtime.agent
         control = agent.control
         # nothing is emitted before the first control record: a task starting
         # late would otherwise emit during a PAUSE or SNAPSHOT it missed, into
@@ -201,7 +234,7 @@ class ReplayableSpout(Spout, ReplayableComponent):
         ):
             agent.follow(control.generation)
         if agent.rewinds(control):
-            self._sr3_rewind()
+            self._sr3_rewind(runtime)
             agent.follow(control.generation)
         if control.phase is Phase.RUNNING:
             if not agent.requested:
@@ -214,48 +247,52 @@ class ReplayableSpout(Spout, ReplayableComponent):
             control.phase is Phase.PAUSE and agent.generation == control.generation
         )
         if ready and agent.report_once(step):
-            self._sr3_store.report(step, self._sr3_name, {"offset": self._sr3_offset})
+            runtime.store.report(step, runtime.name, {"offset": runtime.offset})
 
-    def _sr3_request_rollback(self) -> None:
+    def _sr3_request_rollback(self, runtime: SpoutRuntime) -> None:
         """Ask for the rollback a failed tree needs (native mode, see its module)."""
-        agent = self._sr3_agent
+        agent = runtime.agent
         ask, seen = agent.take_rollback()
         if not ask:
             return
-        generation = self._sr3_store.request_rollback(seen)
+        generation = runtime.store.request_rollback(seen)
         agent.min_generation = max(agent.min_generation, generation)
         logger.info(
             "spout %s: a tree of generation %s failed; rollback %s requested",
-            self._sr3_name,
+            runtime.name,
             seen,
             generation,
         )
 
-    def _sr3_rewind(self) -> None:
+    def _sr3_rewind(self, runtime: SpoutRuntime) -> None:
         """Seek to the committed epoch's offset (a rollback ended)."""
-        record = self._sr3_ring.committed(self._sr3_topology)
-        offset = None if record is None else record.offsets.get(self._sr3_name)
+        record = runtime.ring.committed(runtime.topology)
+        offset = None if record is None else record.offsets.get(runtime.name)
         self.seek(offset)
-        self._sr3_offset = offset
-        self._sr3_agent.reset()
-        logger.info("spout %s rewound to offset %r", self._sr3_name, offset)
+        runtime.offset = offset
+        runtime.agent.reset()
+        logger.info("spout %s rewound to offset %r", runtime.name, offset)
 
     def _run(self) -> None:
-        if not self._sr3_sought:
-            self._sr3_sought = True
-            self.seek(self._sr3_start_offset)
-            self._sr3_offset = self._sr3_start_offset
+        runtime = self._sr3
+        if runtime is None:
+            msg = f"spout {type(self).__name__} ran before its Storm handshake"
+            raise StormBridgeError(msg)
+        if not runtime.sought:
+            runtime.sought = True
+            self.seek(runtime.start_offset)
+            runtime.offset = runtime.start_offset
         cmd = self.read_command()
         command = cmd["command"]
-        agent = self._sr3_agent
+        agent = runtime.agent
         if command == BARRIER_COMMAND:
-            info = {"offset": self._sr3_offset, "spout": self._sr3_name}
+            info = {"offset": runtime.offset, "spout": runtime.name}
             Spout.emit(self, [cmd["id"], info], stream=BARRIER_STREAM)
         elif command == "next":
             if agent is None:
                 self.next_tuple()
             else:
-                self._sr3_native_next()
+                self._sr3_native_next(runtime)
         elif command == "ack":
             if agent is None:
                 self.ack(cmd["id"])
@@ -268,7 +305,7 @@ class ReplayableSpout(Spout, ReplayableComponent):
                 self.fail(cmd["id"])
             else:
                 user_id = agent.failed(cmd["id"])
-                self._sr3_request_rollback()
+                self._sr3_request_rollback(runtime)
                 if user_id is not None:
                     self.fail(user_id)
         elif command == "activate":

@@ -8,8 +8,9 @@ need to run the same topology file: the loaded topology
 stateful-bolt and replayable-spout contract (:mod:`~topology_api.contract`),
 internal stream names (:mod:`~topology_api.barriers`), Storm conf keys
 (:mod:`~topology_api.stormconf`), sink outputs (:mod:`~topology_api.outputs`),
-Kafka settings, delivery and writers (:mod:`topology_api.kafka`) and the
-topology errors (:mod:`~topology_api.errors`). It imports streamparse's DSL
-(a topology file is written against it on both engines), never pystorm's run
-loop nor either engine.
+Kafka settings, delivery and writers (:mod:`topology_api.kafka`), the
+topology errors (:mod:`~topology_api.errors`), and pystorm's run-loop steps
+for an in-process host (:mod:`~topology_api.pystorm_steps`, by attribute). It
+imports streamparse's DSL (a topology file is written against it on both
+engines), never pystorm's run loop nor either engine.
 """

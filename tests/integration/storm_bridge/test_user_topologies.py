@@ -123,3 +123,36 @@ def test_keys_python_holds_equal_stay_apart_in_the_committed_state(lab: Lab) -> 
     assert sorted(dump) == sorted(expected)
     assert all(fields == {"seen": 3} for fields in dump.values())
     assert summary["seen"]["keys"] == len(expected)
+
+
+def test_a_component_may_use_any_attribute_name_and_stays_exactly_once(
+    lab: Lab,
+) -> None:
+    # the user's classes set _sr3_owner, _sr3_ring, _sr3_sought, ...: names SR3
+    # once kept on the instance. A task's death rolls every task back: the
+    # bolts restore their snapshots and the spout seeks to its committed offset.
+    count = 4000
+    ring = RingAccess(lab.config(Sr3Config()))
+    options = RunOptions(
+        until_idle=True,
+        conf={"sbt.count": count, "topology.max.spout.pending": 200},
+        kills=[TaskKill("total", 0, at_s=3.0)],
+        timeout_s=120.0,
+    )
+    try:
+        report = run_topology(
+            TOPOLOGIES / "sbt_own_attributes.py", ring=ring, options=options
+        )
+        _, state = ring.committed_state("sbt_own_attributes", "total")
+    finally:
+        ring.close()
+    assert report.idle is True
+    assert [r["cause"] for r in report.recoveries] == ["total:0"]
+    sums: Counter[str] = Counter()
+    counts: Counter[str] = Counter()
+    for n in range(count):
+        sums[f"k{n % 7}"] += n
+        counts[f"k{n % 7}"] += 1
+    assert {key[0]: (s["sum"], s["count"]) for key, s in state.items()} == {
+        key: (sums[key], counts[key]) for key in sums
+    }

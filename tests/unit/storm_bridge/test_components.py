@@ -6,7 +6,7 @@ import io
 from typing import Any
 
 import pytest
-from streamparse import Grouping, Topology
+from streamparse import Bolt, Grouping, Spout, Topology
 
 from storm_bridge import ReplayableSpout, StatefulBolt, StateKeyError
 from storm_bridge.components import (
@@ -209,6 +209,53 @@ def test_spout_seeks_then_emits_barriers_with_its_offset() -> None:
     assert emits(msgs) == [[0], [1]]
     assert emits(msgs, BARRIER_STREAM) == [[5, {"offset": 1, "spout": "numbers/1"}]]
     assert sum(m == {"command": "sync"} for m in msgs) == 3
+
+
+class PystormBolt(Bolt):
+    def process(self, tup):
+        pass
+
+
+class Plain(StatefulBolt, PystormBolt):
+    pass
+
+
+class PlainSpout(ReplayableSpout):
+    def seek(self, offset):
+        pass
+
+
+def test_sr3_keeps_one_attribute_on_a_bolt_and_a_spout() -> None:
+    # whatever a subclass names its attributes, ours are all behind ``_sr3``
+    bolt, _ = drive(Plain, [tuple_msg(["a", 1], tid="1")])
+    pystorm_bolt, _ = drive(PystormBolt, [tuple_msg(["a", 1], tid="1")])
+    assert set(vars(bolt)) - set(vars(pystorm_bolt)) == {"_sr3"}
+    spout = PlainSpout(input_stream=io.BytesIO(), output_stream=io.BytesIO())
+    pystorm_spout = Spout(input_stream=io.BytesIO(), output_stream=io.BytesIO())
+    for task in (spout, pystorm_spout):
+        task._setup_component({"topology.name": "t"}, context("numbers", None))
+        task.initialize({}, {})
+    assert set(vars(spout)) - set(vars(pystorm_spout)) == {"_sr3"}
+
+
+class OwnNames(Count):
+    def initialize(self, storm_conf, context):
+        # names SR3 once kept on the instance are the user's to use
+        self._sr3_owner = "mine"
+        self._sr3_current = "mine"
+        self._sr3_key_fields = {}
+        self._sr3_ring = "mine"
+        self._sr3_progress = "mine"
+
+
+def test_a_bolt_may_name_its_attributes_as_sr3_once_did() -> None:
+    barrier = tuple_msg([7, {}], tid="b", stream=BARRIER_STREAM)
+    inputs = [tuple_msg(["a", 1], tid="1"), tuple_msg(["a", 1], tid="2"), barrier]
+    bolt, msgs = drive(OwnNames, inputs)
+    assert emits(msgs) == [["a", 1], ["a", 2]]
+    assert emits(msgs, BARRIER_STREAM) == [[7, {"owner": "t/count/1"}]]
+    assert dict(bolt.keyed_state.items()) == {("a",): {"n": 2}}
+    assert bolt._sr3_owner == "mine"
 
 
 def test_specs_declare_the_barrier_stream() -> None:
