@@ -61,7 +61,9 @@ settings.load_profile("sr3")
 #: xdist worker, so each service starts once and builds never race.
 _JVM_GROUP: Final = "jvm"
 _JVM_MARKERS: Final = frozenset({"spark", "apache_storm", "netns"})
-_JVM_FIXTURES: Final = frozenset({"spark", "apache_storm", "storm_cluster_factory"})
+_JVM_FIXTURES: Final = frozenset(
+    {"spark", "apache_storm", "storm_cluster_factory", "standalone_session"}
+)
 
 
 #: Seconds spent per test module (setup, call and teardown), for the summary.

@@ -5,6 +5,11 @@ The server is Debian's ``zookeeper`` package started by :class:`EmbeddedZooKeepe
 ZooKeeper tests skip, unless ``SR3_REQUIRE_ZK=1`` (CI) turns that into a failure.
 Helpers are fixtures (``zk_connect``, ``expire_session``, ``zk_restart``, and
 ``wait_until`` from tests/conftest.py) so tests need no imports from here.
+
+One Spark standalone cluster (a master and one worker, 2 cores, 2 GiB) is shared
+by the session through ``standalone_cluster``: it takes ~9 s to start, and the
+executor kills the tests inflict leave it usable (the worker launches a
+replacement). Each test gets it idle, restarted if a test left it down.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from spark_bridge.spark_install import SparkMissingError
+from spark_bridge.standalone import StandaloneCluster
 from sr3.config import ZkConfig
 from sr3.errors import ZooKeeperMissingError
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
-from tests.conftest import WaitUntil
+from tests.conftest import REPO_ROOT, WaitUntil
 from zk.client import ZkSession, connect
 from zk.launcher import EmbeddedZooKeeper
 
@@ -175,3 +182,52 @@ def lab(tmp_path: Path, zk_server: object) -> Iterator[Lab]:
     """A lab of three ring nodes (``zk_server`` only skips without ZooKeeper)."""
     with running_lab(tmp_path / "lab") as running:
         yield running
+
+
+def start_standalone(root: Path, *, cores: int, memory: str) -> StandaloneCluster:
+    """Start a standalone master and one worker whose executors import this checkout.
+
+    Java or pyspark missing fails the test, naming them: never a skip.
+    """
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # in standalone mode the driver's PYTHONPATH does not reach the executors
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO_ROOT), *paths])}
+    try:
+        return StandaloneCluster(root, cores=cores, memory=memory, env=env).start()
+    except SparkMissingError as exc:
+        pytest.fail(f"no standalone Spark here (needs Java 17 and pyspark): {exc}")
+
+
+@pytest.fixture(scope="session")
+def standalone_session(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[StandaloneCluster]:
+    """The session's one standalone cluster; tests use ``standalone_cluster``."""
+    started = start_standalone(
+        tmp_path_factory.mktemp("standalone"), cores=2, memory="2g"
+    )
+    yield started
+    started.stop()
+
+
+#: How long a test waits for the previous test's executors to exit
+STANDALONE_IDLE_TIMEOUT_S = 120.0
+
+
+@pytest.fixture
+def standalone_cluster(
+    standalone_session: StandaloneCluster, wait_until: WaitUntil
+) -> StandaloneCluster:
+    """Return the session's standalone cluster, up and running no executor.
+
+    A test that SIGKILLed the master or worker gets them restarted (on new
+    ports: use ``.url``); executors of an earlier test's finished driver are
+    waited out, so every test starts with the worker's cores free.
+    """
+    standalone_session.start()  # does nothing while master and worker run
+    wait_until(
+        lambda: not standalone_session.executor_pids(),
+        timeout_s=STANDALONE_IDLE_TIMEOUT_S,
+        what=f"the executors of an earlier test to exit ({standalone_session!r})",
+    )
+    return standalone_session

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,7 +35,6 @@ from tests.integration.spark_bridge.test_standalone import (
     _alive,
     _commits,
     _driver_env,
-    _start,
     _wait_for,
 )
 
@@ -47,21 +45,14 @@ LINES = 1200
 ROWS_PER_BATCH = 200  # 6 micro-batches: the kill lands after the first
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    """One master and one worker (2 cores, 2 GiB) for this module."""
-    started = _start(tmp_path_factory.mktemp("standalone"), cores=2, memory="2g")
-    yield started
-    started.stop()
-
-
 def test_kafka_wordcount_survives_a_killed_executor_exactly_once(
-    cluster: StandaloneCluster,
+    standalone_cluster: StandaloneCluster,
     lab: Lab,
     kafka_bootstrap: str,
     new_topic: NewTopicFactory,
     tmp_path: Path,
 ) -> None:
+    cluster = standalone_cluster
     lines, counts = new_topic("lines", 2), new_topic("counts", 2)
     text = corpus(LINES, seed=21)
     produce(kafka_bootstrap, lines, [t.encode() for t in text], partitions=2)

@@ -1,6 +1,6 @@
 """``sr3 chaos --engine spark-standalone``: a seeded campaign on a standalone cluster.
 
-The campaign runs word count on this module's Spark standalone cluster (one
+The campaign runs word count on the session's Spark standalone cluster (one
 worker, 2 cores, through ``--master``), a driver process per run, once without
 faults and once per schedule with the application's executor JVM SIGKILLed;
 the ring is a lab of three node processes. Every schedule must end with the
@@ -25,7 +25,6 @@ from typing import Any
 
 import pytest
 
-from spark_bridge.spark_install import SparkMissingError
 from spark_bridge.standalone import StandaloneCluster
 from sr3.recovery.recover import BROKEN_BUILD_ENV
 from sr3_cli.lab import Lab
@@ -37,18 +36,6 @@ REPO = Path(__file__).resolve().parents[3]
 #: With ``--kinds kill-executor`` schedule 1 is an executor kill 0.5 s after
 #: the first commit; with kill-driver drawn too, schedule 0 is a driver kill at 2.9 s.
 SEED = 8
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    """One master and one worker (2 cores, 1 GiB) for this module."""
-    root = tmp_path_factory.mktemp("chaos-standalone")
-    try:
-        started = StandaloneCluster(root, cores=2, memory="1g").start()
-    except SparkMissingError as exc:  # CI has Java and pyspark: never a skip
-        pytest.fail(f"no standalone Spark here (Java 17 and pyspark): {exc}")
-    yield started
-    started.stop()
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +71,9 @@ def executor_ids(cluster: StandaloneCluster) -> dict[str, set[str]]:
 
 @pytest.mark.timeout(900)
 def test_a_campaign_kills_executors_and_ends_exact(
-    cluster: StandaloneCluster, ring_lab: Lab
+    standalone_cluster: StandaloneCluster, ring_lab: Lab
 ) -> None:
+    cluster = standalone_cluster
     before = executor_ids(cluster)
     # schedule 1 of the seed alone: every driver start costs 20-30 s here
     proc = sr3_chaos(
@@ -112,8 +100,9 @@ def test_a_campaign_kills_executors_and_ends_exact(
 
 @pytest.mark.timeout(900)
 def test_a_broken_build_fails_a_driver_kill_resumed_from_the_ring(
-    cluster: StandaloneCluster, ring_lab: Lab
+    standalone_cluster: StandaloneCluster, ring_lab: Lab
 ) -> None:
+    cluster = standalone_cluster
     proc = sr3_chaos(
         cluster.url, ring_lab, "--seed", str(SEED), "--schedules", "2",
         "--only", "0", "--kinds", "kill-executor,kill-driver",

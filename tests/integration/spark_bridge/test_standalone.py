@@ -13,14 +13,14 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from spark_bridge import final_state
-from spark_bridge.spark_install import SparkMissingError
 from spark_bridge.standalone import StandaloneCluster
+from tests.integration.conftest import start_standalone
 from topology_api.topology import load_topology
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -86,30 +86,10 @@ def true_counts(lines: int) -> dict[str, dict[str, int]]:
     return {json.dumps([word]): {"n": n} for word, n in sorted(words.items())}
 
 
-def _start(root: Path, *, cores: int, memory: str) -> StandaloneCluster:
-    try:
-        # The executors' Python workers import the bridge from this checkout.
-        env = {"PYTHONPATH": _driver_env()["PYTHONPATH"]}
-        return StandaloneCluster(root, cores=cores, memory=memory, env=env).start()
-    except SparkMissingError as exc:
-        # Java or pyspark missing: a skip for a developer, a failure in CI
-        # (.ci/run sets SR3_REQUIRE_ZK: the whole environment must be there)
-        if os.environ.get("SR3_REQUIRE_ZK") == "1":
-            pytest.fail(f"no standalone Spark here: {exc}")
-        pytest.skip(f"no standalone Spark here: {exc}")
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    """One master and one worker (2 cores, 2 GiB) for this module."""
-    started = _start(tmp_path_factory.mktemp("standalone"), cores=2, memory="2g")
-    yield started
-    started.stop()
-
-
 def test_wordcount_survives_a_killed_executor(
-    cluster: StandaloneCluster, tmp_path: Path
+    standalone_cluster: StandaloneCluster, tmp_path: Path
 ) -> None:
+    cluster = standalone_cluster
     checkpoint = tmp_path / "ckpt"
     stderr_path = tmp_path / "driver.log"
     command = [
@@ -162,7 +142,8 @@ def test_wordcount_survives_a_killed_executor(
 
 
 def test_stop_leaves_no_master_worker_or_executor(tmp_path: Path) -> None:
-    cluster = _start(tmp_path / "cluster", cores=1, memory="1g")
+    # its own cluster, not the session's: it stops it
+    cluster = start_standalone(tmp_path / "cluster", cores=1, memory="1g")
     driver = subprocess.Popen(
         [sys.executable, "-c", IDLE_DRIVER, cluster.url],
         env=_driver_env(),
