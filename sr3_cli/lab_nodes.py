@@ -1,6 +1,8 @@
 """The lab's ring node processes: starting one, waiting for its READY line.
 
-Each node runs ``python -m sr3_cli node`` in a session of its own, with its
+Each node runs ``python -m sr3_cli node`` (on a host of the netns lab: the
+``sr3 node`` wrapper ``vagrant/provision/node.sh`` writes, as on a Vagrant VM)
+in a session of its own, with its
 data dir among its arguments (so ``sr3 lab down`` finds it even when lab.json
 is stale), its stderr appended to ``<data dir>/node.log``. It is ready when it
 prints ``READY <node id> <port>`` on stdout; a node that exits or stays silent
@@ -19,6 +21,7 @@ from typing import Final
 
 from sr3.errors import ConfigError, SR3Error
 from sr3_cli.labfile import LabNode
+from sr3_cli.provision import provision
 from zk.launcher import port_taken
 
 __all__ = ["NODE_READY_TIMEOUT_S", "node_log", "spawn_node", "wait_ready"]
@@ -48,11 +51,13 @@ def spawn_node(
 
     The offset is where its log of this start begins. A port recorded for it
     but now taken by another process is dropped: it listens on a new one. In
-    the netns lab, ``command_prefix`` runs it in its host's namespace and
-    ``host`` is the address it binds and announces.
+    the netns lab, ``command_prefix`` runs it in its host's namespace, through
+    the wrapper ``vagrant/provision/node.sh`` writes (:mod:`sr3_cli.provision`),
+    and ``host`` is the address it binds and announces.
 
     Raises:
-        ConfigError: its data dir cannot be created.
+        ConfigError: its data dir cannot be created; in the netns lab, the
+            provisioning script is missing or failed.
     """
     try:
         Path(node.data_dir).mkdir(parents=True, exist_ok=True)
@@ -71,15 +76,31 @@ def spawn_node(
             node.port,
         )
         node.port = None
-    cmd = [
-        *command_prefix, sys.executable, "-m", "sr3_cli", "--log-level", log_level,
-        "node", "--zk", zk_hosts, "--chroot", chroot,
-        "--port", str(node.port or 0), "--data-dir", node.data_dir,
-        "--node-id", node.node_id, "--secret-file", str(secret_file),
-        "--host", host,
-    ]  # fmt: skip
-    if node.zone:
-        cmd += ["--zone", node.zone]
+    if command_prefix:
+        # a host of the netns lab: started as a VM's ring node is (node.sh)
+        wrapper = provision(
+            "node.sh",
+            Path(node.data_dir).parent / "provision" / node.node_id,
+            secret_file=secret_file,
+            service="node",
+            env={
+                "SR3_HOST_IP": host, "SR3_ZK": zk_hosts, "SR3_ZK_CHROOT": chroot,
+                "SR3_NODE_PORT": str(node.port or 0), "SR3_NODE_ID": node.node_id,
+                "SR3_NODE_DATA_DIR": node.data_dir, "SR3_NODE_ZONE": node.zone or "",
+                "SR3_LOG_LEVEL": log_level,
+            },
+        )  # fmt: skip
+        cmd = [*command_prefix, str(wrapper)]
+    else:
+        cmd = [
+            sys.executable, "-m", "sr3_cli", "--log-level", log_level,
+            "node", "--zk", zk_hosts, "--chroot", chroot,
+            "--port", str(node.port or 0), "--data-dir", node.data_dir,
+            "--node-id", node.node_id, "--secret-file", str(secret_file),
+            "--host", host,
+        ]  # fmt: skip
+        if node.zone:
+            cmd += ["--zone", node.zone]
     log = open(node_log(node), "ab")  # noqa: SIM115
     offset = log.tell()
     proc = subprocess.Popen(

@@ -11,8 +11,10 @@ SR3_SRC=${SR3_SRC:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
 SR3_ETC=${SR3_ETC:-/etc/sr3}
 SR3_VAR=${SR3_VAR:-/var/lib/sr3}
 SR3_USER=${SR3_USER:-vagrant}
-SR3_PY=$SR3_SRC/.venv/bin/python
-export SR3_SRC SR3_ETC SR3_VAR SR3_USER SR3_PY
+# The venv the daemons run from (the netns lab passes the one it runs in).
+SR3_VENV=${SR3_VENV:-$SR3_SRC/.venv}
+SR3_PY=$SR3_VENV/bin/python
+export SR3_SRC SR3_ETC SR3_VAR SR3_USER SR3_VENV SR3_PY
 
 # need VAR...: fail naming the first unset variable (the Vagrantfile sets them all).
 need() {

@@ -137,6 +137,25 @@ def test_status_shows_each_host_its_address_and_what_runs_there(netlab: Lab) -> 
             assert b"sr3_node_shards" in reply.read()
 
 
+def test_every_ring_node_runs_as_the_vagrant_provisioning_script_starts_it(
+    netlab: Lab,
+) -> None:
+    # the netns lab is where vagrant/provision/node.sh runs for real: each node
+    # is exec'd by the wrapper the script wrote, as systemd runs it on a VM
+    for node_id, node in sorted(netlab.nodes.items()):
+        wrapper = netlab.root / "nodes" / "provision" / node_id / "etc" / "run" / "node"
+        text = wrapper.read_text(encoding="utf-8")
+        assert "written by vagrant/provision" in text
+        assert f"--node-id {node_id}" in text
+        assert node.pid is not None
+        environ = Path(f"/proc/{node.pid}/environ").read_bytes().split(b"\0")
+        # only the wrapper exports the ring secret into the node's environment
+        assert any(v.startswith(b"SR3_NODE_SECRET=") for v in environ), node_id
+        cmdline = Path(f"/proc/{node.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"node" in cmdline
+        assert node.data_dir.encode() in cmdline
+
+
 def test_a_node_partitioned_for_10_s_loses_nothing(
     healed: Lab, wait_until: WaitUntil
 ) -> None:
