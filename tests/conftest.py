@@ -91,13 +91,26 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(f"{total:8.1f}s in all {len(ranked)} modules")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put every test of a shared JVM service in one ``--dist loadgroup`` group."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Put every test of a shared JVM service in one ``--dist loadgroup`` group.
+
+    pytest-xdist 3.8 names a test's group by setting ``item._nodeid`` to
+    ``<nodeid>@<group>``, which pytest 9 no longer reads (its ``nodeid`` comes
+    from ``_id``): every group was ignored and two workers started Storm
+    clusters and Spark sessions at once. So the suffix is set here, where
+    pytest 9 reads it (both pinned in setup.cfg).
+    """
+    loadgroup = bool(getattr(config.option, "loadgroup", False))  # set on workers
     for item in items:
         marked = {m.name for m in item.iter_markers()} & _JVM_MARKERS
         fixtures = set(getattr(item, "fixturenames", ())) & _JVM_FIXTURES
         if marked or fixtures:
             item.add_marker(pytest.mark.xdist_group(_JVM_GROUP))
+            if loadgroup and "@" not in item.nodeid:
+                item._id = f"{item.nodeid}@{_JVM_GROUP}"  # type: ignore[assignment]  # noqa: SLF001
 
 
 @pytest.fixture(scope="session")
