@@ -80,6 +80,8 @@ class RestoreReport:
         seconds: Wall time of the fetch and install.
         reason: Why the structure was chosen (the planner's words).
         phases: The recovery's timeline (plan, transfer, install...).
+        transfer: The structure a lazy restore's background load runs (star,
+            line or tree; empty for an eager restore, whose ``used`` says it).
     """
 
     epoch: int | None
@@ -90,6 +92,7 @@ class RestoreReport:
     seconds: float
     reason: str = ""
     phases: list[dict[str, Any]] = field(default_factory=list)
+    transfer: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Return a JSON-friendly dict."""
@@ -102,6 +105,7 @@ class RestoreReport:
             "seconds": round(self.seconds, 6),
             "reason": self.reason,
             "phases": self.phases,
+            "transfer": self.transfer,
         }
 
 
@@ -254,10 +258,13 @@ class RingAccess:
 
         The state reads the same chain (base and deltas of the committed epoch)
         as :meth:`restore`, key group by key group as its keys are touched, while
-        background threads fetch the rest in key-group order
-        (:class:`backend.lazy.ChainLoader`); ``on_loaded`` is called once every
-        shard arrived. The report's ``bytes`` are what the load will read. With
-        nothing committed for ``owner`` this is :meth:`restore`.
+        the rest comes in the background through the structure the planner
+        chose for ``mechanism`` (star, line or tree; ``auto`` decides as the
+        eager restore does), then shard by shard for whatever that transfer
+        left missing (:class:`backend.lazy.ChainLoader`); ``on_loaded`` is
+        called once every key group arrived. The report's ``transfer`` and
+        ``reason`` say which structure and why; its ``bytes`` are the chain's.
+        With nothing committed for ``owner`` this is :meth:`restore`.
 
         Raises:
             RecoveryError: the committed manifest or a shard record is missing.
@@ -269,11 +276,22 @@ class RingAccess:
             )
         started = time.perf_counter()
         manifest = self._reader.manifest(owner, record.epoch)
+        context = RecoveryContext(
+            manifests=self.manifests,
+            members=self.members,
+            pool=self.pool,
+            node_config=self.config.node,
+            recovery=replace(self.config.recovery, mechanism=mechanism),
+        )
+        planned = Recoverer(context).plan_transfer(
+            owner, mechanism=mechanism, epoch=record.epoch
+        )
         loader = ChainLoader(
             self.store,
             manifest,
             self.manifests.shards(owner),
             on_loaded=on_loaded,
+            transfer=planned,
         )
         state = KeyedState(manifest.key_group_count)
         state.defer(loader.key_groups, loader)
@@ -286,9 +304,11 @@ class RingAccess:
             loader.bytes_total,
             time.perf_counter() - started,
             reason=(
-                "lazy restore: key groups fetched when first needed, the rest "
-                "in key-group order in the background"
+                "lazy restore: key groups fetched when first needed, the rest by "
+                f"{planned.decision.mechanism} in the background: "
+                f"{planned.decision.reason}"
             ),
+            transfer=planned.decision.mechanism,
         )
         return state, report
 

@@ -2,12 +2,16 @@
 
 :class:`ChainLoader` holds one owner's committed chain (a base and its deltas,
 as the eager restore reads it) and is the :class:`~sr3.state.KeyGroupLoader`
-of a deferred :class:`~sr3.state.KeyedState`. Background threads fetch the
-chain's shards in key-group order; a key group the task needs before they
-brought it is fetched at once (its shards only, in parallel), and its tuple
-waits for that key group alone. Shards a background
-fetch failed to read are read again on demand. When every shard arrived,
-``on_loaded`` is called once with the load's :class:`LoadStats`.
+of a deferred :class:`~sr3.state.KeyedState`. In the background, the
+planner's transfer (star, line or tree, :class:`~sr3.recovery.PlannedTransfer`)
+brings the chain and hands over each key group as its last piece arrives;
+whatever it left missing (or, with no transfer, the whole chain) background
+threads then fetch shard by shard in key-group order. A key group the task
+needs before the background brought it is fetched at once (its shards only,
+in parallel), and its tuple waits for that key group alone; a key group is
+installed once, from whichever path brought it whole first. Shards a
+background fetch failed to read are read again on demand. When every key group
+arrived, ``on_loaded`` is called once with the load's :class:`LoadStats`.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Final
 from sr3.codec import decode_shard
 from sr3.errors import RecoveryError
 from sr3.manifest import Manifest, ShardMeta
-from sr3.recovery.recover import shards_to_read
+from sr3.recovery.recover import PlannedTransfer, shards_to_read
 from sr3.replication import ReplicatedStore
 
 __all__ = ["LAZY_FETCH", "ChainLoader", "LoadStats"]
@@ -45,7 +49,9 @@ class LoadStats:
 
     Attributes:
         shards: Shards in the chain.
-        bytes_read: Payload bytes fetched.
+        bytes_read: Payload bytes received, by the transfer (merged pieces
+            as sent) and shard by shard (a shard the transfer and a tuple
+            both brought counts twice).
         on_demand: Shards fetched on the task's thread because a tuple needed
             them before the background brought them.
         loaded_s: Seconds from the loader's start until every shard arrived.
@@ -64,8 +70,10 @@ class ChainLoader:
         store: The replicated store to read shards from.
         manifest: The committed epoch's manifest of the owner.
         metas: Shard records of the manifest's shards.
-        on_loaded: Called once when every shard arrived (on whichever thread
-            brought the last one).
+        on_loaded: Called once when every key group arrived (on whichever
+            thread brought the last one).
+        transfer: The planner's transfer to run in the background first
+            (None: the background fetches shard by shard only).
 
     Raises:
         RecoveryError: a shard of the manifest has no record.
@@ -78,6 +86,7 @@ class ChainLoader:
         metas: Mapping[str, ShardMeta],
         *,
         on_loaded: Callable[[LoadStats], None] | None = None,
+        transfer: PlannedTransfer | None = None,
     ) -> None:
         missing = [sid for sid in manifest.shard_ids if sid not in metas]
         if missing:
@@ -94,6 +103,15 @@ class ChainLoader:
         self._store = store
         self._metas = {sid: metas[sid] for sid in shard_ids}
         self._on_loaded = on_loaded
+        self._transfer = transfer
+        #: a transfer runs: take_all waits for it before fetching shards
+        self._transferring = transfer is not None
+        #: key groups complete (handed out or ready to be)
+        self._whole: set[int] = set()
+        #: blobs of key groups the transfer delivered, not handed out yet
+        self._delivered: dict[int, list[Blob]] = {}
+        #: shards' worth of key groups the transfer delivered
+        self._transferred_bytes = 0
         #: each key group's shards, oldest first (the chain's order)
         self._chains: dict[int, list[str]] = {}
         for sid in shard_ids:
@@ -138,6 +156,17 @@ class ChainLoader:
         if not self._metas:
             self._finish()
             return
+        if self._transfer is not None:
+            threading.Thread(
+                target=self._run_transfer,
+                args=(self._transfer, threads),
+                name="sr3-lazy-transfer",
+                daemon=True,
+            ).start()
+            return
+        self._start_threads(threads)
+
+    def _start_threads(self, threads: int) -> None:
         for n in range(max(1, threads)):
             threading.Thread(
                 target=self._background, name=f"sr3-lazy-{n}", daemon=True
@@ -149,7 +178,10 @@ class ChainLoader:
         Raises:
             RecoveryError, ShardNotFoundError: a shard of it cannot be read.
         """
-        self._ensure(self._chains.get(key_group, []), demanded=True)
+        with self._cond:
+            whole = key_group in self._whole
+        if not whole:
+            self._ensure(self._chains.get(key_group, []), demanded=True)
         with self._cond:
             return self._hand_out()
 
@@ -159,9 +191,61 @@ class ChainLoader:
         Raises:
             RecoveryError, ShardNotFoundError: a shard cannot be read.
         """
-        self._ensure(list(self._metas), demanded=False)
+        with self._cond:
+            while self._transferring:
+                self._cond.wait()
+            left = self._shards_left()
+        self._ensure(left, demanded=False)
         with self._cond:
             return self._hand_out()
+
+    def _shards_left(self) -> list[str]:
+        """Shards of the key groups not complete yet, chain order (under the lock)."""
+        wanted = {
+            sid
+            for kg, chain in self._chains.items()
+            if kg not in self._whole
+            for sid in chain
+        }
+        return [sid for sid in self._metas if sid in wanted]
+
+    def _run_transfer(self, transfer: PlannedTransfer, threads: int) -> None:
+        """Run the planner's transfer, then fetch what it left shard by shard."""
+        try:
+            assembly = transfer.run(self._deliver)
+            received = assembly.bytes_received
+        except Exception as exc:  # the shard-by-shard fetch below is the fallback
+            logger.warning(
+                "lazy restore: %s transfer failed (%s); fetching shards directly",
+                transfer.decision.mechanism,
+                exc,
+            )
+            received = 0
+        with self._cond:
+            self._transferring = False
+            self._bytes += received
+            left = self._shards_left()
+            self._queue = sorted(
+                left,
+                key=lambda sid: (min(self._metas[sid].key_groups, default=0), sid),
+            )
+            self._queue.reverse()
+            self._cond.notify_all()
+        if left:
+            self._start_threads(threads)
+        else:
+            self._maybe_finish()
+
+    def _deliver(self, kg: int, blobs: list[Blob]) -> None:
+        """Take a key group the transfer brought whole (unless it is already here)."""
+        with self._cond:
+            if kg in self._whole or kg not in self._chains:
+                return
+            self._whole.add(kg)
+            self._delivered[kg] = blobs
+            self._complete.append(kg)
+            self._cond.notify_all()
+        self._maybe_finish()
 
     def _ensure(self, sids: list[str], *, demanded: bool) -> None:
         """Make sure ``sids`` arrived: fetch those nobody fetches, wait for the rest.
@@ -212,7 +296,11 @@ class ChainLoader:
         out: dict[int, list[Blob]] = {}
         wanted, self._complete = self._complete, []
         for kg in wanted:
-            out[kg] = [self._arrived[sid].pop(kg) for sid in self._chains[kg]]
+            delivered = self._delivered.pop(kg, None)
+            if delivered is not None:
+                out[kg] = delivered
+            else:
+                out[kg] = [self._arrived[sid].pop(kg) for sid in self._chains[kg]]
         return out
 
     def _background(self) -> None:
@@ -244,16 +332,34 @@ class ChainLoader:
             return
         with self._cond:
             self._busy.discard(sid)
-            self._arrived[sid] = dict(shard.key_groups)
+            # a key group the transfer already delivered is not installed twice
+            self._arrived[sid] = {
+                kg: blob
+                for kg, blob in shard.key_groups.items()
+                if kg not in self._whole
+            }
             self._bytes += meta.size
             for kg in meta.key_groups:
                 self._waiting[kg] -= 1
-                if self._waiting[kg] == 0:
+                if self._waiting[kg] == 0 and kg not in self._whole:
+                    self._whole.add(kg)
                     self._complete.append(kg)
-            done = len(self._arrived) == len(self._metas) and not self._done
+            self._cond.notify_all()
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        """Call ``on_loaded`` once, when every key group is complete.
+
+        Not while the transfer runs: its bytes are counted when it returns.
+        """
+        with self._cond:
+            done = (
+                len(self._whole) == len(self._chains)
+                and not self._transferring
+                and not self._done
+            )
             if done:
                 self._done = True
-            self._cond.notify_all()
         if done:
             self._finish()
 

@@ -147,6 +147,11 @@ def recovery_dict(
         "restored_tasks": sorted(_task_of(owner) for owner in restores),
         "reason": recovery.reason,
         "lazy": any(r.get("lazy") is True for r in restores.values()),
+        # the structure a lazy restore's background load ran (star, line, tree)
+        "transfer": ",".join(
+            sorted({str(r["transfer"]) for r in restores.values() if r.get("transfer")})
+        )
+        or "none",
         "first_tuple_s": _latest(restores.values(), "first_tuple_s"),
         "state_loaded_s": _latest(restores.values(), "state_loaded_s"),
         "caught_up_s": (

@@ -22,7 +22,7 @@ from sr3.recovery.planner import (
     ProbeResult,
     plan_mechanism,
 )
-from sr3.recovery.recover import STRATEGIES, Recoverer, RecoveryResult
+from sr3.recovery.recover import STRATEGIES, PlannedTransfer, Recoverer, RecoveryResult
 from sr3.recovery.relay import RelayOps
 from sr3.recovery.star import StarRecovery
 from sr3.recovery.tree import TreeRecovery
@@ -37,6 +37,7 @@ __all__ = [
     "PlannerInputs",
     "ProbeResult",
     "Prober",
+    "PlannedTransfer",
     "Recoverer",
     "RecoveryContext",
     "RecoveryLifecycle",

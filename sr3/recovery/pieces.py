@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -238,10 +238,20 @@ class Assembly:
     Args:
         manifest: The snapshot being recovered.
         shards: Metadata of every shard of the manifest, in chain order.
+        on_key_group: Called with a key group and its blobs in epoch order as
+            soon as its last cell arrives (outside the lock), so a consumer can
+            take key groups while the transfer still runs (the lazy restore).
     """
 
-    def __init__(self, manifest: Manifest, shards: Sequence[ShardMeta]) -> None:
+    def __init__(
+        self,
+        manifest: Manifest,
+        shards: Sequence[ShardMeta],
+        *,
+        on_key_group: Callable[[int, list[Blob]], None] | None = None,
+    ) -> None:
         self.manifest = manifest
+        self._on_key_group = on_key_group
         self.metas = {s.shard_id: s for s in shards}
         self.chains = ChainIndex.of(shards)
         self._lock = threading.Lock()
@@ -306,8 +316,13 @@ class Assembly:
                 )
                 return False
             cells.update(span)
-            self._covered.setdefault(piece.kg, {})[span.start] = piece
-            return True
+            pieces = self._covered.setdefault(piece.kg, {})
+            pieces[span.start] = piece
+            whole = len(cells) == len(self.chains.epochs(piece.kg))
+            blobs = [pieces[pos].blob for pos in sorted(pieces)] if whole else []
+        if whole and self._on_key_group is not None:
+            self._on_key_group(piece.kg, blobs)
+        return True
 
     def missing_shards(self) -> list[str]:
         """Return the shards owning a cell not delivered yet, in chain order."""

@@ -41,6 +41,7 @@ __all__ = [
     "BROKEN_BUILD_ENV",
     "STRATEGIES",
     "Recoverer",
+    "PlannedTransfer",
     "RecoveryResult",
     "planner_inputs",
     "shards_to_read",
@@ -291,6 +292,29 @@ class Recoverer:
             layers=layers,
         )
 
+    def plan_transfer(
+        self, owner: str, *, mechanism: str | None = None, epoch: int | None = None
+    ) -> PlannedTransfer:
+        """Plan ``owner``'s transfer as :meth:`recover` does, without running it.
+
+        The lazy restore runs the plan in the background
+        (:meth:`PlannedTransfer.run`) while the task already processes.
+
+        Raises:
+            RecoveryError: no committed snapshot, or a shard has no record.
+            CoordinationError: the manifest store failed.
+        """
+        manifest = self._manifest(owner, epoch)
+        shards = shards_to_read(
+            shard_metas_in_order(manifest, self.context.manifests.shards(owner))
+        )
+        live = dict(self.context.members())
+        decision = self._decide(
+            shards, live, mechanism or self.context.recovery.mechanism
+        )
+        logger.info("transfer of %s@%s: %s", owner, manifest.epoch, decision.reason)
+        return PlannedTransfer(self.context, owner, manifest, shards, live, decision)
+
     def _manifest(self, owner: str, epoch: int | None) -> Manifest:
         if epoch is not None:
             return self.context.manifests.manifest(owner, epoch)
@@ -343,6 +367,45 @@ class Recoverer:
             job.live = live
             life.move(RecoveryPhase.TRANSFERRING, f"star round {rounds + 1}")
             StarRecovery(self.context).transfer(job)
+
+
+@dataclass
+class PlannedTransfer:
+    """A planned transfer of one owner's chain (:meth:`Recoverer.plan_transfer`).
+
+    Attributes:
+        context: How to reach the ring.
+        owner: Whose chain.
+        manifest: The manifest transferred.
+        shards: Its shards to read, in chain order.
+        live: The live nodes when planned.
+        decision: The planner's choice and its reason.
+    """
+
+    context: RecoveryContext
+    owner: str
+    manifest: Manifest
+    shards: list[ShardMeta]
+    live: dict[str, Any]
+    decision: PlanDecision
+
+    def run(
+        self,
+        on_key_group: Callable[[int, list[Blob]], None],
+        on_event: EventHook | None = None,
+    ) -> Assembly:
+        """Move the shards with the chosen structure, one round, no re-plan.
+
+        ``on_key_group`` gets each key group's blobs (epoch order) as soon as
+        they all arrived; what the round left missing is the assembly's
+        :meth:`~sr3.recovery.pieces.Assembly.missing_shards`.
+        """
+        assembly = Assembly(self.manifest, self.shards, on_key_group=on_key_group)
+        job = TransferJob(
+            self.owner, self.shards, self.live, assembly, on_event=on_event
+        )
+        STRATEGIES[self.decision.mechanism](self.context).transfer(job)
+        return assembly
 
 
 def _unserved(owner: str, missing: list[str], rounds: int, job: TransferJob) -> str:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import fields, replace
+from typing import Any
 
 import pytest
 
 from backend.access import RingAccess
 from backend.lazy import LAZY_FETCH, ChainLoader, LoadStats
 from sr3.config import Sr3Config
+from sr3.recovery import PlannedTransfer, Recoverer, RecoveryContext
+from sr3.recovery.base import EventHook
+from sr3.recovery.pieces import Assembly, Blob
 from sr3.state import KeyedState
 from sr3_cli.lab import Lab
 from zk.checkpoints import CommitRecord
@@ -128,3 +133,104 @@ def test_a_restore_with_nothing_committed_is_empty_and_not_deferred(
     assert report.epoch is None
     assert not state.deferred
     assert _rows(state) == {}
+
+
+class _GatedTransfer(PlannedTransfer):
+    """The planner's transfer, held until the test opens it; records its events."""
+
+    gate: threading.Event
+    events: list[tuple[str, dict[str, Any]]]
+
+    def run(
+        self,
+        on_key_group: Callable[[int, list[Blob]], None],
+        on_event: EventHook | None = None,
+    ) -> Assembly:
+        assert self.gate.wait(60), "the test never opened the transfer"
+        return super().run(
+            on_key_group, on_event=lambda kind, info: self.events.append((kind, info))
+        )
+
+
+def _gated(planned: PlannedTransfer) -> _GatedTransfer:
+    gated = _GatedTransfer(
+        **{f.name: getattr(planned, f.name) for f in fields(planned)}
+    )
+    gated.gate = threading.Event()
+    gated.events = []
+    return gated
+
+
+@pytest.mark.parametrize("mechanism", ["star", "line", "tree"])
+def test_the_background_load_runs_the_planners_structure(
+    lab: Lab, mechanism: str
+) -> None:
+    ring = _open(lab)
+    try:
+        expected = _rows(_write_chain(ring))
+        context = RecoveryContext(
+            manifests=ring.manifests,
+            members=ring.members,
+            pool=ring.pool,
+            node_config=ring.config.node,
+            recovery=replace(ring.config.recovery, mechanism=mechanism),
+        )
+        planned = _gated(Recoverer(context).plan_transfer(OWNER, epoch=2))
+        assert planned.decision.mechanism == mechanism
+        arrived = threading.Event()
+        stats: list[LoadStats] = []
+
+        def loaded(got: LoadStats) -> None:
+            stats.append(got)
+            arrived.set()
+
+        manifest = ring.manifests.manifest(OWNER, 2)
+        loader = ChainLoader(
+            ring.store,
+            manifest,
+            ring.manifests.shards(OWNER),
+            on_loaded=loaded,
+            transfer=planned,
+        )
+        state = KeyedState(G)
+        state.defer(loader.key_groups, loader)
+        loader.start()
+        # needed before the background brought it: fetched on demand, at once
+        assert state.for_key(("k7",))["v"] == "changed 7"
+        assert dict(state.for_key(("k3",))) == {}  # deleted by the delta
+        assert loader.on_demand_shards > 0
+        planned.gate.set()
+        assert arrived.wait(60), "the background load never finished"
+        plans = [info for kind, info in planned.events if kind == "plan"]
+        assert [p["mechanism"] for p in plans] == [mechanism]
+        assert any(kind == "data" for kind, _ in planned.events)
+        assert stats[0].on_demand == loader.on_demand_shards
+        assert _rows(state) == expected
+    finally:
+        ring.close()
+
+
+@pytest.mark.parametrize("mechanism", ["star", "line", "tree"])
+def test_a_lazy_restore_reports_the_structure_of_its_background_load(
+    lab: Lab, mechanism: str
+) -> None:
+    ring = _open(lab)
+    try:
+        expected = _rows(_write_chain(ring))
+        record = ring.committed("lazy")
+        arrived = threading.Event()
+        state, report = ring.restore_lazily(
+            OWNER,
+            record,
+            key_group_count=G,
+            mechanism=mechanism,
+            on_loaded=lambda _: arrived.set(),
+        )
+        assert report.used == LAZY_FETCH
+        assert report.transfer == report.to_dict()["transfer"] == mechanism
+        assert f"by {mechanism} in the background" in report.reason
+        assert state.for_key(("k21",))["v"] == "changed 21"
+        assert arrived.wait(60), "the background load never finished"
+        assert _rows(state) == expected
+    finally:
+        ring.close()
