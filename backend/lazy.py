@@ -181,7 +181,12 @@ class ChainLoader:
         with self._cond:
             whole = key_group in self._whole
         if not whole:
-            self._ensure(self._chains.get(key_group, []), demanded=True)
+            try:
+                self._ensure(self._chains.get(key_group, []), demanded=True)
+            except RecoveryError:
+                with self._cond:  # the transfer may have brought it meanwhile
+                    if key_group not in self._whole:
+                        raise
         with self._cond:
             return self._hand_out()
 

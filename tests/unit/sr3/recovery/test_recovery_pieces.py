@@ -244,3 +244,18 @@ def test_chain_index_round_trips_the_wire_and_rejects_double_claims() -> None:
     assert all(again.epochs(kg) == chains.epochs(kg) for kg in chains.key_groups)
     with pytest.raises(RecoveryError):
         ChainIndex([("a", 1, [0]), ("b", 1, [0])])
+
+
+def test_assembly_hands_over_each_key_group_once_when_it_is_whole() -> None:
+    chain, _ = random_chain(5, 4)
+    manifest, metas, payloads = metas_of(chain)
+    whole: list[tuple[int, list[Any]]] = []
+    assembly = Assembly(
+        manifest, metas, on_key_group=lambda kg, blobs: whole.append((kg, blobs))
+    )
+    for meta in metas:
+        assembly.add_shard(meta.shard_id, payloads[meta.shard_id], crc_checked=False)
+        assembly.add_shard(meta.shard_id, payloads[meta.shard_id], crc_checked=False)
+    layers = assembly.layers()
+    assert sorted(kg for kg, _ in whole) == sorted(layers)
+    assert dict(whole) == layers
