@@ -39,6 +39,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from backend.owners import owner_name
 from sr3.errors import ConfigError
 from storm_bridge.cluster.barriers import BARRIER_SOURCE, BarrierRouter, Deliver
 from storm_bridge.cluster.epochs import EpochStats, OpenEpoch
@@ -225,7 +226,7 @@ class Coordinator:
         index = component_tasks(comp).index(task_id)
         if self._tasks[task_id].is_spout:
             return f"{comp}/{index}"
-        return f"{self._topology.name}/{comp}/{index}"
+        return owner_name(self._topology.name, comp, index)
 
     @property
     def rolls_back(self) -> bool:
