@@ -24,7 +24,8 @@ from backend.committer import EpochCommitter, StartPoint
 from sr3.config import CheckpointConfig
 from sr3.errors import SR3Error
 from storm_bridge.cluster import EventKind, LocalCluster
-from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+from storm_bridge.cluster.checkpoints import Coordinator
+from storm_bridge.cluster.commits import CheckpointSettings
 from storm_bridge.cluster.engine import checked_confs
 from storm_bridge.errors import CheckpointError, StormBridgeError
 from storm_bridge.metrics import RunMetricsFeed
