@@ -48,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sr3_cli.output import table  # noqa: E402
+from sr3_cli.output import table  # noqa: E402 (after the sys.path insert above)
 
 RESULTS = ROOT / "bench" / "results"
 NAME = "backend-before-after"
@@ -370,7 +370,7 @@ def summarize(runs: list[dict[str, Any]], benches: list[Bench]) -> list[dict[str
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.4g}" if abs(x) < 100 else f"{x:,.0f}"  # noqa: PLR2004
+    return f"{x:.4g}" if abs(x) < 100 else f"{x:,.0f}"  # noqa: PLR2004 (digits vs thousands)
 
 
 def _cells(row: dict[str, Any]) -> list[str]:
