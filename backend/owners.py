@@ -16,6 +16,7 @@ __all__ = [
     "owner_name",
     "owner_topology",
     "topology_owners",
+    "writer_name",
 ]
 
 
@@ -53,6 +54,15 @@ class OwnerId:
 def owner_name(topology: str, component: str, index: int) -> str:
     """Return the owner id of task ``index`` of ``component``."""
     return str(OwnerId(topology, component, index))
+
+
+def writer_name(topology: str, component: str, writer: str) -> str:
+    """Return the name of another writer of a component's epochs (not a task).
+
+    The Spark driver's pending Kafka outputs of a sink are
+    ``<topology>/<component>/spark``: the name ends in ``writer``, not an index.
+    """
+    return f"{topology}/{component}/{writer}"
 
 
 def owner_topology(name: str) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from sr3.errors import SR3Error
 
 __all__ = [
+    "BatchLimitError",
     "ComponentError",
     "QueryFailedError",
     "ReplayError",
@@ -36,3 +37,11 @@ class ReplayError(ComponentError):
 
 class QueryFailedError(SparkBridgeError):
     """The Structured Streaming query stopped with an error."""
+
+
+class BatchLimitError(SparkBridgeError):
+    """A micro-batch started after the run's last one (``--max-batches``); not run.
+
+    Raised by the sink before it writes or commits anything, so the batch is
+    neither in the ring nor in Spark's commit log: the next run reads it again.
+    """

@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from confluent_kafka import KafkaException
 
+from backend.owners import writer_name
 from spark_bridge.context import storm_context
 from spark_bridge.rows import EMIT
 from sr3.codec import decode_value, encode_key
@@ -151,7 +152,7 @@ class SparkKafkaSink:
             for stream, names in streams.items()
             if (source, stream) in inputs
         }
-        owner = f"{topology.name}/{component}/{SPARK_WRITER}"
+        owner = writer_name(topology.name, component, SPARK_WRITER)
         delivery = EpochDelivery(
             settings=settings,
             owner=owner,

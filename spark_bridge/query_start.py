@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from backend.access import RingAccess
 from backend.chain import ChainPolicy
 from backend.committer import EpochCommitter, StartPoint
+from backend.owners import writer_name
 from spark_bridge.compiler import Plan
 from spark_bridge.errors import SparkBridgeError
 from spark_bridge.ring import (
@@ -155,7 +156,7 @@ def plan_start(  # noqa: PLR0913 (the start's inputs)
         policy=ChainPolicy(settings.recovery.max_chain_length),
         boxing=IntegerBoxing.of({**topology.config, **conf}),
         retain=settings.checkpoint.retain,
-        outputs=[f"{topology.name}/{n}/{SPARK_WRITER}" for n in plan.kafka_sinks],
+        outputs=[writer_name(topology.name, n, SPARK_WRITER) for n in plan.kafka_sinks],
     )
     record = committer.open()
     start = QueryStart(committer=committer, record=record, query=query)

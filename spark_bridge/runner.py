@@ -193,6 +193,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
             for name in plan.kafka_sinks
         ],
         last_epoch=record.epoch if record is not None else None,
+        limit=stop_after_batches,
     )
     query = (
         frame.writeStream.foreachBatch(sink)
@@ -283,6 +284,8 @@ def _wait(
     while deadline is None or time.monotonic() < deadline:
         if drained.is_set():
             return True
+        # before the query's state: the sink refuses a batch past the limit
+        # (BatchLimitError), which ends the query once the limit is reached
         if stop_after_batches is not None and sink.committed >= stop_after_batches:
             return False
         if failure or not query.isActive:

@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from backend.access import RingAccess
 from spark_bridge.compiler import Plan
-from spark_bridge.errors import SparkBridgeError
+from spark_bridge.errors import BatchLimitError, SparkBridgeError
 from spark_bridge.kafka_sink import SparkKafkaSink, crash_point
 from spark_bridge.ring import ENGINE, BatchCommit, BatchCommitter
 from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
@@ -73,9 +73,23 @@ class BatchSink:
     kafka_sinks: Sequence[SparkKafkaSink] = ()
     #: the epoch the last committed batch was committed as (a re-run's)
     last_epoch: int | None = None
+    #: micro-batches this run commits at most (``--max-batches``; None: no limit)
+    limit: int | None = None
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
-        """Write micro-batch ``batch_id`` as parquet, then commit it to the ring."""
+        """Write micro-batch ``batch_id`` as parquet, then commit it to the ring.
+
+        Raises:
+            BatchLimitError: the run committed its ``limit`` already; the
+                query stops without this batch (Spark may start the next one
+                before the run's stop reaches it).
+        """
+        if self.limit is not None and self.committed >= self.limit:
+            msg = (
+                f"micro-batch {batch_id} not run: this run stops after "
+                f"{self.limit} committed micro-batches (--max-batches)"
+            )
+            raise BatchLimitError(msg)
         started = time.perf_counter()
         target = self.sink_dir / f"{_BATCH_PREFIX}{batch_id}"
         frame.write.mode("overwrite").parquet(str(target))

@@ -6,8 +6,10 @@ lab's cluster (``sr3 lab up --spark``) or ``--master``, whose workers run on
 this machine. A schedule's timeline starts at the run's first committed
 micro-batch; then its ``kill-executor`` faults SIGKILL one of the application's
 executor JVMs (the worker launches a new one, with a new executor id), its
-``kill-driver`` fault SIGKILLs the driver's process group (a new driver resumes
-from the ring with ``--resume`` and a fresh Spark checkpoint), and the lab's
+``kill-driver`` fault SIGKILLs the driver's process group once its time has
+come and a second micro-batch committed (so the chain restored has a delta;
+a new driver resumes from the ring with ``--resume`` and a fresh Spark
+checkpoint), and the lab's
 :class:`~sr3_cli.chaos_runs.Injector` kills and restarts ring nodes. The final
 committed state must equal a failure-free run's on the same cluster
 (:func:`~sr3_cli.chaos_runs.verdict`). A recovery is timed from the kill to the
@@ -266,6 +268,8 @@ class _Runner:
             if delay > 0:  # the fault's time on the schedule, from the first commit
                 time.sleep(delay)
             driver = run.drivers[-1]
+            if fault.kind == "kill-driver":
+                self._await_second_commit(run, driver)
             if driver.proc.poll() is not None:
                 run.errors.append(f"{fault.describe()}: the run had ended")
                 continue
@@ -289,6 +293,19 @@ class _Runner:
                 continue
             what = f"executor {victim} (pid {executors[victim]})"
             run.kills.append((fault, time.monotonic(), what))
+
+    def _await_second_commit(self, run: _Run, driver: _Driver) -> None:
+        """Wait until the run committed a micro-batch after its first one.
+
+        A driver kill is resumed from the ring: with a second batch in, the
+        chain it restores has a delta on its base, whatever the machine's load
+        (a batch can take longer than the fault's time after the first commit).
+        """
+        deadline = time.monotonic() + self.timeout_s
+        while len(run.commits) < 2 and time.monotonic() < deadline:
+            if driver.proc.poll() is not None:
+                return
+            time.sleep(_POLL_S)
 
     def _executors(self, driver: _Driver) -> dict[str, int]:
         """The driver's executors, once it has one (a resumed driver starts)."""

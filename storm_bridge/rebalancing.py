@@ -67,6 +67,8 @@ class LiveRebalancing:
         #: Accepted requests not yet reported done, by request id.
         self._accepted: dict[str, RebalanceRequest] = {}
         self._seen: set[str] = set()
+        #: Whether the request watch is set (the start's ZooKeeper calls worked).
+        self._watching = False
         self._thread = threading.Thread(
             target=self._serve, name=f"sr3-rebalance-{topology}", daemon=True
         )
@@ -74,8 +76,8 @@ class LiveRebalancing:
     def start(self, started: float) -> None:
         """Publish the live record, watch requests (times relative to ``started``).
 
-        Raises:
-            CoordinationError: ZooKeeper failed.
+        ZooKeeper trouble here does not stop the run: the publisher thread
+        retries until the record is out and the watch is set.
         """
         self._started = started
 
@@ -83,6 +85,21 @@ class LiveRebalancing:
             self._wake.set()
 
         self._cluster.with_rebalancer(lambda r: setattr(r, "on_change", changed))
+        try:
+            self._begin()
+        except SR3Error as exc:
+            # ZooKeeper down or the session lost while the run starts: the run
+            # goes on; the publisher thread tries again every round
+            logger.warning(
+                "rebalance service of %s not ready, retried every %s s: %s",
+                self._topology,
+                _PUBLISH_S,
+                exc,
+            )
+        self._thread.start()
+
+    def _begin(self) -> None:
+        """Publish the live record, retire a stale request, watch new ones."""
         self._store.publish_live(self._topology, self._view())
         found = self._store.get(self._topology)
         if found is not None and found[0].state == REQUESTED:
@@ -95,7 +112,7 @@ class LiveRebalancing:
             )
             self._seen.add(found[0].request_id)
         self._store.watch(self._topology, self._requested)
-        self._thread.start()
+        self._watching = True
 
     def close(self) -> None:
         """Stop serving; the live record goes."""
@@ -136,6 +153,8 @@ class LiveRebalancing:
             self._wake.wait(_PUBLISH_S)
             self._wake.clear()
             try:
+                if not self._watching:
+                    self._begin()
                 self._take_requests()
                 self._publish()
             except SR3Error as exc:  # ZooKeeper trouble: try again next round

@@ -9,10 +9,7 @@ checkpoints and every recovery with its timeline.
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +21,7 @@ from backend.committer import EpochCommitter, StartPoint
 from sr3.config import CheckpointConfig
 from sr3.errors import SR3Error
 from storm_bridge.cluster import EventKind, LocalCluster
-from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+from storm_bridge.cluster.commits import CheckpointSettings
 from storm_bridge.cluster.engine import checked_confs
 from storm_bridge.errors import CheckpointError, StormBridgeError
 from storm_bridge.metrics import RunMetricsFeed
@@ -39,10 +36,20 @@ from storm_bridge.report import (
     recovery_dict,
     state_summary,
 )
-from storm_bridge.ringwatch import RingWatch
+from storm_bridge.runner_session import (
+    NodeKill,
+    RunSession,
+    TaskFreeze,
+    TaskKill,
+    busy_reason,
+    check_kills,
+    close_epochs,
+    deliver_stopped,
+    native_final,
+)
 from storm_bridge.wiring import CommitRecord, RingAccess
-from topology_api.topology import LoadedTopology, load_topology
-from zk.epochs import Phase, ZkEpochStore
+from topology_api.topology import load_topology
+from zk.epochs import ZkEpochStore
 
 __all__ = [
     "NodeKill",
@@ -55,41 +62,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_NATIVE_POLL_S: Final = 0.05
 #: How long a task restarted after dying on its own gets, once the run is over,
 #: to come up again before the report calls it down.
 _SETTLE_S: Final = 10.0
-
-
-@dataclass(frozen=True)
-class TaskKill:
-    """SIGKILL task ``index`` of ``component`` ``at_s`` seconds into the run."""
-
-    component: str
-    index: int
-    at_s: float
-
-
-@dataclass(frozen=True)
-class TaskFreeze:
-    """SIGSTOP task ``index`` of ``component`` ``at_s`` seconds into the run.
-
-    The task is continued (SIGCONT) ``down_s`` seconds later: a stall, not a
-    crash (a straggler, a long GC pause, a swapped-out process).
-    """
-
-    component: str
-    index: int
-    at_s: float
-    down_s: float
-
-
-@dataclass(frozen=True)
-class NodeKill:
-    """SIGKILL ring node ``node`` ``at_s`` seconds into the run."""
-
-    node: str
-    at_s: float
 
 
 @dataclass(frozen=True)
@@ -181,304 +156,6 @@ def _check_kill_times(options: RunOptions) -> None:
             raise StormBridgeError(msg)
 
 
-def _signal(pid: int, sig: int) -> None:
-    """Signal a task's process; one that died meanwhile is left alone."""
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        logger.info("task process %s ended before signal %s", pid, sig)
-
-
-def _check_kills(
-    topology: LoadedTopology, kills: Sequence[TaskKill | TaskFreeze]
-) -> None:
-    for kill in kills:
-        comp = topology.components.get(kill.component)
-        if comp is None:
-            known = ", ".join(topology.components)
-            msg = (
-                f"--kill {kill.component}:{kill.index}: topology {topology.name!r} "
-                f"has no component {kill.component!r} (components: {known})"
-            )
-            raise StormBridgeError(msg)
-        if not 0 <= kill.index < comp.tasks:
-            msg = (
-                f"--kill {kill.component}:{kill.index}: component {kill.component!r} "
-                f"has tasks 0..{comp.tasks - 1}"
-            )
-            raise StormBridgeError(msg)
-
-
-class _Run:
-    """One run: the cluster, its kill schedule and its ring watch."""
-
-    def __init__(
-        self,
-        cluster: LocalCluster,
-        ring: RingAccess,
-        kill_node: Callable[[str], None] | None,
-        clock: Callable[[], float],
-    ) -> None:
-        self.cluster = cluster
-        self.ring = ring
-        self.kill_node = kill_node
-        self.clock = clock
-        self.started = clock()
-        self.kill_times: dict[str, float] = {}
-        self.killed_tasks: list[tuple[int, float]] = []
-        #: Kills and freezes of a task a live rebalance removed, as reported.
-        self.skipped: list[str] = []
-        self._wakeup = threading.Event()
-        self.ring_watch = RingWatch(
-            ring.membership,
-            self._node_left,
-            clock,
-            lambda: ring.session.connected,
-        )
-
-    def watch_ring(self) -> None:
-        """Roll back whenever a registration leaves the ring, rejoins included."""
-        self.ring_watch.start()
-
-    def _node_left(self, node: str) -> None:
-        cause = f"ring node {node}"
-        if self.cluster.with_coordinator(lambda c: c.rolls_back):
-            try:
-                self.cluster.rollback(cause)
-            except StormBridgeError as exc:
-                logger.warning("rollback after %s skipped: %s", cause, exc)
-        else:
-            # no stateful bolt, no replayable spout: no task keeps anything in
-            # the ring, and restarting them all would only lose their memory
-            logger.info("%s left the ring; nothing to roll back", cause)
-
-    def wait_nodes_handled(self, deadline: float) -> bool:
-        """Wait until every killed ring node left the ring and was rolled back."""
-        return self.ring_watch.wait_handled(deadline)
-
-    def _task_id(self, flag: str, component: str, index: int) -> int | None:
-        """The task id of ``component:index`` now; None once a rebalance removed it.
-
-        The index was checked against the component's task count at the start;
-        a live rebalance (``sr3 rebalance``) may have lowered that count since.
-        """
-        ids = self.cluster.task_ids(component)
-        if index < len(ids):
-            return ids[index]
-        note = (
-            f"{flag} {component}:{index} skipped: {component!r} has {len(ids)} "
-            "tasks now (a rebalance lowered its count)"
-        )
-        logger.warning("%s", note)
-        self.skipped.append(note)
-        return None
-
-    def _freeze(self, freeze: TaskFreeze) -> None:
-        """SIGSTOP a task's process now and SIGCONT that same process later."""
-        task_id = self._task_id("--freeze", freeze.component, freeze.index)
-        if task_id is None:
-            return
-        pid = self.cluster.task_pid(task_id)
-        if pid is None:
-            logger.warning(
-                "no process of %s:%s to freeze", freeze.component, freeze.index
-            )
-            return
-        self.kill_times[f"{freeze.component}:{freeze.index}"] = self.clock()
-        _signal(pid, signal.SIGSTOP)
-        thaw = threading.Timer(freeze.down_s, _signal, (pid, signal.SIGCONT))
-        thaw.daemon = True
-        thaw.start()
-
-    def inject(
-        self,
-        kills: Sequence[TaskKill],
-        node_kills: Sequence[NodeKill],
-        started: float,
-        freezes: Sequence[TaskFreeze] = (),
-    ) -> None:
-        self.started = started
-        events: list[tuple[float, Any]] = [(k.at_s, k) for k in kills]
-        events += [(k.at_s, k) for k in node_kills]
-        events += [(f.at_s, f) for f in freezes]
-        for at_s, kill in sorted(events, key=lambda e: e[0]):
-            delay = started + at_s - self.clock()
-            if delay > 0:
-                self._wakeup.wait(delay)
-            if isinstance(kill, TaskFreeze):
-                self._freeze(kill)
-            elif isinstance(kill, TaskKill):
-                task_id = self._task_id("--kill", kill.component, kill.index)
-                if task_id is None:
-                    continue
-                self.kill_times[f"{kill.component}:{kill.index}"] = self.clock()
-                self.killed_tasks.append((task_id, self.clock()))
-                self.cluster.kill_task(task_id)
-            else:
-                if self.kill_node is None:
-                    msg = f"--kill-node {kill.node}: this run cannot kill ring nodes"
-                    raise StormBridgeError(msg)
-                self.kill_times[f"ring node {kill.node}"] = self.clock()
-                self.ring_watch.killing(kill.node)
-                self.kill_node(kill.node)
-
-    def final_epoch(self, deadline: float) -> bool:
-        """Run until idle with a final epoch committed after every injected failure.
-
-        A killed ring node counts once the registration it had when killed left
-        the ring (its ZooKeeper session ended, or a restarted node replaced it)
-        and the rollback that caused ran, so a run never ends between the two.
-        """
-        cluster = self.cluster
-        if not self.wait_nodes_handled(deadline):
-            return False
-        # a killed task is noticed asynchronously: never end before its death
-        # was seen (or a rollback already under way recycled it), or the run
-        # would report a recovery that never ran
-        if not cluster.wait_for(
-            functools.partial(_deaths_seen, tuple(self.killed_tasks)),
-            max(0.0, deadline - self.clock()),
-        ):
-            return False
-        while self.clock() < deadline:
-            if not cluster.run_until_idle(max(0.0, deadline - self.clock())):
-                return False
-            emits = cluster.spout_emits()
-            rebalances = cluster.with_rebalancer(lambda r: len(r.history))
-            target = cluster.request_epoch()
-            if target is not None and not cluster.wait_for(
-                functools.partial(_reached, target), max(0.0, deadline - self.clock())
-            ):
-                return False
-            # every rollback must have resumed: an epoch committed after it
-            resumed = cluster.wait_for(
-                _all_resumed, min(1.0, max(0.0, deadline - self.clock()))
-            )
-            # Final when no spout emitted since the epoch was asked for (its
-            # barrier follows every tuple counted in ``emits``) and the topology
-            # is idle again. Idle is waited for, not sampled: a dry spout is
-            # asked for ``next`` every few ms, and a loaded machine made an
-            # instant check miss the gaps every time, until the deadline.
-            idle = resumed and cluster.run_until_idle(
-                min(1.0, max(0.0, deadline - self.clock()))
-            )
-            # a rebalance taken meanwhile may have held tuples past that epoch
-            same = cluster.with_rebalancer(lambda r: len(r.history)) == rebalances
-            if idle and same and cluster.spout_emits() == emits:
-                return True
-        return False
-
-
-def _native_final(
-    run: _Run, store: ZkEpochStore, topology: str, deadline: float
-) -> bool:
-    """Run until idle with two commits in a row at the same offsets (native mode).
-
-    Two consecutive commits of one generation with equal offsets, the cluster
-    idle at both, mean the spouts emitted nothing for a whole interval after
-    the first: the second one holds the final state.
-    """
-    cluster = run.cluster
-    if not cluster.wait_for(
-        functools.partial(_deaths_seen, tuple(run.killed_tasks)),
-        max(0.0, deadline - run.clock()),
-    ):
-        return False
-    seen: tuple[int, Any] | None = None
-    while run.clock() < deadline and not cluster.cannot_come_up():
-        if cluster.run_until_idle(0.0):
-            try:
-                record = run.ring.committed(topology)
-                control = store.control()
-                generation = store.generation()
-            except SR3Error as exc:
-                if not exc.retriable:
-                    raise
-                # ZooKeeper restarting: the tasks wait for it too; so do we
-                logger.info("native run end: records unreadable for now: %s", exc)
-                record = control = None
-            if record is not None and control is not None:
-                mark = (dict(record.offsets), record.extra.get("generation"))
-                steady = (
-                    control.phase is Phase.RUNNING
-                    and control.generation == generation == mark[1]
-                )
-                if steady and seen is not None and record.epoch > seen[0]:
-                    if seen[1] == mark:
-                        return True
-                if seen is None or record.epoch > seen[0]:
-                    seen = (record.epoch, mark)
-        threading.Event().wait(_NATIVE_POLL_S)
-    return False
-
-
-def _deliver_stopped(
-    topology: LoadedTopology, conf: Mapping[str, Any], ring: RingAccess
-) -> None:
-    """Let sinks that write on commit (``KafkaSink``) write the final epoch.
-
-    A run ends right after its last commit, so its sink tasks may stop before
-    they wrote that epoch out; a later run would. Sinks declare a
-    ``deliver_stopped`` class method for it.
-    """
-    for name, comp in topology.components.items():
-        deliver = getattr(comp.component_cls, "deliver_stopped", None)
-        if deliver is None:
-            continue
-        merged = {**topology.config, **comp.config, **conf}
-        merged["topology.name"] = topology.name
-        deliver(merged, ring=ring, component=name, tasks=comp.tasks)
-
-
-def _busy_reason(run: _Run, *, waits_for_nodes: bool) -> str:
-    """Why an ``--until-idle`` run did not go idle, for the report.
-
-    Args:
-        run: The run.
-        waits_for_nodes: Whether its end waits for killed ring nodes to leave
-            (:meth:`_Run.final_epoch` does; native mode does not).
-    """
-    cluster = run.cluster
-    if cluster.cannot_come_up():
-        return "a task cannot come up (see task_failures)"
-    nodes = run.ring_watch.reason(run.started) if waits_for_nodes else None
-    return nodes or cluster.busy_reason() or "the final epoch did not commit in time"
-
-
-def _close_epochs(
-    cluster: LocalCluster, clock: Callable[[], float], deadline: float
-) -> None:
-    """Open no epoch after the final one; let the one in flight commit.
-
-    An epoch opened after the final commit would publish its snapshots and be
-    stopped before it commits: manifests no commit references.
-    """
-
-    def close(coordinator: Coordinator) -> int | None:
-        coordinator.closed = True
-        return coordinator.in_flight
-
-    while cluster.with_coordinator(close) is not None and clock() < deadline:
-        threading.Event().wait(0.02)
-
-
-def _deaths_seen(killed: tuple[tuple[int, float], ...], cluster: LocalCluster) -> bool:
-    # not from the event log: a chatty task's logs may have pushed the death out
-    ends = [cluster.ended_at(task_id) for task_id, _ in killed]
-    return all(
-        end is not None and end >= at for end, (_, at) in zip(ends, killed, strict=True)
-    )
-
-
-def _all_resumed(cluster: LocalCluster) -> bool:
-    recoveries = cluster.with_coordinator(lambda k: list(k.recoveries)) or []
-    return all(r.resumed_at is not None for r in recoveries)
-
-
-def _reached(epoch: int, cluster: LocalCluster) -> bool:
-    return int(cluster.with_coordinator(lambda k: k.last_committed) or 0) >= epoch
-
-
 def run_topology(
     path: str | Path,
     *,
@@ -505,7 +182,7 @@ def run_topology(
         CoordinationError: ZooKeeper failed.
     """
     topology = load_topology(path, environment=options.environment)
-    _check_kills(topology, [*options.kills, *options.freezes])
+    check_kills(topology, [*options.kills, *options.freezes])
     _check_kill_times(options)
     if options.node_kills and kill_node is None:
         msg = (
@@ -553,7 +230,7 @@ def run_topology(
     if options.checkpoints and options.resume:
         # what the resumed epoch holds of a sink's outputs and its writer did
         # not write (a Spark driver that died after the commit) goes out first
-        _deliver_stopped(topology, conf, ring)
+        deliver_stopped(topology, conf, ring)
     cluster = LocalCluster(
         topology,
         conf,
@@ -562,7 +239,7 @@ def run_topology(
         checkpoint=checkpoint,
         clock=clock,
     )
-    run = _Run(cluster, ring, kill_node, clock)
+    run = RunSession(cluster, ring, kill_node, clock)
     if options.until_idle:
         # a task that cannot come up keeps the topology from ever being
         # idle (or, with two such spouts, even active): end the run (reported
@@ -588,14 +265,14 @@ def run_topology(
             if options.duration_s is not None:
                 limit = min(limit, options.duration_s)
             if store is not None:
-                idle = _native_final(run, store, topology.name, started + limit)
+                idle = native_final(run, store, topology.name, started + limit)
             else:
                 idle = run.final_epoch(started + limit)
             if not idle:
-                busy = _busy_reason(run, waits_for_nodes=store is None)
+                busy = busy_reason(run, waits_for_nodes=store is None)
                 logger.warning("not idle by the end of the run: %s", busy)
             else:
-                _close_epochs(cluster, clock, clock() + _SETTLE_S)
+                close_epochs(cluster, clock, clock() + _SETTLE_S)
         elif options.duration_s is not None:
             remaining = started + options.duration_s - clock()
             if remaining > 0:
@@ -629,7 +306,7 @@ def run_topology(
         cluster.stop()
         committer.close()
     if options.checkpoints and idle:
-        _deliver_stopped(topology, conf, ring)
+        deliver_stopped(topology, conf, ring)
     checkpoints, recoveries = coordinator_view or ({"count": 0}, [])
     state = state_summary(ring, topology) if options.checkpoints else {}
     return RunReport(

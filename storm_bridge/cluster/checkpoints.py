@@ -19,11 +19,12 @@ held back until every channel delivered its barrier. Then:
   output. A bolt that acks an input only once later ones arrive holds the
   epoch back until ``sr3.checkpoint.timeout.s`` abandons it.
 
-Epoch ``e`` commits (``CheckpointHooks.commit``) when every spout task and every
-stateful task reported. Any task death rolls the whole topology back: every
-task restarts, stateful tasks restore the committed epoch's state, replayable
-spouts seek to its offsets, and tuples in flight are lost. Plain spouts keep
-running: the trees of their lost tuples fail back to them, as in Storm.
+Epoch ``e`` commits (:mod:`~storm_bridge.cluster.commits`) when every spout
+task and every stateful task reported. Any task death rolls the whole topology
+back: every task restarts, stateful tasks restore the committed epoch's state,
+replayable spouts seek to its offsets, and tuples in flight are lost. Plain
+spouts keep running: the trees of their lost tuples fail back to them, as in
+Storm.
 Barriers never travel on a subscription that closes a cycle (see
 :func:`~storm_bridge.cluster.context.back_edges`),
 so a bolt reading its own output back never waits for itself. A
@@ -36,11 +37,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from sr3.errors import ConfigError
 from storm_bridge.cluster.barriers import BARRIER_SOURCE, BarrierRouter, Deliver
+from storm_bridge.cluster.commits import CheckpointSettings, Commits, task_owners
 from storm_bridge.cluster.epochs import EpochStats, OpenEpoch
 from storm_bridge.cluster.rollbacks import (
     Recovery,
@@ -50,69 +50,19 @@ from storm_bridge.cluster.rollbacks import (
 )
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.components import BARRIER_COMMAND
-from storm_bridge.errors import CheckpointError, StormBridgeError
+from storm_bridge.errors import CheckpointError
 from topology_api.topology import LoadedTopology
 
-__all__ = [
-    "BARRIER_SOURCE",
-    "CheckpointHooks",
-    "CheckpointSettings",
-    "Coordinator",
-    "EpochStats",
-    "Recovery",
-]
+__all__ = ["BARRIER_SOURCE", "Coordinator", "EpochStats", "Recovery"]
 
 logger = logging.getLogger(__name__)
-
-
-class CheckpointHooks(Protocol):
-    """Where the coordinator records commits (ZooKeeper in production)."""
-
-    def commit(self, epoch: int, offsets: Mapping[str, Any], owners: list[str]) -> None:
-        """Record epoch ``epoch`` as globally committed."""
-
-
-@dataclass(frozen=True)
-class CheckpointSettings:
-    """How the cluster checkpoints.
-
-    Attributes:
-        hooks: Records commits.
-        interval_s: Time between the commit of an epoch and the opening of the
-            next (``sr3.checkpoint.interval.s``, default 1).
-        first_epoch: Number of the first epoch this run opens; keep it above
-            every epoch published before.
-        timeout_s: An epoch still open after this long is abandoned (held
-            tuples are released) and a later one opened
-            (``sr3.checkpoint.timeout.s``, default 60).
-
-    Raises:
-        ConfigError: a duration is not positive or the first epoch is below 1.
-    """
-
-    hooks: CheckpointHooks
-    interval_s: float = 1.0
-    first_epoch: int = 1
-    timeout_s: float = 60.0
-
-    def __post_init__(self) -> None:
-        checks = {
-            "sr3.checkpoint.interval.s": self.interval_s > 0,
-            "sr3.checkpoint.timeout.s": self.timeout_s > 0,
-        }
-        for key, ok in checks.items():
-            if not ok:
-                msg = f"{key} must be > 0 seconds; use e.g. 1"
-                raise ConfigError(msg)
-        if self.first_epoch < 1:
-            msg = f"first epoch {self.first_epoch} is invalid; epochs start at 1"
-            raise ConfigError(msg)
 
 
 class Coordinator:
     """Runs global epochs over the cluster's tasks (the engine thread only).
 
-    It opens, commits and abandons epochs itself; barrier alignment is a
+    It opens and abandons epochs itself; recording a complete epoch's commit is
+    a :class:`~storm_bridge.cluster.commits.Commits`', barrier alignment a
     :class:`~storm_bridge.cluster.barriers.BarrierRouter`'s, rollbacks and their
     timelines a :class:`~storm_bridge.cluster.rollbacks.Rollbacks`'.
 
@@ -154,14 +104,8 @@ class Coordinator:
             deliver=deliver,
         )
         self._rollbacks = Rollbacks(tasks=tasks, clock=clock, recycle=recycle)
-        self._owners = {
-            task_id: self._owner(task_id, component_tasks)
-            for task_id, rt in tasks.items()
-        }
-        self._index = {
-            task_id: component_tasks(rt.component.name).index(task_id)
-            for task_id, rt in tasks.items()
-        }
+        self._commits = Commits(settings.hooks, clock)
+        self._owners, self._index = task_owners(topology, tasks, component_tasks)
         #: Called with each epoch committed (a straggler's input log is cut).
         self.on_commit: Callable[[int], None] | None = None
         #: Called before a rollback recycles the tasks.
@@ -187,7 +131,8 @@ class Coordinator:
         self.local_report: Callable[[], dict[str, Any]] = dict
         self._next_epoch = settings.first_epoch
         self._current: OpenEpoch | None = None
-        self.committed: list[EpochStats] = []
+        #: Stats of every epoch this run committed, oldest first.
+        self.committed: list[EpochStats] = self._commits.committed
         #: Epochs abandoned after ``timeout_s``.
         self.abandoned = 0
         self._started = False
@@ -212,20 +157,9 @@ class Coordinator:
             deliver=self._deliver,
         )
         self._barriers.on_barrier_sent = hook
-        self._owners = {
-            task_id: self._owner(task_id, component_tasks) for task_id in self._tasks
-        }
-        self._index = {
-            task_id: component_tasks(rt.component.name).index(task_id)
-            for task_id, rt in self._tasks.items()
-        }
-
-    def _owner(self, task_id: int, component_tasks: Callable[[str], list[int]]) -> str:
-        comp = self._tasks[task_id].component.name
-        index = component_tasks(comp).index(task_id)
-        if self._tasks[task_id].is_spout:
-            return f"{comp}/{index}"
-        return f"{self._topology.name}/{comp}/{index}"
+        self._owners, self._index = task_owners(
+            self._topology, self._tasks, component_tasks
+        )
 
     @property
     def rolls_back(self) -> bool:
@@ -414,16 +348,11 @@ class Coordinator:
         owners = sorted(
             self._owners[t] for t, rt in self._tasks.items() if is_stateful_bolt(rt)
         )
-        try:
-            self._settings.hooks.commit(current.epoch, current.offsets, owners)
-        except StormBridgeError as exc:
-            logger.error("epoch %s could not commit: %s", current.epoch, exc)
-            self._current = None
+        self._current = None
+        now = self._commits.commit(current, owners)
+        if now is None:
             self._schedule(self._settings.interval_s)
             return
-        now = self._clock()
-        self.committed.append(current.stats(now))
-        self._current = None
         self._rollbacks.resumed(now)
         if self.on_commit is not None:
             self.on_commit(current.epoch)

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from storm_bridge.cluster.acker import PendingInput
-from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+from storm_bridge.cluster.checkpoints import Coordinator
 from storm_bridge.cluster.checks import check_runnable
+from storm_bridge.cluster.commits import CheckpointSettings
 from storm_bridge.cluster.context import Router, assign_task_ids
 from storm_bridge.cluster.duplicates import Stragglers
 from storm_bridge.cluster.events import EventKind, Journal

@@ -26,7 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+from storm_bridge.cluster.checkpoints import Coordinator
+from storm_bridge.cluster.commits import CheckpointSettings
 from storm_bridge.cluster.engine import Engine
 from storm_bridge.cluster.events import ClusterEvent, ComponentCounters, EventKind
 from storm_bridge.cluster.health import TaskFailure, never_up, settled, task_failures

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sr3.config_engine import CheckpointConfig
-from storm_bridge.cluster.checkpoints import CheckpointSettings
+from storm_bridge.cluster.commits import CheckpointSettings
 from storm_bridge.cluster.local_recovery import LocalRecovery
 from storm_bridge.cluster.scopes import RecoveryScope
 

@@ -32,6 +32,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from backend.owners import owner_name
 from sr3.config import Sr3Config
 from storm_bridge.cluster.context import RoutingError
 from storm_bridge.cluster.engine import Engine
@@ -156,7 +157,7 @@ class Rebalancer:
                     "task": task_id,
                     "index": index,
                     "of": info.tasks,
-                    "owner": f"{engine.topology.name}/{name}/{index}",
+                    "owner": owner_name(engine.topology.name, name, index),
                     "state": engine.tasks[task_id].state.value,
                     "processed": engine.tasks[task_id].processed,
                     "pid": engine.tasks[task_id].pid,

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 from confluent_kafka import Producer
 from pystorm.component import Tuple as StormTuple
 
+from backend.owners import owner_name, writer_name
 from sr3.state import KeyState
 from storm_bridge.stateful import StatefulBolt
 from topology_api.barriers import task_index
@@ -87,7 +88,7 @@ class KafkaSink(StatefulBolt):
         index, _count = task_index(context)
         component = str(context["componentid"])
         topology = str(stormconf.get("topology.name", ""))
-        self._owner_id = f"{topology}/{component}/{index}"
+        self._owner_id = owner_name(topology, component, index)
         self._fields: dict[tuple[str, str], list[str]] = {
             (source, stream): list(names)
             for source, streams in context.get("source->stream->fields", {}).items()
@@ -242,7 +243,8 @@ def deliver_committed(
     topology = str(conf["topology.name"])
     record = ring.committed(topology)
     writers: list[int | str] = list(range(tasks))
-    if record is not None and f"{topology}/{component}/{SPARK_WRITER}" in record.owners:
+    spark = writer_name(topology, component, SPARK_WRITER)
+    if record is not None and spark in record.owners:
         # a Spark run's driver died before writing its last micro-batch
         writers.append(SPARK_WRITER)
     return [
@@ -250,7 +252,7 @@ def deliver_committed(
             settings,
             ring=ring,
             record=record,
-            owner=f"{topology}/{component}/{writer}",
+            owner=writer_name(topology, component, str(writer)),
             tid=transactional_id(topology, component, writer),
         )
         for writer in writers

@@ -31,7 +31,7 @@ from storm_bridge.errors import StormBridgeError
 from storm_bridge.messages import GENERATION_FIELD_KEY
 from storm_bridge.native import MODE_KEY, NATIVE, SPOUT
 from storm_bridge.report import native_checkpoints, state_summary
-from storm_bridge.runner import _deliver_stopped
+from storm_bridge.runner_session import deliver_stopped
 from storm_bridge.sparse.monitor import ControlMonitor
 from storm_bridge.sparse.package import build_jar
 from storm_bridge.sparse.stats import counters_of, errors_of
@@ -418,7 +418,7 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
         _wait_gone(session, run, clock)
     # sinks that write on commit (KafkaSink) write the final epoch, as on the
     # local cluster: the topology was killed right after that commit
-    _deliver_stopped(topology, conf, ring)
+    deliver_stopped(topology, conf, ring)
     return report
 
 

@@ -16,7 +16,8 @@ import pytest
 from sr3.config import Sr3Config
 from sr3_cli.lab import Lab
 from storm_bridge.cluster import EventKind, LocalCluster
-from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+from storm_bridge.cluster.checkpoints import Coordinator
+from storm_bridge.cluster.commits import CheckpointSettings
 from storm_bridge.native import MAX_REPLAYS
 from storm_bridge.runner import NodeKill, RunOptions, run_topology
 from storm_bridge.wiring import RingAccess

@@ -10,6 +10,7 @@ from backend.owners import (
     owner_name,
     owner_topology,
     topology_owners,
+    writer_name,
 )
 
 
@@ -33,7 +34,8 @@ def test_owners_of_a_component_come_in_task_order() -> None:
 def test_a_named_writer_of_a_topology_is_its_topology_but_no_task() -> None:
     # the Spark driver's pending Kafka outputs: pinned with the topology's
     # savepoints, never counted as a stateful task
-    assert owner_topology("wc/results/spark") == "wc"
+    assert writer_name("wc", "results", "spark") == "wc/results/spark"
+    assert owner_topology(writer_name("wc", "results", "spark")) == "wc"
     assert owner_topology("wc/count/2") == "wc"
     assert owner_topology("synthetic") is None
     assert topology_owners(["wc/results/spark", "wc/count/0"], "wc") == ["wc/count/0"]

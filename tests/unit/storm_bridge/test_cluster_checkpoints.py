@@ -10,11 +10,8 @@ import pytest
 
 from sr3.errors import ConfigError
 from storm_bridge.cluster.acker import PendingInput
-from storm_bridge.cluster.checkpoints import (
-    BARRIER_SOURCE,
-    CheckpointSettings,
-    Coordinator,
-)
+from storm_bridge.cluster.checkpoints import BARRIER_SOURCE, Coordinator
+from storm_bridge.cluster.commits import CheckpointSettings
 from storm_bridge.cluster.context import assign_task_ids
 from storm_bridge.cluster.settings import TaskSettings, topology_conf
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue

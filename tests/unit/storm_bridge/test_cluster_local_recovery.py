@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from storm_bridge.cluster.acker import PendingInput
-from storm_bridge.cluster.checkpoints import CheckpointSettings, Coordinator
+from storm_bridge.cluster.checkpoints import Coordinator
+from storm_bridge.cluster.commits import CheckpointSettings
 from storm_bridge.cluster.context import assign_task_ids
 from storm_bridge.cluster.events import Journal
 from storm_bridge.cluster.local_recovery import LocalRecovery
