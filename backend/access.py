@@ -81,7 +81,9 @@ class RestoreReport:
         reason: Why the structure was chosen (the planner's words).
         phases: The recovery's timeline (plan, transfer, install...).
         transfer: The structure a lazy restore's background load runs (star,
-            line or tree; empty for an eager restore, whose ``used`` says it).
+            line or tree; empty for an eager restore, whose ``used`` says it,
+            and for a lazy one until its load is planned: the load's
+            :class:`~backend.lazy.LoadStats` name it).
     """
 
     epoch: int | None
@@ -262,8 +264,10 @@ class RingAccess:
         chose for ``mechanism`` (star, line or tree; ``auto`` decides as the
         eager restore does), then shard by shard for whatever that transfer
         left missing (:class:`backend.lazy.ChainLoader`); ``on_loaded`` is
-        called once every key group arrived. The report's ``transfer`` and
-        ``reason`` say which structure and why; its ``bytes`` are the chain's.
+        called once every key group arrived. The planning runs in the
+        background too, so the report cannot name the structure yet: the
+        :class:`~backend.lazy.LoadStats` given to ``on_loaded`` do
+        (``transfer``, ``reason``); the report's ``bytes`` are the chain's.
         With nothing committed for ``owner`` this is :meth:`restore`.
 
         Raises:
@@ -283,15 +287,18 @@ class RingAccess:
             node_config=self.config.node,
             recovery=replace(self.config.recovery, mechanism=mechanism),
         )
-        planned = Recoverer(context).plan_transfer(
-            owner, mechanism=mechanism, epoch=record.epoch
-        )
+        recoverer = Recoverer(context)
+        epoch = record.epoch
         loader = ChainLoader(
             self.store,
             manifest,
             self.manifests.shards(owner),
             on_loaded=on_loaded,
-            transfer=planned,
+            # planned on the loader's thread: probing holders (auto) is not
+            # on the task's way to its first tuple
+            plan=lambda: recoverer.plan_transfer(
+                owner, mechanism=mechanism, epoch=epoch
+            ),
         )
         state = KeyedState(manifest.key_group_count)
         state.defer(loader.key_groups, loader)
@@ -304,11 +311,9 @@ class RingAccess:
             loader.bytes_total,
             time.perf_counter() - started,
             reason=(
-                "lazy restore: key groups fetched when first needed, the rest by "
-                f"{planned.decision.mechanism} in the background: "
-                f"{planned.decision.reason}"
+                "lazy restore: key groups fetched when first needed, the rest "
+                "planned and brought in the background"
             ),
-            transfer=planned.decision.mechanism,
         )
         return state, report
 

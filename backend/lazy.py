@@ -55,12 +55,17 @@ class LoadStats:
         on_demand: Shards fetched on the task's thread because a tuple needed
             them before the background brought them.
         loaded_s: Seconds from the loader's start until every shard arrived.
+        transfer: The structure the background transfer ran (star, line or
+            tree; empty: none was planned, or planning failed).
+        reason: What the background load did and why (the planner's words).
     """
 
     shards: int
     bytes_read: int
     on_demand: int
     loaded_s: float
+    transfer: str = ""
+    reason: str = ""
 
 
 class ChainLoader:
@@ -72,8 +77,10 @@ class ChainLoader:
         metas: Shard records of the manifest's shards.
         on_loaded: Called once when every key group arrived (on whichever
             thread brought the last one).
-        transfer: The planner's transfer to run in the background first
-            (None: the background fetches shard by shard only).
+        plan: Plans the transfer to run in the background first, on the
+            background thread: planning (probing the holders under ``auto``)
+            stays off the task's critical path (None: the background fetches
+            shard by shard only).
 
     Raises:
         RecoveryError: a shard of the manifest has no record.
@@ -86,7 +93,7 @@ class ChainLoader:
         metas: Mapping[str, ShardMeta],
         *,
         on_loaded: Callable[[LoadStats], None] | None = None,
-        transfer: PlannedTransfer | None = None,
+        plan: Callable[[], PlannedTransfer] | None = None,
     ) -> None:
         missing = [sid for sid in manifest.shard_ids if sid not in metas]
         if missing:
@@ -103,9 +110,12 @@ class ChainLoader:
         self._store = store
         self._metas = {sid: metas[sid] for sid in shard_ids}
         self._on_loaded = on_loaded
-        self._transfer = transfer
+        self._plan = plan
         #: a transfer runs: take_all waits for it before fetching shards
-        self._transferring = transfer is not None
+        self._transferring = plan is not None
+        #: the structure the background ran and why (LoadStats)
+        self._transfer_name = ""
+        self._reason = "lazy restore: the background fetched shard by shard"
         #: key groups complete (handed out or ready to be)
         self._whole: set[int] = set()
         #: blobs of key groups the transfer delivered, not handed out yet
@@ -156,10 +166,10 @@ class ChainLoader:
         if not self._metas:
             self._finish()
             return
-        if self._transfer is not None:
+        if self._plan is not None:
             threading.Thread(
                 target=self._run_transfer,
-                args=(self._transfer, threads),
+                args=(self._plan, threads),
                 name="sr3-lazy-transfer",
                 daemon=True,
             ).start()
@@ -214,18 +224,34 @@ class ChainLoader:
         }
         return [sid for sid in self._metas if sid in wanted]
 
-    def _run_transfer(self, transfer: PlannedTransfer, threads: int) -> None:
-        """Run the planner's transfer, then fetch what it left shard by shard."""
+    def _run_transfer(self, plan: Callable[[], PlannedTransfer], threads: int) -> None:
+        """Plan and run the transfer, then fetch what it left shard by shard."""
+        received = 0
         try:
-            assembly = transfer.run(self._deliver)
-            received = assembly.bytes_received
+            transfer = plan()
         except Exception as exc:  # the shard-by-shard fetch below is the fallback
             logger.warning(
-                "lazy restore: %s transfer failed (%s); fetching shards directly",
-                transfer.decision.mechanism,
+                "lazy restore: planning the transfer failed (%s); fetching shards "
+                "directly",
                 exc,
             )
-            received = 0
+            self._reason = f"lazy restore: no transfer planned ({exc}); shard by shard"
+        else:
+            mechanism = transfer.decision.mechanism
+            self._transfer_name = mechanism
+            self._reason = (
+                "lazy restore: key groups fetched when first needed, the rest by "
+                f"{mechanism} in the background: {transfer.decision.reason}"
+            )
+            try:
+                received = transfer.run(self._deliver).bytes_received
+            except Exception as exc:  # the shard-by-shard fetch below is the fallback
+                logger.warning(
+                    "lazy restore: %s transfer failed (%s); fetching shards directly",
+                    mechanism,
+                    exc,
+                )
+                self._reason += f"; the transfer failed ({exc}), shard by shard"
         with self._cond:
             self._transferring = False
             self._bytes += received
@@ -374,6 +400,8 @@ class ChainLoader:
             bytes_read=self._bytes,
             on_demand=self._on_demand,
             loaded_s=time.monotonic() - self._started,
+            transfer=self._transfer_name,
+            reason=self._reason,
         )
         if self._on_loaded is not None:
             self._on_loaded(stats)

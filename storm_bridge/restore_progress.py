@@ -80,6 +80,9 @@ class RestoreProgress:
             params["loaded_bytes"] = stats.bytes_read
             params["on_demand_shards"] = stats.on_demand
             params["loaded_shards"] = stats.shards
+            if stats.transfer:  # planned in the background: named only now
+                params["transfer"] = stats.transfer
+                params["reason"] = stats.reason
         return params
 
 

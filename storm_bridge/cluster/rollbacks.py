@@ -22,7 +22,15 @@ __all__ = ["Recovery", "Rollbacks", "is_replayable", "is_stateful_bolt"]
 
 #: What a restored task's progress report (``sr3.loaded``) adds to its restore.
 _PROGRESS_FIELDS: Final = frozenset(
-    {"lazy", "first_tuple_s", "state_loaded_s", "loaded_bytes", "on_demand_shards"}
+    {
+        "lazy",
+        "first_tuple_s",
+        "state_loaded_s",
+        "loaded_bytes",
+        "on_demand_shards",
+        "transfer",
+        "reason",
+    }
 )
 
 

@@ -190,7 +190,7 @@ def test_the_background_load_runs_the_planners_structure(
             manifest,
             ring.manifests.shards(OWNER),
             on_loaded=loaded,
-            transfer=planned,
+            plan=lambda: planned,
         )
         state = KeyedState(G)
         state.defer(loader.key_groups, loader)
@@ -205,6 +205,8 @@ def test_the_background_load_runs_the_planners_structure(
         assert [p["mechanism"] for p in plans] == [mechanism]
         assert any(kind == "data" for kind, _ in planned.events)
         assert stats[0].on_demand == loader.on_demand_shards
+        assert stats[0].transfer == mechanism
+        assert f"by {mechanism} in the background" in stats[0].reason
         assert _rows(state) == expected
     finally:
         ring.close()
@@ -219,18 +221,74 @@ def test_a_lazy_restore_reports_the_structure_of_its_background_load(
         expected = _rows(_write_chain(ring))
         record = ring.committed("lazy")
         arrived = threading.Event()
+        stats: list[LoadStats] = []
+
+        def loaded(got: LoadStats) -> None:
+            stats.append(got)
+            arrived.set()
+
         state, report = ring.restore_lazily(
             OWNER,
             record,
             key_group_count=G,
             mechanism=mechanism,
-            on_loaded=lambda _: arrived.set(),
+            on_loaded=loaded,
         )
         assert report.used == LAZY_FETCH
-        assert report.transfer == report.to_dict()["transfer"] == mechanism
-        assert f"by {mechanism} in the background" in report.reason
+        # planned on the loader's thread: the restore returns before the plan
+        assert report.transfer == report.to_dict()["transfer"] == ""
+        assert "planned and brought in the background" in report.reason
         assert state.for_key(("k21",))["v"] == "changed 21"
         assert arrived.wait(60), "the background load never finished"
+        assert stats[0].transfer == mechanism
+        assert f"by {mechanism} in the background" in stats[0].reason
+        assert _rows(state) == expected
+    finally:
+        ring.close()
+
+
+def test_a_key_is_served_while_still_planning_and_a_failed_plan_falls_back(
+    lab: Lab,
+) -> None:
+    ring = _open(lab)
+    try:
+        expected = _rows(_write_chain(ring))
+        planning = threading.Event()
+        gate = threading.Event()
+
+        def plan() -> PlannedTransfer:
+            planning.set()
+            gate.wait(60)  # a slow planner: probing holders under auto
+            msg = "no live holder answered the probe"
+            raise RuntimeError(msg)
+
+        arrived = threading.Event()
+        stats: list[LoadStats] = []
+
+        def loaded(got: LoadStats) -> None:
+            stats.append(got)
+            arrived.set()
+
+        loader = ChainLoader(
+            ring.store,
+            ring.manifests.manifest(OWNER, 2),
+            ring.manifests.shards(OWNER),
+            on_loaded=loaded,
+            plan=plan,
+        )
+        state = KeyedState(G)
+        state.defer(loader.key_groups, loader)
+        loader.start()
+        assert planning.wait(30)
+        # the plan is not made yet: the key's shards are fetched on demand
+        assert state.for_key(("k14",))["v"] == "changed 14"
+        assert not arrived.is_set()
+        gate.set()
+        assert arrived.wait(60), "the shard-by-shard fallback never finished"
+        assert stats[0].transfer == ""
+        assert "no transfer planned (no live holder answered the probe)" in (
+            stats[0].reason
+        )
         assert _rows(state) == expected
     finally:
         ring.close()
