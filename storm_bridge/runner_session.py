@@ -89,19 +89,9 @@ def check_kills(
 ) -> None:
     """Refuse a kill or freeze of a component or task index the topology lacks."""
     for kill in kills:
-        comp = topology.components.get(kill.component)
-        if comp is None:
-            known = ", ".join(topology.components)
-            msg = (
-                f"--kill {kill.component}:{kill.index}: topology {topology.name!r} "
-                f"has no component {kill.component!r} (components: {known})"
-            )
-            raise StormBridgeError(msg)
-        if not 0 <= kill.index < comp.tasks:
-            msg = (
-                f"--kill {kill.component}:{kill.index}: component {kill.component!r} "
-                f"has tasks 0..{comp.tasks - 1}"
-            )
+        problem = topology.task_problem(kill.component, kill.index)
+        if problem is not None:
+            msg = f"--kill {kill.component}:{kill.index}: {problem}"
             raise StormBridgeError(msg)
 
 

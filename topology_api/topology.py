@@ -163,6 +163,23 @@ class LoadedTopology:
         """Ids of the components whose class declares itself stateful."""
         return [c.name for c in self.components.values() if c.stateful]
 
+    def task_problem(self, component: str, index: int) -> str | None:
+        """Why task ``component:index`` is not one of this topology's (None: it is).
+
+        The words a ``--kill``, ``--freeze`` or fault on a task that does not
+        exist is refused with, after its own label.
+        """
+        comp = self.components.get(component)
+        if comp is None:
+            known = ", ".join(self.components)
+            return (
+                f"topology {self.name!r} has no component {component!r} "
+                f"(components: {known})"
+            )
+        if not 0 <= index < comp.tasks:
+            return f"component {component!r} has tasks 0..{comp.tasks - 1}"
+        return None
+
     @property
     def thrift(self) -> Any:
         """The ``StormTopology`` streamparse built for this topology."""

@@ -154,18 +154,9 @@ def _check_kills(topology: LoadedTopology, options: StormRunOptions) -> None:
             raise StormRunError(msg)
         if kill.kind != "task":
             continue
-        comp = topology.components.get(kill.component)
-        if comp is None:
-            known = ", ".join(topology.components)
-            msg = (
-                f"--kill {kill.label}: topology {topology.name!r} has no component "
-                f"{kill.component!r} (components: {known})"
-            )
-            raise StormRunError(msg)
-        if not 0 <= kill.index < comp.tasks:
-            msg = (
-                f"--kill {kill.label}: {kill.component!r} has tasks 0..{comp.tasks - 1}"
-            )
+        problem = topology.task_problem(kill.component, kill.index)
+        if problem is not None:
+            msg = f"--kill {kill.label}: {problem}"
             raise StormRunError(msg)
 
 

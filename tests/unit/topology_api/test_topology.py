@@ -215,3 +215,18 @@ from {package}.spouts import WordSpout
 class Project(Topology):
     word_spout = WordSpout.spec()
 """
+
+
+def test_a_task_the_topology_lacks_is_named_with_what_exists(
+    write_topology: WriteTopology,
+) -> None:
+    topology = load_topology(write_topology(TOPOLOGY))
+    assert topology.task_problem("count_bolt", 3) is None  # topology.tasks is 4
+    assert topology.task_problem("count_bolt", 4) == (
+        "component 'count_bolt' has tasks 0..3"
+    )
+    assert topology.task_problem("count_bolt", -1) is not None
+    problem = topology.task_problem("counter", 0)
+    assert problem is not None
+    assert "has no component 'counter'" in problem
+    assert "(components: word_spout, count_bolt, sink)" in problem
