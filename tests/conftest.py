@@ -71,10 +71,21 @@ _MODULE_SECONDS: dict[str, float] = {}
 _SLOWEST_MODULES: Final = 25
 
 
+#: A file each test's phases are appended to as they end (``SR3_TEST_TIMES``):
+#: where the time went, even in a run stopped before its summary.
+_TIMES_FILE: Final = os.environ.get("SR3_TEST_TIMES", "")
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Add each phase's duration to its module's total."""
+    """Add each phase's duration to its module's total (and to SR3_TEST_TIMES)."""
     module = report.nodeid.split("::", 1)[0]
     _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
+    if _TIMES_FILE:
+        with open(_TIMES_FILE, "a", encoding="utf-8") as out:
+            out.write(
+                f"{time.strftime('%H:%M:%S')}\t{report.when}\t{report.outcome}\t"
+                f"{report.duration:.1f}\t{report.nodeid}\n"
+            )
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
