@@ -12,7 +12,7 @@ TEST_WORKERS ?= 1
 XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup demo test ci lint format typecheck imports test-fast chaos test-unit test-integration bench-ring bench-recovery bench-storm bench-spark clean
+.PHONY: help setup demo test test-soak test-all ci lint format typecheck imports test-fast chaos test-unit test-integration bench-ring bench-recovery bench-storm bench-spark clean
 
 help:  ## List the targets (not in CI)
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -23,7 +23,13 @@ setup:  ## Install Debian's ZooKeeper when missing and the venv in .venv (CI: ye
 demo: setup  ## Run the main job on embedded defaults (not in CI)
 	$(BIN)/sr3 demo
 
-test: setup lint typecheck imports  ## Everything CI runs: lint, types, layers, all tests (CI: yes)
+test: setup lint typecheck imports  ## Everything CI runs: lint, types, layers, all tests but the soak tier (CI: yes)
+	$(BIN)/pytest -q $(XDIST) -m "not soak" --durations=30 tests
+
+test-soak: setup  ## The soak tier: chaos campaigns on Storm and Spark clusters, repeated schedules (not in CI; about 16 min)
+	$(BIN)/pytest -q -m soak --durations=30 tests
+
+test-all: setup lint typecheck imports  ## make test and the soak tier in one session (not in CI; about 90 min)
 	$(BIN)/pytest -q $(XDIST) --durations=30 tests
 
 ci: test  ## Exactly what .ci/run runs (CI: yes)

@@ -110,6 +110,7 @@ def test_a_killed_task_processes_before_its_state_arrived_and_stays_exact(
     print({k: restore[k] for k in ("on_demand_shards", "shards", "bytes")})  # noqa: T201
 
 
+@pytest.mark.soak  # tests/integration/backend/test_lazy.py covers each structure
 def test_the_background_load_uses_the_configured_structure(
     lab: Lab, baseline: Any, tmp_path: Path
 ) -> None:
@@ -155,7 +156,11 @@ def test_a_second_failure_during_the_background_load_stays_exact(
     assert sink_lines(tmp_path) == lines
 
 
-@pytest.mark.parametrize("scope", ["task", "global"])
+@pytest.mark.parametrize(
+    "scope",
+    # under global scope every task restores: `make test-soak`
+    ["task", pytest.param("global", marks=pytest.mark.soak)],
+)
 def test_checkpoints_taken_while_keys_are_loading_stay_exact(
     lab: Lab, baseline: Any, tmp_path: Path, scope: str
 ) -> None:

@@ -229,6 +229,7 @@ def test_compaction_leaves_no_shard_behind(
     assert dump(ring, "wordcount", "count") == expected_counts(2400)
 
 
+@pytest.mark.soak  # test_rescale_spark.py rescales across engines in make test
 def test_rescaled_stateful_bolt_keeps_every_key_on_both_engines(
     spark: SparkSession, ring: RingAccess, tmp_path: Path
 ) -> None:

@@ -27,7 +27,12 @@ from storm_bridge.apache import ApacheStormCluster
 from storm_bridge.sparse.submit import NimbusSession
 from tests.integration.conftest import running_lab
 
-pytestmark = [pytest.mark.zk, pytest.mark.apache_storm, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.zk,
+    pytest.mark.apache_storm,
+    pytest.mark.slow,
+    pytest.mark.soak,
+]
 
 REPO = Path(__file__).resolve().parents[3]
 #: Two schedules: the coordinator killed in one, the worker JVM in the other.

@@ -76,6 +76,7 @@ def _split_task(nimbus: str, name: str = "wordcount") -> TaskProcess | None:
     return tasks[0] if tasks else None
 
 
+@pytest.mark.soak  # the sparse submit test below fences stragglers in make test
 def test_stragglers_arriving_after_the_quiet_time_are_dropped_by_generation(
     apache_storm: ApacheStormCluster, ring_lab: Lab, wait_until: WaitUntil
 ) -> None:

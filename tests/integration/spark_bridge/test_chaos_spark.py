@@ -30,7 +30,7 @@ from sr3.recovery.recover import BROKEN_BUILD_ENV
 from sr3_cli.lab import Lab
 from tests.integration.conftest import running_lab
 
-pytestmark = [pytest.mark.zk, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.zk, pytest.mark.spark, pytest.mark.slow, pytest.mark.soak]
 
 REPO = Path(__file__).resolve().parents[3]
 #: With ``--kinds kill-executor`` schedule 1 is an executor kill 0.5 s after

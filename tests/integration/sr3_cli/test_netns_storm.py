@@ -120,6 +120,7 @@ def test_storm_daemons_run_on_their_hosts(storm_lab: Lab) -> None:
     assert storm_lab.storm["nimbus"].split(":")[0] == address["h1"]
 
 
+@pytest.mark.soak  # 3 min; the netns ring-node partition tests stay in make test
 def test_exactly_once_across_a_partition_of_a_supervisor_host(
     storm_lab: Lab, wait_until: WaitUntil
 ) -> None:
