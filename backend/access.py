@@ -202,15 +202,8 @@ class RingAccess:
             empty = RestoreReport(None, mechanism, "none", 0, 0, 0.0)
             return KeyedState(key_group_count), empty
         lazy = self.config.recovery.lazy_install
-        context = RecoveryContext(
-            manifests=self.manifests,
-            members=self.members,
-            pool=self.pool,
-            node_config=self.config.node,
-            recovery=replace(self.config.recovery, mechanism=mechanism),
-        )
         try:
-            result = Recoverer(context).recover(
+            result = self._recoverer(mechanism).recover(
                 owner, mechanism=mechanism, epoch=record.epoch, lazy=lazy
             )
         except RecoveryError as exc:
@@ -247,6 +240,18 @@ class RingAccess:
         )
         return state, report
 
+    def _recoverer(self, mechanism: str) -> Recoverer:
+        """A recoverer over this ring with ``mechanism`` as its configured one."""
+        return Recoverer(
+            RecoveryContext(
+                manifests=self.manifests,
+                members=self.members,
+                pool=self.pool,
+                node_config=self.config.node,
+                recovery=replace(self.config.recovery, mechanism=mechanism),
+            )
+        )
+
     def restore_lazily(
         self,
         owner: str,
@@ -280,14 +285,7 @@ class RingAccess:
             )
         started = time.perf_counter()
         manifest = self._reader.manifest(owner, record.epoch)
-        context = RecoveryContext(
-            manifests=self.manifests,
-            members=self.members,
-            pool=self.pool,
-            node_config=self.config.node,
-            recovery=replace(self.config.recovery, mechanism=mechanism),
-        )
-        recoverer = Recoverer(context)
+        recoverer = self._recoverer(mechanism)
         epoch = record.epoch
         loader = ChainLoader(
             self.store,

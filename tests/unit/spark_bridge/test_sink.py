@@ -17,6 +17,6 @@ def test_a_batch_past_the_limit_is_refused_before_anything_is_written(
     sink.committed = 1  # the run's one batch is in
     # the frame is never touched: nothing written, nothing committed
     with pytest.raises(BatchLimitError, match=r"micro-batch 7 not run.*--max-batches"):
-        sink(None, 7)  # type: ignore[arg-type]
+        sink(None, 7)  # type: ignore[arg-type]  # no DataFrame: refused first
     assert list(tmp_path.iterdir()) == []
     assert sink.committed == 1

@@ -62,6 +62,7 @@ def test_a_session_lost_at_the_start_is_retried_and_the_run_goes_on(
 ) -> None:
     store = _Store(failures)
     monkeypatch.setattr(rebalancing, "ZkRebalanceStore", lambda _session: store)
+    # the fakes stand for the cluster and the ring: only the store is used
     live = LiveRebalancing(_Cluster(), _Ring(), "wc")  # type: ignore[arg-type]
     live.start(time.monotonic())  # does not raise
     try:
