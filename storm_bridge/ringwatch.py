@@ -28,15 +28,15 @@ START_WAIT_S: Final = 30.0
 
 @dataclass
 class _KilledNode:
-    """A ring node the run killed, awaited until it left and its rollback ran.
+    """A ring node the run killed, awaited until it left and the run handled it.
 
     Attributes:
         node: Its id.
         killed_at: When it was killed (run clock).
         registration: What was registered under its id when it was killed: the
             registration whose end the run waits for.
-        left_at: When that registration was seen to end (its rollback then
-            runs); None while it is still in the ring.
+        left_at: When that registration was seen to end (the run then rolls
+            back or gives up the open epoch); None while it is still in the ring.
     """
 
     node: str
@@ -157,9 +157,9 @@ class RingWatch:
         for killed in pending:
             if killed.left_at is not None:
                 reasons.append(
-                    f"waiting for the rollback after ring node {killed.node} left "
-                    f"the ring ({killed.left_at - started:.1f} s into the run) to "
-                    "finish"
+                    f"waiting for the run to handle ring node {killed.node} "
+                    f"leaving the ring ({killed.left_at - started:.1f} s into the "
+                    "run): a rollback, or under task scope the open epoch given up"
                 )
                 continue
             reasons.append(

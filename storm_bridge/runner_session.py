@@ -123,14 +123,18 @@ class RunSession:
         )
 
     def watch_ring(self) -> None:
-        """Roll back whenever a registration leaves the ring, rejoins included."""
+        """Act on every registration leaving the ring, rejoins included.
+
+        Under ``sr3.recovery.scope = global`` the topology rolls back; under
+        ``task`` it goes on (:func:`~storm_bridge.cluster.scopes.decide_ring_scope`).
+        """
         self.ring_watch.start()
 
     def _node_left(self, node: str) -> None:
         cause = f"ring node {node}"
         if self.cluster.with_coordinator(lambda c: c.rolls_back):
             try:
-                self.cluster.rollback(cause)
+                self.cluster.ring_node_left(node)
             except StormBridgeError as exc:
                 logger.warning("rollback after %s skipped: %s", cause, exc)
         else:

@@ -306,6 +306,18 @@ class Engine:
         if self.coordinator is not None:
             self.coordinator.rollback(cause, reason=reason)
 
+    def ring_node_left(self, node: str) -> None:
+        """A ring node left: roll back, unless task scope lets the topology go on."""
+        if self.coordinator is None:
+            return
+        reason = ""
+        if self.local is not None:
+            decision = self.local.ring_node_left(node)
+            if decision.scope is RecoveryScope.TASK:
+                return
+            reason = decision.reason
+        self.coordinator.rollback(f"ring node {node}", reason=reason)
+
     @property
     def active(self) -> bool:
         """Whether the topology is active (spouts get ``next`` calls)."""

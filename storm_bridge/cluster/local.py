@@ -305,6 +305,12 @@ class LocalCluster:
             self._check_running()
             self._engine.rollback(cause)
 
+    def ring_node_left(self, node: str) -> None:
+        """A ring node left: roll back, or under task scope abandon the open epoch."""
+        with self._lock:
+            self._check_running()
+            self._engine.ring_node_left(node)
+
     def with_coordinator(self, read: Callable[[Coordinator], Any]) -> Any:
         """Return ``read(coordinator)`` under the lock (None: no checkpoints)."""
         with self._lock:

@@ -31,7 +31,13 @@ from storm_bridge.cluster.checkpoints import Coordinator
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.process import TaskProcess
 from storm_bridge.cluster.rollbacks import Recovery, is_stateful_bolt
-from storm_bridge.cluster.scopes import RecoveryScope, ScopeDecision, Veto, decide_scope
+from storm_bridge.cluster.scopes import (
+    RecoveryScope,
+    ScopeDecision,
+    Veto,
+    decide_ring_scope,
+    decide_scope,
+)
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.messages import TICK_STREAM, ShellMsg
 
@@ -92,6 +98,9 @@ class LocalRecovery:
         self._timeout_s = replay_timeout_s
         self.logs: dict[int, TaskLog] = {t: TaskLog() for t in tasks}
         self._replays: dict[int, _Replay] = {}
+        self._started = clock()
+        #: Ring nodes that left while task scope kept the topology going.
+        self.ring_nodes_left: list[dict[str, Any]] = []
         self._decisions: dict[int, ScopeDecision] = {}
         #: Other features' vetoes of task scope (live rebalance, ...).
         self.vetoes: list[Veto] = []
@@ -110,16 +119,18 @@ class LocalRecovery:
         holds the rules); other features veto task scope by adding to
         :attr:`vetoes`.
         """
-        restoring = any(
-            r.scope == "global" and r.restored_at is None
-            for r in self._coordinator.recoveries
-        )
         return decide_scope(
             rt,
             scope=self.scope,
             rolls_back=self._coordinator.rolls_back,
-            global_restoring=restoring,
+            global_restoring=self._global_restoring(),
             vetoes=self.vetoes,
+        )
+
+    def _global_restoring(self) -> bool:
+        return any(
+            r.scope == "global" and r.restored_at is None
+            for r in self._coordinator.recoveries
         )
 
     # -- logging (every delivery and emit) ---------------------------------------------
@@ -290,6 +301,26 @@ class LocalRecovery:
             self._timers.at(deadline, lambda: self._expire(rt, recovery))
         return decision
 
+    def ring_node_left(self, node: str) -> ScopeDecision:
+        """A ring node left the ring: under task scope, abandon the open epoch only.
+
+        The decision is :func:`~storm_bridge.cluster.scopes.decide_ring_scope`'s;
+        a GLOBAL one is the caller's to carry out (a rollback).
+        """
+        decision = decide_ring_scope(
+            scope=self.scope,
+            rolls_back=self._coordinator.rolls_back,
+            global_restoring=self._global_restoring(),
+        )
+        if decision.scope is RecoveryScope.TASK:
+            epoch = self._coordinator.in_flight
+            self._coordinator.abandon_open_epoch(f"after ring node {node} left")
+            at = round(self._clock() - self._started, 3)
+            self.ring_nodes_left.append(
+                {"node": node, "at_s": at, "abandoned_epoch": epoch}
+            )
+        return decision
+
     def _new_recovery(self, rt: TaskRuntime, decision: ScopeDecision) -> Recovery:
         recovery = Recovery(
             self._cause(rt),
@@ -383,6 +414,7 @@ class LocalRecovery:
             "bytes": {names[t]: log.size for t, log in sorted(self.logs.items())},
             "over_budget": self.over_budget_hits,
             "suppressed": self.suppressed,
+            "ring_nodes_left": list(self.ring_nodes_left),
         }
 
     def holding(self) -> bool:

@@ -21,6 +21,7 @@ __all__ = [
     "RecoveryScope",
     "ScopeDecision",
     "Veto",
+    "decide_ring_scope",
     "decide_scope",
 ]
 
@@ -88,3 +89,34 @@ def decide_scope(
         if reason is not None:
             return _global(reason)
     return ScopeDecision(RecoveryScope.TASK, "only the failed task restores")
+
+
+def decide_ring_scope(
+    *, scope: RecoveryScope, rolls_back: bool, global_restoring: bool
+) -> ScopeDecision:
+    """Return what a ring node leaving the ring rolls back, and why.
+
+    No task lost anything: the tasks keep their state in memory, the committed
+    epochs keep r-1 live replicas and the ring repairs them to r. Under task
+    scope the topology therefore goes on; only the open epoch is abandoned (its
+    snapshots were being written while the ring changed). A write that missed
+    its quorum kills its task, which then recovers alone like any failed task.
+
+    Args:
+        scope: ``sr3.recovery.scope``.
+        rolls_back: Whether the topology has anything to restore or seek.
+        global_restoring: A global rollback is under way, not yet restored
+            (its restores may have been reading from the node).
+    """
+    if scope is RecoveryScope.GLOBAL:
+        return _global("sr3.recovery.scope is global")
+    if not rolls_back:
+        return _global(
+            "nothing to restore or seek (no stateful bolt or replayable spout)"
+        )
+    if global_restoring:
+        return _global("a global rollback is under way: the ring change joins it")
+    return ScopeDecision(
+        RecoveryScope.TASK,
+        "no task failed: the ring keeps r-1 replicas and repairs; open epoch abandoned",
+    )

@@ -181,7 +181,26 @@ def test_task_and_ring_node_killed_together(
     check_exact(lab, baseline, tmp_path, report)
     causes = " ".join(r["cause"] for r in report["recoveries"])
     assert "count:" in causes
-    assert "ring node node-2" in causes
+    # under task scope (the default) the ring node's loss rolls nothing back:
+    # the run saw it leave and only gave up the epoch open at that moment
+    assert "ring node" not in causes, report["recoveries"]
+    left = report["checkpoints"]["local_recovery"]["ring_nodes_left"]
+    assert [n["node"] for n in left] == ["node-2"], left
+
+
+def test_a_ring_node_loss_under_global_scope_rolls_back(
+    lab: Lab, baseline: Any, tmp_path: Path
+) -> None:
+    try:
+        report = run(
+            lab, tmp_path, "-o", "sr3.recovery.scope=global",
+            "--kill-node", "node-2@0.5",
+        )  # fmt: skip
+    finally:
+        lab.start_nodes(["node-2"])
+        wait_for_members(lab, NODES)
+    check_exact(lab, baseline, tmp_path, report)
+    assert [r["cause"] for r in report["recoveries"]] == ["ring node node-2"]
 
 
 def test_a_stopped_run_resumes_exactly_once(

@@ -160,6 +160,27 @@ def test_the_decision_names_why_a_failure_rolls_back_globally(
     assert glob.decide(gtasks["count"][0]).reason == "sr3.recovery.scope is global"
 
 
+def test_a_ring_node_leaving_abandons_the_open_epoch_only_under_task_scope(
+    world: Any, write_topology: Callable[..., Path]
+) -> None:
+    local, _, coordinator, recycled = world
+    assert coordinator.open_epoch()
+    epoch = coordinator.in_flight
+    decision = local.ring_node_left("node-2")
+    assert decision.scope is RecoveryScope.TASK
+    # nothing restarts, nothing rolls back; the open epoch is given up
+    assert coordinator.in_flight is None
+    assert coordinator.recoveries == []
+    assert recycled == []
+    assert local.report()["ring_nodes_left"] == [
+        {"node": "node-2", "at_s": 0.0, "abandoned_epoch": epoch}
+    ]
+    glob, _, _, _ = _world(write_topology, RecoveryScope.GLOBAL)
+    decision = glob.ring_node_left("node-2")
+    assert decision.scope is RecoveryScope.GLOBAL
+    assert glob.report()["ring_nodes_left"] == []
+
+
 def test_a_failed_task_is_fed_its_log_again_and_its_re_emits_are_dropped(
     world: Any,
 ) -> None:
