@@ -2,7 +2,8 @@
 
 :class:`TaskKill`, :class:`TaskFreeze` and :class:`NodeKill` are the failures a
 run injects; :class:`RunSession` holds one run's cluster, injects them on time,
-rolls back when a ring node leaves, and waits for a final epoch committed after
+handles a ring node leaving (a rollback, or under task scope the open epoch
+given up), and waits for a final epoch committed after
 every one (:meth:`RunSession.final_epoch`; :func:`native_final` in native
 mode). :func:`deliver_stopped` lets sinks that write on commit write that final
 epoch. :func:`storm_bridge.runner.run_topology` drives it all.
