@@ -91,6 +91,15 @@ def run(lab: Lab, out: Path, conf: dict[str, Any], *extra: str) -> dict[str, Any
     return {"report": json.loads(proc.stdout), "tasks": tasks, "started": started}
 
 
+def add_load_args(parser: argparse.ArgumentParser, *, after: float) -> None:
+    """The topology's load: the fill, the stream after it and when the kill comes."""
+    parser.add_argument("--fill", type=int, default=16000)
+    parser.add_argument("--value-bytes", type=int, default=4096)
+    parser.add_argument("--rate", type=int, default=800, help="records/s streamed")
+    parser.add_argument("--margin", type=float, default=4.0)
+    parser.add_argument("--after", type=float, default=after)
+
+
 def rate(times: list[float], start: float, end: float) -> float:
     """Tuples per second processed in [start, end)."""
     if end <= start:
@@ -204,11 +213,7 @@ def plot(failures: dict[str, dict[str, Any]], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fill", type=int, default=16000)
-    parser.add_argument("--value-bytes", type=int, default=4096)
-    parser.add_argument("--rate", type=int, default=800, help="records/s streamed")
-    parser.add_argument("--margin", type=float, default=4.0)
-    parser.add_argument("--after", type=float, default=30.0)
+    add_load_args(parser, after=30.0)
     parser.add_argument("--repeats", type=int, default=3, help="failure-free runs")
     parser.add_argument(
         "--modes",

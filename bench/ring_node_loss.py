@@ -35,7 +35,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.lab_session import bench_lab  # noqa: E402
-from bench.local_recovery import BUCKET_S, STEADY_S, rate, run  # noqa: E402
+from bench.local_recovery import (  # noqa: E402
+    BUCKET_S,
+    STEADY_S,
+    add_load_args,
+    rate,
+    run,
+)
 from sr3_cli.commands import wait_for_members  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -134,11 +140,7 @@ def markdown(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> st
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--fill", type=int, default=16000)
-    parser.add_argument("--value-bytes", type=int, default=4096)
-    parser.add_argument("--rate", type=int, default=800, help="records/s streamed")
-    parser.add_argument("--margin", type=float, default=4.0)
-    parser.add_argument("--after", type=float, default=20.0)
+    add_load_args(parser, after=20.0)
     parser.add_argument("--window", type=float, default=12.0)
     parser.add_argument(
         "--name", default="ring_node_loss", help="results file stem in bench/results"

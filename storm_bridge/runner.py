@@ -3,8 +3,9 @@
 :func:`run_topology` wires a :class:`LocalCluster` to ZooKeeper and the ring: it
 starts the run from an empty committed epoch above every epoch published
 before, records commits in ZooKeeper, handles a ring node leaving (a rollback,
-or under task scope the open epoch given up), injects the requested task and node kills, and reports throughput,
-checkpoints and every recovery with its timeline.
+or under task scope the open epoch given up), injects the requested task and
+node kills, and reports throughput, checkpoints and every recovery with its
+timeline.
 """
 
 from __future__ import annotations

@@ -52,6 +52,21 @@ def _global(reason: str) -> ScopeDecision:
     return ScopeDecision(RecoveryScope.GLOBAL, reason)
 
 
+def _global_anyway(
+    scope: RecoveryScope, rolls_back: bool, global_restoring: bool, what: str
+) -> ScopeDecision | None:
+    """The fallbacks shared by task and ring-node failures (None: none applies)."""
+    if scope is RecoveryScope.GLOBAL:
+        return _global("sr3.recovery.scope is global")
+    if not rolls_back:
+        return _global(
+            "nothing to restore or seek (no stateful bolt or replayable spout)"
+        )
+    if global_restoring:
+        return _global(f"a global rollback is under way: {what} joins it")
+    return None
+
+
 def decide_scope(
     rt: TaskRuntime,
     *,
@@ -70,14 +85,9 @@ def decide_scope(
         vetoes: Other features' reasons to recover ``rt`` globally.
     """
     name = rt.component.name
-    if scope is RecoveryScope.GLOBAL:
-        return _global("sr3.recovery.scope is global")
-    if not rolls_back:
-        return _global(
-            "nothing to restore or seek (no stateful bolt or replayable spout)"
-        )
-    if global_restoring:
-        return _global("a global rollback is under way: the failure joins it")
+    common = _global_anyway(scope, rolls_back, global_restoring, "the failure")
+    if common is not None:
+        return common
     if rt.is_spout and not is_replayable(rt):
         return _global(f"{name} is a plain spout: it cannot seek to a committed offset")
     if getattr(rt.component.component_cls, NONDETERMINISTIC_ATTR, False) is True:
@@ -108,14 +118,9 @@ def decide_ring_scope(
         global_restoring: A global rollback is under way, not yet restored
             (its restores may have been reading from the node).
     """
-    if scope is RecoveryScope.GLOBAL:
-        return _global("sr3.recovery.scope is global")
-    if not rolls_back:
-        return _global(
-            "nothing to restore or seek (no stateful bolt or replayable spout)"
-        )
-    if global_restoring:
-        return _global("a global rollback is under way: the ring change joins it")
+    common = _global_anyway(scope, rolls_back, global_restoring, "the ring change")
+    if common is not None:
+        return common
     return ScopeDecision(
         RecoveryScope.TASK,
         "no task failed: the ring keeps r-1 replicas and repairs; open epoch abandoned",
