@@ -15,7 +15,8 @@ processing the n-th input goes downstream once, whichever copy makes it first;
 an input is acked once, by the first copy that acks it. While the race runs no
 epoch opens (the open one is abandoned), so the duplicate's restored epoch
 stays the committed one. Spouts, and bolts whose state has no ring, are
-restarted instead.
+restarted instead. :class:`Stragglers` judges and picks the policy; a race
+itself is run by :class:`~storm_bridge.cluster.race_runner.RaceRunner`.
 """
 
 from __future__ import annotations
@@ -27,14 +28,13 @@ from typing import Any
 
 from storm_bridge.cluster.checkpoints import Coordinator
 from storm_bridge.cluster.events import EventKind, Journal
-from storm_bridge.cluster.process import ProcessEvent, TaskProcess
+from storm_bridge.cluster.process import ProcessEvent
+from storm_bridge.cluster.race_runner import Emit, RaceRunner, Settle
 from storm_bridge.cluster.races import InputLog, Race, RaceCopy
 from storm_bridge.cluster.rollbacks import is_stateful_bolt
 from storm_bridge.cluster.supervisor import Supervisor
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
-from storm_bridge.components import BARRIER_STREAM, RESTORED_METRIC
-from storm_bridge.errors import MultilangProtocolError
-from storm_bridge.messages import ShellMsg, parse_pid_reply, parse_shell_msg
+from storm_bridge.messages import ShellMsg
 from storm_bridge.straggler import (
     StragglerEvent,
     StragglerPolicy,
@@ -46,11 +46,6 @@ from storm_bridge.straggler import (
 __all__ = ["Stragglers"]
 
 logger = logging.getLogger(__name__)
-
-#: (task, message, subprocess to answer ``need_task_ids``) -> forward an emit.
-Emit = Callable[[TaskRuntime, ShellMsg, TaskProcess | None], None]
-#: (task, ack or fail message) -> settle the input as the engine does.
-Settle = Callable[[TaskRuntime, ShellMsg], None]
 
 
 class Stragglers:
@@ -92,19 +87,21 @@ class Stragglers:
         self._clock = clock
         self._wall = wall_clock
         self._journal = journal
-        self._supervisor = supervisor
         self._coordinator = coordinator
-        self._emit = emit
-        self._settle = settle
+        self._runner = RaceRunner(
+            settings=settings,
+            clock=clock,
+            journal=journal,
+            supervisor=supervisor,
+            coordinator=coordinator,
+            emit=emit,
+            settle=settle,
+            on_decided=self._handled,
+        )
         self.log = InputLog(tasks)
         self.events: list[StragglerEvent] = []
-        self._races: dict[int, Race] = {}
-        self._by_tag: dict[int, Race] = {}
-        #: Tags of duplicates that took over -> the task's incarnation then.
-        self._adopted: dict[int, int] = {}
         self._acted: dict[int, int] = {}
         self._last: dict[int, tuple[float, int]] = {}
-        self._tags = 0
         #: A straggler was handled: judge again once an epoch committed.
         self._settling = False
         self.started_at = self._checked_at = clock()
@@ -140,28 +137,25 @@ class Stragglers:
         if not self.logging:
             return
         self.log.delivered(rt, tuple_id, message)
-        race = self._races.get(rt.task_id)
+        race = self._runner.race_of(rt.task_id)
         if race is not None:
             race.add(tuple_id, message)
 
     def racing(self) -> bool:
         """Whether a straggler and its duplicate race."""
-        return bool(self._races)
+        return self._runner.racing()
 
     def race_of(self, rt: TaskRuntime) -> Race | None:
         """The race ``rt`` is in, if any."""
-        return self._races.get(rt.task_id)
+        return self._runner.race_of(rt.task_id)
 
     def task_died(self, rt: TaskRuntime) -> None:
         """A task died: end its race (the failure path takes over), drop its log."""
-        race = self._races.get(rt.task_id)
-        if race is not None:
-            self._end(race, "aborted")
+        self._runner.abort(rt.task_id)
         self.log.forget(rt.task_id)
 
     def _rolled_back(self) -> None:
-        for race in list(self._races.values()):
-            self._end(race, "aborted")
+        self._runner.abort()
         self.log.forget()
 
     def _committed(self, epoch: int) -> None:
@@ -175,8 +169,7 @@ class Stragglers:
 
     def stop(self) -> None:
         """Kill every duplicate still racing."""
-        for race in list(self._races.values()):
-            self._end(race, "aborted")
+        self._runner.abort()
 
     def report(self) -> list[dict[str, Any]]:
         """The run report's straggler entries."""
@@ -207,7 +200,7 @@ class Stragglers:
         self._checked_at = now
         coordinator = self._coordinator
         recovering = coordinator is not None and coordinator.recovering
-        if late or self._races or self._settling or recovering:
+        if late or self._runner.racing() or self._settling or recovering:
             self._last.clear()
             return
         samples: dict[int, TaskSample] = {}
@@ -218,7 +211,8 @@ class Stragglers:
         for task_id, rt in self._tasks.items():
             if rt.state is not TaskState.RUNNING or not rt.came_up:
                 continue
-            if task_id in self._races or self._acted.get(task_id) == rt.incarnation:
+            racing = self._runner.race_of(task_id) is not None
+            if racing or self._acted.get(task_id) == rt.incarnation:
                 continue
             peers = [
                 samples[t]
@@ -267,12 +261,12 @@ class Stragglers:
         if policy is StragglerPolicy.RESTART:
             event.winner = "restart"
             event.decided_at = self._clock()
-            self._settling = self._coordinator is not None
+            self._handled()
             if rt.process is not None:
                 rt.killed = rt.incarnation  # not a death of its own
                 rt.process.kill()  # its reader's EOF takes the failure path
             return
-        self._duplicate(rt, event)
+        self._runner.start(rt, event, self.log.since_commit(rt))
 
     def _can_duplicate(self, rt: TaskRuntime) -> bool:
         if not self.logging or rt.is_spout or rt.process is None:
@@ -281,51 +275,11 @@ class Stragglers:
         # copy could not restore it
         return not is_stateful_bolt(rt) or bool(rt.conf.get("sr3.zk.hosts"))
 
-    # -- the race ----------------------------------------------------------------------
+    def _handled(self) -> None:
+        """A straggler was restarted or its race ended: wait for a commit."""
+        self._settling = self._coordinator is not None
 
-    def _duplicate(self, rt: TaskRuntime, event: StragglerEvent) -> None:
-        self._tags += 1
-        tag = -self._tags
-        entries = self.log.since_commit(rt)
-        first = next(
-            (i for i, (t, _) in enumerate(entries) if t in rt.inputs), len(entries)
-        )
-        race = Race(
-            rt,
-            event,
-            tag,
-            entries,
-            original=RaceCopy("original", first, rt.emits_since_ack),
-            duplicate=RaceCopy("duplicate", 0),
-            index={t: i for i, (t, _) in enumerate(entries)},
-            heard_at=rt.last_heard,
-        )
-        if rt.emits_since_ack:
-            race.forwarded[first] = rt.emits_since_ack
-        try:
-            process = self._supervisor.start_copy(rt, tag)
-        except OSError as exc:
-            logger.error("cannot start a duplicate of task %s: %s", rt.task_id, exc)
-            event.winner = "aborted"
-            return
-        race.duplicate.process = process
-        event.replayed = len(entries)
-        for _, message in entries:
-            process.send(message)
-        self._races[rt.task_id] = race
-        self._by_tag[tag] = race
-        logger.warning(
-            "duplicate of %s:%s started (pid %s) with %s inputs since the last "
-            "committed epoch",
-            rt.component.name,
-            event.task,
-            process.pid,
-            len(entries),
-        )
-        if self._coordinator is not None:
-            # the straggler cannot report the open epoch, and the duplicate
-            # restores the committed one: no epoch until one copy is left
-            self._coordinator.abandon_open_epoch()
+    # -- the race (run by the RaceRunner) ----------------------------------------------
 
     def copy_event(self, event: ProcessEvent) -> ProcessEvent | None:
         """Handle an event of a duplicate's subprocess (negative incarnation).
@@ -334,48 +288,7 @@ class Stragglers:
             The event to handle as the task's own (the duplicate took over
             before the engine read it), or None.
         """
-        adopted = self._adopted.get(event.incarnation)
-        if adopted is not None:
-            return ProcessEvent(
-                event.kind, event.task_id, adopted, event.payload, event.at
-            )
-        race = self._by_tag.get(event.incarnation)
-        if race is None:
-            return None  # a retired duplicate's last words
-        copy = race.duplicate
-        if event.kind != "message":
-            self._end(race, "original", why=f"the duplicate ended: {event.kind}")
-            return None
-        rt = race.rt
-        try:
-            if copy.pid is None:
-                copy.pid = parse_pid_reply(
-                    event.payload, component=rt.component.name, task_id=rt.task_id
-                )
-                copy.up = not is_stateful_bolt(rt)
-            else:
-                msg = parse_shell_msg(
-                    event.payload, component=rt.component.name, task_id=rt.task_id
-                )
-                self._copy_message(race, copy, msg)
-        except MultilangProtocolError as exc:
-            self._end(race, "original", why=f"the duplicate failed: {exc}")
-            return None
-        if race.rt.task_id in self._races and race.at_live_position(copy):
-            self._decide(race, copy)
-        return None
-
-    def _copy_message(self, race: Race, copy: RaceCopy, msg: ShellMsg) -> None:
-        name = race.rt.component.name
-        if msg.command == "log":
-            logger.info("duplicate of %s task %s: %s", name, race.rt.task_id, msg.msg)
-        elif msg.command == "error":
-            logger.error("duplicate of %s reported: %s", name, msg.msg)
-        elif msg.command == "metrics":
-            if msg.metric_name == RESTORED_METRIC:
-                copy.up = True
-        elif msg.command in ("emit", "ack", "fail"):
-            self.message(race, copy, msg)
+        return self._runner.copy_event(event)
 
     def original_message(self, race: Race, msg: ShellMsg) -> None:
         """An emit, ack, fail or sync of the racing task's own subprocess.
@@ -383,21 +296,7 @@ class Stragglers:
         Raises:
             MultilangProtocolError: forwarding an emit failed.
         """
-        now = self._clock()
-        if now - race.heard_at > self.settings.lag_s / 2:
-            race.awake_since = now  # it woke up (again)
-        race.heard_at = now
-        if msg.command != "sync":
-            self.message(race, race.original, msg)
-        # a task slowed, not stalled, catches up whenever backpressure holds
-        # the input back: it wins only once it has kept answering for
-        # sr3.straggler.lag.s (a short stall), never between two stops
-        awake = race.awake_since is not None and (
-            now - race.awake_since >= self.settings.lag_s
-        )
-        live = race.at_live_position(race.original)
-        if race.rt.task_id in self._races and live and awake:
-            self._decide(race, race.original)
+        self._runner.original_message(race, msg)
 
     def message(self, race: Race, copy: RaceCopy, msg: ShellMsg) -> None:
         """Apply a copy's emit, ack or fail once for the task.
@@ -405,80 +304,4 @@ class Stragglers:
         Raises:
             MultilangProtocolError: forwarding an emit failed.
         """
-        rt = race.rt
-        if msg.command == "emit":
-            if msg.stream == BARRIER_STREAM:
-                return  # epochs are held while racing
-            copy.emitted += 1
-            reply_to = copy.process if copy.process is not None else rt.process
-            if race.owed(copy.pos) and copy.emitted > race.forwarded.get(copy.pos, 0):
-                race.forwarded[copy.pos] = copy.emitted
-                self._emit(rt, msg, reply_to)
-            elif msg.task == 0 and msg.need_task_ids and reply_to is not None:
-                reply_to.send([], urgent=True)  # the other copy's emit went out
-            return
-        tuple_id = msg.msg_id
-        if isinstance(tuple_id, str):
-            position = race.index.get(tuple_id)
-            if position is not None and position >= copy.pos:
-                copy.pos = position + 1
-                copy.emitted = 0
-            if tuple_id in rt.inputs:
-                self._settle(rt, msg)
-
-    def _decide(self, race: Race, winner: RaceCopy) -> None:
-        rt = race.rt
-        if winner is race.original:
-            self._end(race, "original")
-            return
-        process, pid = winner.process, winner.pid
-        if process is None or pid is None:  # pragma: no cover - up implies both
-            return
-        old = rt.process
-        del self._races[rt.task_id]
-        self._by_tag.pop(race.tag, None)
-        if old is not None:
-            old.kill()
-        self._supervisor.adopt(rt, process, pid)
-        self._adopted[race.tag] = rt.incarnation
-        self._decided(race, "duplicate")
-
-    def _end(self, race: Race, winner: str, *, why: str = "") -> None:
-        """End a race keeping the original; kill the duplicate."""
-        rt = race.rt
-        self._races.pop(rt.task_id, None)
-        self._by_tag.pop(race.tag, None)
-        process = race.duplicate.process
-        if process is not None:
-            process.kill()
-            process.join(1.0)
-        if why:
-            logger.warning("%s:%s: %s", rt.component.name, race.event.task, why)
-        self._decided(race, winner)
-
-    def _decided(self, race: Race, winner: str) -> None:
-        event = race.event
-        event.winner = winner
-        event.decided_at = self._clock()
-        self._settling = self._coordinator is not None
-        took = event.decided_at - event.detected_at
-        outcome = (
-            "race aborted: a failure rolled back"
-            if winner == "aborted"
-            else f"the {winner} won"
-        )
-        logger.warning(
-            "straggler %s:%s: %s after %.2f s (%s inputs replayed)",
-            event.component,
-            event.task,
-            outcome,
-            took,
-            event.replayed,
-        )
-        self._journal.record(
-            EventKind.STRAGGLER,
-            event.component,
-            event.task_id,
-            f"straggler {outcome} after {took:.2f} s",
-            winner=winner,
-        )
+        self._runner.message(race, copy, msg)

@@ -4,7 +4,7 @@ The :class:`InputLog` keeps each bolt task's input since the last committed
 epoch (the cluster routes every tuple: the upstream buffer). A :class:`Race`
 holds a straggler's input since then plus the live input, and where each of
 its two copies (:class:`RaceCopy`) is in it: an emit is forwarded once per
-position, an input settled once. :mod:`storm_bridge.cluster.duplicates` runs
+position, an input settled once. :mod:`storm_bridge.cluster.race_runner` runs
 the races.
 """
 

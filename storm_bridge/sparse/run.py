@@ -5,7 +5,9 @@ the jar and submits it as ``sparse submit`` does (:mod:`.submit`) with
 ``sr3.checkpoint.mode=native``, follows the native protocol's control record in
 ZooKeeper, injects kills (a task's Python process, a worker JVM, a supervisor,
 a ring node), decides when the run is over, reads Storm's counters from Nimbus,
-kills the topology and reports in the shape of the other engines.
+kills the topology and reports in the shape of the other engines. Injecting
+the kills and watching for fatal task errors is a
+:class:`~storm_bridge.sparse.live.LiveRun`'s.
 
 A run is final (``--until-idle``) when two consecutive commits of one
 generation hold the same spout offsets, every replayable spout task among them:
@@ -23,15 +25,22 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from backend.committer import EpochCommitter
 from sr3.config import CheckpointConfig
-from storm_bridge.errors import StormBridgeError
 from storm_bridge.messages import GENERATION_FIELD_KEY
 from storm_bridge.native import MODE_KEY, NATIVE, SPOUT
 from storm_bridge.report import native_checkpoints, state_summary
 from storm_bridge.runner_session import deliver_stopped
+from storm_bridge.sparse.live import (
+    GONE_TIMEOUT_S,
+    POLL_S,
+    Kill,
+    LiveRun,
+    StormRunError,
+    Supervisors,
+)
 from storm_bridge.sparse.monitor import ControlMonitor
 from storm_bridge.sparse.package import build_jar
 from storm_bridge.sparse.stats import counters_of, errors_of
@@ -40,11 +49,7 @@ from storm_bridge.sparse.submit import (
     python_components,
     streamparse_run_of,
 )
-from storm_bridge.sparse.workers import (
-    logged_lines,
-    task_processes,
-    worker_processes,
-)
+from storm_bridge.sparse.workers import worker_processes
 from storm_bridge.wiring import RingAccess
 from topology_api.topology import LoadedTopology, load_topology
 from zk.epochs import ZkEpochStore
@@ -53,76 +58,12 @@ __all__ = ["Kill", "StormRunError", "StormRunOptions", "Supervisors", "run_on_st
 
 logger = logging.getLogger(__name__)
 
-_POLL_S: Final = 0.1
-_GONE_TIMEOUT_S: Final = 60.0
 _STATS_SETTLE_S: Final = 10.0
 _STATS_POLL_S: Final = 1.5
-#: Task errors that no restart cures: the run ends at once, naming them.
-_FATAL: Final = (
-    "No module named",
-    "ImportError",
-    "cannot import name",
-    # a node refusing the secret (not transient ZooKeeper losses, which retry)
-    "rejected the HMAC answer",
-)
-_ERROR_POLL_S: Final = 2.0
-E_FATAL = (
-    "topology {name!r} cannot run on Storm: {error}. Fix it and run again (a "
-    "missing module: put it beside the topology file or install it in the "
-    "workers' virtualenv; a secret: give the ring's sr3.node.secret)"
-)
 E_NOT_STARTED = (
     "topology {name!r} did not start on Storm within {timeout:g} s (no epoch "
     "committed). {errors}"
 )
-
-
-class StormRunError(StormBridgeError):
-    """A run on Apache Storm could not start or be driven as asked."""
-
-
-@dataclass(frozen=True)
-class Kill:
-    """A failure to inject ``at_s`` seconds after the topology started.
-
-    ``kind`` is ``task`` (the Python process of task ``index`` of
-    ``component``), ``worker`` (worker JVM ``index`` by slot port),
-    ``coordinator`` (the Python process of the spout task holding the native
-    coordinator's znode at the kill),
-    ``supervisor`` (the lab's supervisor ``index`` counted from 0, i.e.
-    ``supervisor-<index + 1>``, restarted at once, as a process manager
-    would) or ``node`` (ring node ``node``).
-    """
-
-    kind: str
-    at_s: float
-    index: int = 0
-    component: str = ""
-    node: str = ""
-
-    @property
-    def label(self) -> str:
-        """How the report names it."""
-        if self.kind == "task":
-            return f"{self.component}:{self.index}"
-        if self.kind == "node":
-            return f"ring node {self.node}"
-        if self.kind == "coordinator":
-            return "coordinator"
-        return f"{self.kind} {self.index}"
-
-
-class Supervisors(Protocol):
-    """The lab's supervisors (``ApacheStormCluster``)."""
-
-    def kill_supervisor(self, index: int, sig: int = ...) -> int | None:
-        """SIGKILL supervisor ``index``."""
-
-    def restart_supervisor(self, index: int) -> int:
-        """Start supervisor ``index`` again."""
-
-    def supervisor_pid(self, index: int) -> int | None:
-        """Supervisor ``index``'s pid while it runs."""
 
 
 @dataclass(frozen=True)
@@ -168,142 +109,6 @@ def _spout_tasks(topology: LoadedTopology) -> int:
     )
 
 
-@dataclass
-class _Run:
-    topology: LoadedTopology
-    session: NimbusSession
-    topology_id: str
-    monitor: ControlMonitor
-    supervisors: Supervisors | None
-    kill_node: Callable[[str], None] | None
-    clock: Callable[[], float]
-    killed: list[tuple[Kill, float]] = field(default_factory=list)
-    errors_checked_at: float = float("-inf")
-    interval_s: float = 1.0
-    logs: set[Path] = field(default_factory=set)
-    #: when Nimbus last showed the topology not ACTIVE (a rebalance, a
-    #: `storm deactivate`): its spouts stood still, yet the coordinator's
-    #: thread kept committing, so commits before then prove no final state
-    inactive_at: float | None = None
-
-    def inject(self, kill: Kill, due_at: float) -> bool:
-        """SIGKILL what ``kill`` names; False while its process is not up yet.
-
-        A task, worker or coordinator that is not live after an earlier kill
-        (its worker restarts) is waited for up to :data:`_GONE_TIMEOUT_S` after
-        ``due_at``, the kill's moment; then, or with no earlier kill, the run
-        fails naming it.
-
-        Raises:
-            StormRunError: the target never came up, or cannot be killed.
-        """
-        now = self.clock()
-        if kill.kind in ("task", "worker", "coordinator"):
-            pid, missing = self._pid(kill)
-            if pid is None:
-                if self.killed and now < due_at + _GONE_TIMEOUT_S:
-                    return False
-                raise StormRunError(missing)
-            _sigkill(pid)
-        elif kill.kind == "supervisor":
-            self._kill_supervisor(kill)
-        else:
-            if self.kill_node is None:
-                msg = f"--kill-node {kill.node}: this run cannot kill ring nodes"
-                raise StormRunError(msg)
-            self.kill_node(kill.node)
-        self.killed.append((kill, now))
-        logger.info("killed %s", kill.label)
-        return True
-
-    def _pid(self, kill: Kill) -> tuple[int | None, str]:
-        """The live process ``kill`` names, or None and why."""
-        if kill.kind == "worker":
-            workers = worker_processes(self.topology_id)
-            if len(workers) <= kill.index:
-                count = len(workers)
-                return None, f"--kill-worker {kill.index}: the topology has {count}"
-            return workers[kill.index].pid, ""
-        component, index = kill.component, kill.index
-        if kill.kind == "coordinator":
-            # the holder's name is its replayable spout task's ``component/index``
-            holder = self.monitor.store.coordinator() or ""
-            component, _, number = holder.rpartition("/")
-            if not number.isdigit():
-                return None, "kill of the coordinator: no spout task holds its znode"
-            index = int(number)
-        tasks = task_processes(self.topology_id).get(component, [])
-        if len(tasks) <= index:
-            return None, f"kill of {component}:{index}: no live Python process of it"
-        return tasks[index].pid, ""
-
-    def _kill_supervisor(self, kill: Kill) -> None:
-        if self.supervisors is None:
-            msg = "--kill-supervisor needs the lab's Storm cluster (--lab)"
-            raise StormRunError(msg)
-        # the lab names its supervisors supervisor-1, supervisor-2, ...
-        number = kill.index + 1
-        self.supervisors.kill_supervisor(number)
-        # restarting before the killed JVM is gone would find it "running"
-        deadline = self.clock() + _GONE_TIMEOUT_S
-        while self.supervisors.supervisor_pid(number) is not None:
-            if self.clock() > deadline:
-                msg = f"--kill-supervisor {kill.index}: supervisor-{number} lives on"
-                raise StormRunError(msg)
-            time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
-        self.supervisors.restart_supervisor(number)
-
-    def check_errors(self) -> None:
-        """Raise when a task reported an error no restart cures (at most every 2 s).
-
-        Raises:
-            StormRunError: naming the first such error.
-        """
-        now = self.clock()
-        if now - self.errors_checked_at < _ERROR_POLL_S:
-            return
-        self.errors_checked_at = now
-        info = self.session.topology_info(self.topology_id)
-        self._note_status(info, now)
-        errors = errors_of(info, _FATAL)
-        fatal = [e for e in errors if any(mark in e for mark in _FATAL)]
-        # what tasks only log (a ring write refused) never reaches Nimbus
-        self.logs.update(w.log for w in worker_processes(self.topology_id))
-        fatal += logged_lines(sorted(self.logs), _FATAL)
-        if fatal:
-            msg = E_FATAL.format(name=self.topology.name, error=fatal[0])
-            raise StormRunError(msg)
-
-    def active(self) -> bool:
-        """Whether Nimbus runs the topology ACTIVE now (asked afresh)."""
-        now = self.clock()
-        return self._note_status(self.session.topology_info(self.topology_id), now)
-
-    def _note_status(self, info: Any, now: float) -> bool:
-        active = str(getattr(info, "status", "ACTIVE")) == "ACTIVE"
-        if not active:
-            self.inactive_at = now
-        return active
-
-    def recovered(self) -> bool:
-        """Whether every task or worker kill was followed by a rollback's RUNNING."""
-        return all(
-            self.monitor.rollback_after(at) is not None
-            for kill, at in self.killed
-            if kill.kind in ("task", "worker", "coordinator")
-        )
-
-
-def _sigkill(pid: int) -> None:
-    import os  # noqa: PLC0415 (one use)
-    import signal  # noqa: PLC0415 (one use)
-
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        logger.warning("pid %s was already gone", pid)
-
-
 def _conf(
     topology: LoadedTopology,
     ring: RingAccess,
@@ -331,14 +136,16 @@ def _conf(
     return conf
 
 
-def _wait_gone(session: NimbusSession, run: _Run, clock: Callable[[], float]) -> None:
-    deadline = clock() + _GONE_TIMEOUT_S
+def _wait_gone(
+    session: NimbusSession, run: LiveRun, clock: Callable[[], float]
+) -> None:
+    deadline = clock() + GONE_TIMEOUT_S
     while clock() < deadline:
         if run.topology.name not in session.topologies() and not worker_processes(
             run.topology_id
         ):
             return
-        time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
+        time.sleep(POLL_S)  # no events from Nimbus or /proc: poll
     logger.warning("topology %s still has workers after its kill", run.topology.name)
 
 
@@ -398,7 +205,9 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     monitor = ControlMonitor(store, ring, topology.name, clock=clock)
-    run = _Run(topology, session, topology_id, monitor, supervisors, kill_node, clock)
+    run = LiveRun(
+        topology, session, topology_id, monitor, supervisors, kill_node, clock
+    )
     run.interval_s = CheckpointConfig.from_mapping(conf).interval_s
     monitor.start()
     try:
@@ -413,7 +222,7 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
     return report
 
 
-def _started(run: _Run, options: StormRunOptions) -> float:
+def _started(run: LiveRun, options: StormRunOptions) -> float:
     deadline = run.clock() + options.start_timeout_s
     limit_s = options.duration_s if options.duration_s is not None else float("inf")
     while run.clock() < deadline:
@@ -424,7 +233,7 @@ def _started(run: _Run, options: StormRunOptions) -> float:
         if seen is not None and (first is not None or run.interval_s > limit_s):
             return seen
         run.check_errors()
-        time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
+        time.sleep(POLL_S)  # no events from Nimbus or /proc: poll
     errors = errors_of(run.session.topology_info(run.topology_id))
     detail = (
         "Storm reported: " + " | ".join(errors[-3:])
@@ -443,7 +252,7 @@ def _started(run: _Run, options: StormRunOptions) -> float:
 
 
 def _drive(
-    run: _Run, options: StormRunOptions, conf: Mapping[str, Any], submitted: float
+    run: LiveRun, options: StormRunOptions, conf: Mapping[str, Any], submitted: float
 ) -> dict[str, Any]:
     started = _started(run, options)
     if options.on_started is not None:
@@ -468,7 +277,7 @@ def _drive(
                 break
             final_at = None
         run.check_errors()
-        time.sleep(_POLL_S)  # no events from Nimbus or /proc: poll
+        time.sleep(POLL_S)  # no events from Nimbus or /proc: poll
     # a finished run's counters settle; a running one's are read as they are
     # (Storm's lag the executors' metrics interval behind)
     seconds = (final_at or run.clock()) - started
@@ -516,7 +325,7 @@ def _drive(
     }
 
 
-def _settled_info(run: _Run) -> Any:
+def _settled_info(run: LiveRun) -> Any:
     """Nimbus's TopologyInfo once its counters stopped moving (they lag ~1 s)."""
     deadline = run.clock() + _STATS_SETTLE_S
     last: tuple[int, ...] | None = None
@@ -533,11 +342,11 @@ def _settled_info(run: _Run) -> Any:
     return info
 
 
-def _last_kill(run: _Run) -> float | None:
+def _last_kill(run: LiveRun) -> float | None:
     return max((at for _, at in run.killed), default=None)
 
 
-def _settled_since(run: _Run) -> float | None:
+def _settled_since(run: LiveRun) -> float | None:
     """After the last kill and the last time the topology was seen inactive."""
     marks = [at for at in (_last_kill(run), run.inactive_at) if at is not None]
     return max(marks, default=None)
