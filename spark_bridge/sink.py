@@ -31,6 +31,7 @@ from spark_bridge.errors import BatchLimitError, SparkBridgeError
 from spark_bridge.kafka_sink import SparkKafkaSink, crash_point
 from spark_bridge.ring import ENGINE, BatchCommit, BatchCommitter
 from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
+from spark_bridge.state_loads import state_store_loads
 from sr3.codec import decode_key, decode_value
 from sr3.key_state import ROUTE_FIELD
 from topology_api.outputs import LastOutputs, sink_components
@@ -389,6 +390,8 @@ def build_report(  # noqa: PLR0913 (everything the report shows)
             "bytes": sum(c.bytes_written for c in written),
         },
         "recoveries": recoveries,
+        # a lost executor's partitions reload from Spark's checkpoint, not the ring
+        "state_store": state_store_loads(progress),
         "state": state,
         "outputs": outputs.to_dict(),
         "counters": _counters(topology, batches, emitted),

@@ -137,6 +137,11 @@ def test_wordcount_survives_a_killed_executor(
     assert 1 <= committed_at_kill < _commits(checkpoint)
     report = json.loads(out)
     assert report["master"] == cluster.url
+    # the lost executor held every stateful partition: Spark reloaded them from
+    # its checkpoint files on the new one (no ring here, nothing else restored)
+    loads = report["state_store"]
+    assert loads["reloaded_partitions"] >= loads["partitions"] > 0, loads
+    assert loads["batches"][0][1] == 0, loads
     # read from the sink here, independently of the report's layout
     assert final_state(checkpoint, "count") == true_counts(LINES)
 

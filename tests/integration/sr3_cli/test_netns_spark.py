@@ -253,3 +253,8 @@ def test_spark_word_count_is_exact_when_a_worker_host_dies_mid_run(
     assert report["idle"] is True
     assert report["master"] == spark_lab.spark["master"] if spark_lab.spark else False
     assert committed_counts(spark_lab) == expected_counts(lines), err[-3000:]
+    # the run started empty: no restore read the ring, before or after h2 died;
+    # Spark reloaded the moved partitions' state from its own checkpoint files
+    assert report["recoveries"] == [], report["recoveries"]
+    loads = report["state_store"]
+    assert 1 <= loads["reloaded_partitions"], loads
