@@ -19,7 +19,7 @@ from sr3.errors import ConfigError
 from sr3_cli.cluster import Cluster, cluster_config, open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.output import emit_json
-from storm_bridge.rebalance_plan import (
+from topology_api.rebalance_plan import (
     ComponentInfo,
     RebalanceRequestError,
     check_request,
