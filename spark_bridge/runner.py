@@ -291,6 +291,8 @@ class _Run:
     resuming: tuple[SparkRebalance, int, int] | None = None
     #: the first query's restore infos (the report's recoveries)
     infos_kept: int | None = None
+    #: whether the query was stopped (a restart that failed may leave it so)
+    stopped: bool = False
 
     def launch(self, start_root: Path) -> StreamingQuery:
         """Start the query of :attr:`plan` from :attr:`start` into the sink."""
@@ -331,6 +333,7 @@ class _Run:
             for name in plan.kafka_sinks
         ]
         sink.last_epoch = record.epoch if record is not None else None
+        self.stopped = False
         return (
             frame.writeStream.foreachBatch(sink)
             .option("checkpointLocation", str(start_root / SPARK_DIR))
@@ -350,6 +353,8 @@ class _Run:
 
     def keep_progress(self) -> None:
         """Keep the running query's progress, its batch ids as the sink numbers them."""
+        if self.stopped:
+            return
         offset = self.sink.batch_offset
         self.progress.extend(
             {
@@ -361,7 +366,10 @@ class _Run:
         )
 
     def stop_query(self) -> None:
-        """Stop the running query; close its committer and Kafka sinks."""
+        """Stop the running query; close its committer and Kafka sinks (once)."""
+        if self.stopped:
+            return
+        self.stopped = True
         self.query.stop()
         if self.start.committer is not None:
             self.start.committer.close()
