@@ -116,6 +116,8 @@ class Plan:
         session_conf: Spark confs to set before the query starts.
         environment: The environment the topology was loaded with (its
             per-environment parallelism); every Spark task loads it so too.
+        parallelism: ``(component, tasks)`` pairs the topology was loaded
+            with (a rebalanced run's task counts); every Spark task too.
         kafka_sinks: ``KafkaSink`` components: not stages, the sink writes
             their inputs to Kafka (their inputs are in ``outputs``).
     """
@@ -130,6 +132,7 @@ class Plan:
     session_conf: dict[str, str]
     environment: str | None = None
     kafka_sinks: tuple[str, ...] = ()
+    parallelism: tuple[tuple[str, int], ...] = ()
 
     def routing(self, position: int) -> Routing:
         """Return what the stage of ``bolts[position]`` passes on."""
@@ -198,11 +201,16 @@ def _topological(topology: LoadedTopology, bolts: Sequence[str]) -> list[str]:
     return order
 
 
-def plan_topology(topology: LoadedTopology, *, environment: str | None = None) -> Plan:
+def plan_topology(
+    topology: LoadedTopology,
+    *,
+    environment: str | None = None,
+    parallelism: Mapping[str, int] | None = None,
+) -> Plan:
     """Order the components of a topology and choose the Spark forms.
 
-    ``environment`` is the one ``topology`` was loaded with
-    (``load_topology(path, environment=...)``).
+    ``environment`` and ``parallelism`` are those ``topology`` was loaded with
+    (``load_topology(path, environment=..., parallelism=...)``).
 
     Raises:
         UnsupportedTopologyError: no spout, a spout that is not a
@@ -263,6 +271,7 @@ def plan_topology(topology: LoadedTopology, *, environment: str | None = None) -
         session_conf=dict(_ROCKSDB) if several else {},
         environment=environment,
         kafka_sinks=kafka_sinks,
+        parallelism=tuple(sorted((parallelism or {}).items())),
     )
 
 
@@ -298,7 +307,7 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
         SparkBridgeError: a ``KafkaSpout`` but no Kafka source on the classpath.
     """
     path = str(plan.topology.path)
-    environment = plan.environment
+    environment, parallelism = plan.environment, plan.parallelism
     overrides = dict(conf)
     for name in plan.bolts:
         error_policy(plan.topology, name, overrides)
@@ -308,13 +317,17 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
     frames = [
         kafka_frame(
             spark,
-            ComponentRef(path, spout, overrides, environment),
+            ComponentRef(path, spout, overrides, environment, parallelism),
             kafka[spout],
             max_rows=max_rows_per_batch,
         )
         if spout in kafka
         else spark.readStream.format(SOURCE_NAME)
-        .options(**ComponentRef(path, spout, overrides, environment).to_options())
+        .options(
+            **ComponentRef(
+                path, spout, overrides, environment, parallelism
+            ).to_options()
+        )
         .option(MAX_ROWS_OPTION, str(max_rows_per_batch))
         .option(START_OFFSETS_OPTION, starts)
         .load()
@@ -326,7 +339,7 @@ def build_frame(  # noqa: PLR0913 (keyword-only build options)
     # them) run fused in one mapInArrow: no JVM round trip between them
     pending: list[Any] = []
     for position, name in enumerate(plan.bolts):
-        ref = ComponentRef(path, name, overrides, environment)
+        ref = ComponentRef(path, name, overrides, environment, parallelism)
         routing = plan.routing(position)
         if name not in plan.stateful:
             pending.append(BoltStage(ref, routing))

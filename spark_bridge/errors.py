@@ -13,6 +13,7 @@ __all__ = [
     "BatchLimitError",
     "ComponentError",
     "QueryFailedError",
+    "QueryPausedError",
     "ReplayError",
     "SparkBridgeError",
     "UnsupportedTopologyError",
@@ -44,4 +45,13 @@ class BatchLimitError(SparkBridgeError):
 
     Raised by the sink before it writes or commits anything, so the batch is
     neither in the ring nor in Spark's commit log: the next run reads it again.
+    """
+
+
+class QueryPausedError(SparkBridgeError):
+    """A micro-batch started after the run paused its query (a rebalance); not run.
+
+    Raised by the sink before it writes or commits anything: the query that
+    follows (at the new task counts) reads the batch's tuples again from the
+    committed epoch.
     """

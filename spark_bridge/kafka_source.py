@@ -60,13 +60,23 @@ from topology_api.kafka.settings import partition_key
 
 __all__ = ["KafkaRows", "kafka_frame"]
 
-#: (topology path, environment, component, conf JSON, task index) -> spout task
-_hosts: dict[tuple[str, str | None, str, str, int], Host] = {}
+#: (topology path, environment, parallelism, component, conf JSON, task index)
+#: -> spout task
+_hosts: dict[
+    tuple[str, str | None, tuple[tuple[str, int], ...], str, str, int], Host
+] = {}
 
 
 def _hosted(ref: ComponentRef, conf_json: str, index: int) -> Host:
     """Return spout task ``index``, initialized once per Python worker."""
-    kept = (ref.topology_path, ref.environment, ref.component, conf_json, index)
+    kept = (
+        ref.topology_path,
+        ref.environment,
+        ref.parallelism,
+        ref.component,
+        conf_json,
+        index,
+    )
     host = _hosts.get(kept)
     if host is None:
         host = _hosts[kept] = Host(topology_of(ref), ref.component, index, ref.conf)

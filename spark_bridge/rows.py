@@ -162,12 +162,15 @@ class ComponentRef:
         conf: Storm conf overrides (``wordcount.lines`` and the like).
         environment: The environment picking per-environment parallelism
             (``par={"prod": 4}``) the topology is loaded with, everywhere.
+        parallelism: ``(component, tasks)`` pairs replacing the file's task
+            counts (a rebalanced run's), everywhere.
     """
 
     topology_path: str
     component: str
     conf: Mapping[str, Any] = field(default_factory=dict)
     environment: str | None = None
+    parallelism: tuple[tuple[str, int], ...] = ()
 
     def to_options(self) -> dict[str, str]:
         """Return this reference as data source options."""
@@ -176,6 +179,7 @@ class ComponentRef:
             "component": self.component,
             "conf": json.dumps(dict(self.conf)),
             "environment": json.dumps(self.environment),
+            "parallelism": json.dumps(dict(self.parallelism)),
         }
 
     @classmethod
@@ -186,6 +190,9 @@ class ComponentRef:
             component=options["component"],
             conf=json.loads(options.get("conf") or "{}"),
             environment=json.loads(options.get("environment") or "null"),
+            parallelism=tuple(
+                sorted(json.loads(options.get("parallelism") or "{}").items())
+            ),
         )
 
 

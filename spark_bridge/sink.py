@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from backend.access import RingAccess
 from spark_bridge.compiler import Plan
-from spark_bridge.errors import BatchLimitError, SparkBridgeError
+from spark_bridge.errors import BatchLimitError, QueryPausedError, SparkBridgeError
 from spark_bridge.kafka_sink import SparkKafkaSink, crash_point
 from spark_bridge.ring import ENGINE, BatchCommit, BatchCommitter
 from spark_bridge.rows import DEAD, EMIT, INFO, OFFSET, STATE
@@ -76,6 +77,33 @@ class BatchSink:
     last_epoch: int | None = None
     #: micro-batches this run commits at most (``--max-batches``; None: no limit)
     limit: int | None = None
+    #: added to Spark's batch id in the sink's directory names: a query started
+    #: by a rebalance counts its batches from 0 again
+    batch_offset: int = 0
+    _gate: threading.Condition = field(default_factory=threading.Condition, repr=False)
+    _paused: bool = False
+    _in_flight: bool = False
+
+    def pause(self) -> None:
+        """Take no more micro-batches (the one under way still commits)."""
+        with self._gate:
+            self._paused = True
+
+    def resume(self, batch_offset: int) -> None:
+        """Take micro-batches again, of a new query numbered from ``batch_offset``."""
+        with self._gate:
+            self._paused = False
+            self.batch_offset = batch_offset
+
+    def wait_idle(self) -> None:
+        """Wait until no micro-batch is being written or committed (after pause)."""
+        with self._gate:
+            self._gate.wait_for(lambda: not self._in_flight)
+
+    def next_batch_number(self) -> int:
+        """The sink's lowest batch number above every batch it holds."""
+        held = [batch for batch, _path in _batch_dirs(self.sink_dir)]
+        return max(held, default=-1) + 1
 
     def __call__(self, frame: DataFrame, batch_id: int) -> None:
         """Write micro-batch ``batch_id`` as parquet, then commit it to the ring.
@@ -84,6 +112,8 @@ class BatchSink:
             BatchLimitError: the run committed its ``limit`` already; the
                 query stops without this batch (Spark may start the next one
                 before the run's stop reaches it).
+            QueryPausedError: the run paused the query (a rebalance); the
+                batch is not run, the next query reads it again.
         """
         if self.limit is not None and self.committed >= self.limit:
             msg = (
@@ -91,8 +121,22 @@ class BatchSink:
                 f"{self.limit} committed micro-batches (--max-batches)"
             )
             raise BatchLimitError(msg)
+        with self._gate:
+            if self._paused:
+                msg = f"micro-batch {batch_id} not run: the query is being restarted"
+                raise QueryPausedError(msg)
+            self._in_flight = True
+        try:
+            self._write(frame, batch_id)
+        finally:
+            with self._gate:
+                self._in_flight = False
+                self._gate.notify_all()
+
+    def _write(self, frame: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
-        target = self.sink_dir / f"{_BATCH_PREFIX}{batch_id}"
+        number = batch_id + self.batch_offset
+        target = self.sink_dir / f"{_BATCH_PREFIX}{number}"
         frame.write.mode("overwrite").parquet(str(target))
         changes: dict[str, dict[bytes, bytes | None]] = {}
         offsets: dict[str, Any] = {}
@@ -123,14 +167,14 @@ class BatchSink:
                 for k, out in zip(self.kafka_sinks, outputs, strict=True)
             }
             report = self.committer.commit(batch_id, changes, offsets, pending)
-            self.sr3_seconds[batch_id] = report.seconds
+            self.sr3_seconds[number] = report.seconds
             if report.epoch is not None:
                 self.last_epoch = report.epoch
             epoch = self.last_epoch if self.last_epoch is not None else epoch
         crash_point(batch_id)
         for kafka_sink, out in zip(self.kafka_sinks, outputs, strict=True):
             kafka_sink.deliver(batch_id, epoch, target, out)
-        self.sink_seconds[batch_id] = time.perf_counter() - started
+        self.sink_seconds[number] = time.perf_counter() - started
         self.committed += 1
 
 
@@ -145,16 +189,24 @@ def read_batch(directory: Path, *, emits: bool = True) -> list[dict[str, Any]]:
     return rows
 
 
-def sink_batches(sink_dir: Path) -> list[tuple[int, list[dict[str, Any]]]]:
-    """Return ``(batch id, rows)`` of every batch in ``sink_dir``, oldest first."""
-    found: list[tuple[int, list[dict[str, Any]]]] = []
+def _batch_dirs(sink_dir: Path) -> list[tuple[int, Path]]:
+    """Return ``(batch number, directory)`` of every batch in ``sink_dir``, sorted."""
     if not sink_dir.is_dir():
-        return found
-    for child in sink_dir.iterdir():
-        if child.name.startswith(_BATCH_PREFIX):
-            batch = int(child.name.removeprefix(_BATCH_PREFIX))
-            found.append((batch, read_batch(child)))
-    return sorted(found, key=lambda item: item[0])
+        return []
+    return sorted(
+        (int(child.name.removeprefix(_BATCH_PREFIX)), child)
+        for child in sink_dir.iterdir()
+        if child.name.startswith(_BATCH_PREFIX)
+    )
+
+
+def sink_batches(sink_dir: Path) -> list[tuple[int, list[dict[str, Any]]]]:
+    """Return ``(batch number, rows)`` of every batch in ``sink_dir``, oldest first.
+
+    A batch's number is Spark's batch id, plus the batches of the queries
+    before it in the same run (a rebalance starts a new query).
+    """
+    return [(batch, read_batch(path)) for batch, path in _batch_dirs(sink_dir)]
 
 
 def _fields(entry: dict[str, Any]) -> dict[str, Any]:

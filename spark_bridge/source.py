@@ -58,9 +58,11 @@ START_OFFSETS_OPTION: Final = "startOffsets"
 _DEFAULT_MAX_ROWS: Final = 1000
 #: Spouts a Python worker keeps for later reads, at most.
 _KEPT_HOSTS: Final = 16
-#: (topology path, environment, component, conf JSON, task index) -> spout
-#: hosted by a read (its task id depends on every component's parallelism)
-_read_hosts: dict[tuple[str, str | None, str, str, int], SpoutHost] = {}
+#: (topology path, environment, parallelism, component, conf JSON, task index)
+#: -> spout hosted by a read (its task id depends on every component's parallelism)
+_read_hosts: dict[
+    tuple[str, str | None, tuple[tuple[str, int], ...], str, str, int], SpoutHost
+] = {}
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,7 @@ class SpoutStreamReader(DataSourceStreamReader):
         kept = (
             ref.topology_path,
             ref.environment,
+            ref.parallelism,
             ref.component,
             conf,
             partition.index,

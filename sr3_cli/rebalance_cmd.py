@@ -19,7 +19,7 @@ from sr3.errors import ConfigError
 from sr3_cli.cluster import Cluster, cluster_config, open_cluster
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.output import emit_json
-from storm_bridge.rebalance_plan import (
+from topology_api.rebalance_plan import (
     ComponentInfo,
     RebalanceRequestError,
     check_request,
@@ -33,7 +33,16 @@ __all__ = ["rebalance", "running_topologies"]
 E_NO_RUN = (
     "topology {topology!r} has no running run on this cluster (running: {running}); "
     "start it with `sr3 run FILE` in another shell (local checkpoints on: not "
-    "--no-checkpoints, not sr3.checkpoint.mode=native), then rebalance it"
+    "--no-checkpoints, not sr3.checkpoint.mode=native) or `sr3 run FILE --engine "
+    "spark` (with a ring: this cluster's ZooKeeper), then rebalance it"
+)
+#: What ``sr3 rebalance`` tells the user of a run on the Spark engine.
+SPARK_NOTE = (
+    "{topology} runs on Spark, whose queries keep their state partitions for life "
+    "(SPARK-53942): the rebalance is a controlled restart (the query stops after "
+    "its micro-batch under way commits, a new one starts from that epoch at the "
+    "new task counts with its state re-partitioned from the ring); every key "
+    "pauses until the new query's first batch commits"
 )
 
 
@@ -75,12 +84,26 @@ def _summary(topology: str, result: dict[str, Any]) -> str:
     )
     start, end = result.get("start_s"), result.get("end_s")
     took = "" if start is None or end is None else f" in {end - start:.2f} s"
+    if result.get("how") == "restart":
+        return (
+            f"rebalanced {topology} by a controlled restart on Spark: {moves}{took} "
+            f"(from epoch {result.get('epoch')}, {result.get('bytes_moved', 0)} "
+            "bytes read by the new tasks, every key paused "
+            f"{result.get('longest_key_pause_s', 0):.3f} s)"
+        )
     return (
         f"rebalanced {topology}: {moves}{took} (epoch {result.get('epoch')}, "
         f"{result.get('bytes_moved', 0)} bytes read by the new tasks, longest key "
         f"pause {result.get('longest_key_pause_s', 0):.3f} s, "
         f"{result.get('attempts', 0)} hand-over attempts)"
     )
+
+
+def _engine_note(topology: str, on_spark: bool) -> dict[str, str]:
+    """The ``--json`` output's engine and note, for a run on Spark."""
+    if not on_spark:
+        return {}
+    return {"engine": "spark", "note": SPARK_NOTE.format(topology=topology)}
 
 
 def _lab_nimbus(args: argparse.Namespace) -> str | None:
@@ -178,6 +201,9 @@ def rebalance(args: argparse.Namespace) -> int:
             msg = E_NO_RUN.format(topology=args.topology, running=running)
             raise RebalanceRequestError(msg)
         check_request(args.topology, _components(live), targets)
+        on_spark = live.get("engine") == "spark"
+        if on_spark and not args.json:
+            print(SPARK_NOTE.format(topology=args.topology), flush=True)
         started = time.monotonic()
         request = store.request(args.topology, targets)
         final = None
@@ -188,7 +214,13 @@ def rebalance(args: argparse.Namespace) -> int:
         raise RebalanceRequestError(final.detail)
     if final is not None and final.state == DONE:
         if args.json:
-            emit_json({"request": final.to_dict(), "waited_s": round(waited, 3)})
+            emit_json(
+                {
+                    "request": final.to_dict(),
+                    "waited_s": round(waited, 3),
+                    **_engine_note(args.topology, on_spark),
+                }
+            )
         else:
             print(_summary(args.topology, dict(final.result)))
         return 0
@@ -199,7 +231,13 @@ def rebalance(args: argparse.Namespace) -> int:
         )
         raise ConfigError(msg)
     if args.json:
-        emit_json({"request": request.to_dict(), "waited_s": 0.0})
+        emit_json(
+            {
+                "request": request.to_dict(),
+                "waited_s": 0.0,
+                **_engine_note(args.topology, on_spark),
+            }
+        )
     else:
         print(
             f"rebalance {request.request_id} of {args.topology!r} requested; "

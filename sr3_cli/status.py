@@ -173,7 +173,9 @@ def run_status(args: argparse.Namespace) -> int:
 def _print_runs(runs: dict[str, Any]) -> None:
     """Print each running topology's stateful tasks and its rebalance, if any."""
     for name, run in sorted(runs.items()):
-        print(f"\nrunning topology {name} (sr3 run pid {run.get('pid')}):")
+        on_spark = run.get("engine") == "spark"
+        engine = ", on Spark: rebalances restart" if on_spark else ""
+        print(f"\nrunning topology {name} (sr3 run pid {run.get('pid')}{engine}):")
         for component, tasks in sorted(dict(run.get("ownership") or {}).items()):
             info = dict(run["components"]).get(component, {})
             print(f"  {component}: {len(tasks)} of max {info.get('max')} tasks")

@@ -19,8 +19,8 @@ from typing import Any, Final
 from sr3.errors import SR3Error
 from storm_bridge.cluster import LocalCluster
 from storm_bridge.cluster.rebalance import Phase, Rebalancer
-from storm_bridge.rebalance_plan import RebalanceRequestError
 from storm_bridge.wiring import RingAccess
+from topology_api.rebalance_plan import RebalanceRequestError
 from zk.rebalances import (
     ACCEPTED,
     DONE,

@@ -16,7 +16,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Final, Literal
@@ -375,6 +375,7 @@ def load_topology(
     extra_paths: Sequence[str | Path] = (),
     environment: str | None = None,
     stateful: Callable[[type], bool] = is_stateful_class,
+    parallelism: Mapping[str, int] | None = None,
 ) -> LoadedTopology:
     """Import a topology file and describe its components.
 
@@ -388,13 +389,16 @@ def load_topology(
         extra_paths: More import paths for the components (a project's ``src/``).
         environment: Environment name resolving ``par={env: n}`` dicts.
         stateful: Tells whether a component class is stateful.
+        parallelism: ``{component: tasks}`` replacing the file's task count
+            (and ``par``) of those components: a rebalanced run's.
 
     Returns:
         The topology, named after the file stem.
 
     Raises:
         TopologyError: the file is missing, fails to import, holds no single
-            Topology, uses Java components, or subscribes inconsistently.
+            Topology, uses Java components, or subscribes inconsistently, or
+            ``parallelism`` names an unknown component or a count below 1.
     """
     resolved = Path(path).resolve()
     if not resolved.is_file():
@@ -417,6 +421,14 @@ def load_topology(
         spec.name: _component(spec, environment, stateful)
         for spec in topology_class.specs  # type: ignore[attr-defined]
     }
+    for name, tasks in (parallelism or {}).items():
+        if name not in components or tasks < 1:
+            msg = (
+                f"topology {resolved.stem!r}: cannot run component {name!r} at "
+                f"{tasks} tasks (its components: {', '.join(sorted(components))})"
+            )
+            raise TopologyError(msg)
+        components[name] = replace(components[name], par=tasks, tasks=tasks)
     _validate(components, resolved)
     return LoadedTopology(
         name=resolved.stem,

@@ -12,7 +12,7 @@ runs, exactly once. Its hand-over is one epoch long (see ``docs/rebalance.md``):
   tuples sent to it are held (per task), so its state stays the state it
   snapshots for ``e``. Every other task keeps processing.
 * SWITCHING: when ``e`` commits, no epoch opens; the component's task list
-  changes (:func:`~storm_bridge.rebalance_plan.plan_moves`): retired tasks
+  changes (:func:`~topology_api.rebalance_plan.plan_moves`): retired tasks
   stop, kept tasks restart, new tasks start, and each restores from ``e``
   the keys its fields grouping routes to it over the new count
   (:meth:`backend.access.RingAccess.restore_task`). The commit record's owners
@@ -42,7 +42,7 @@ from storm_bridge.cluster.settings import TaskSettings
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState
 from storm_bridge.errors import ClusterStateError
 from storm_bridge.messages import SYSTEM_COMPONENT
-from storm_bridge.rebalance_plan import (
+from topology_api.rebalance_plan import (
     ComponentInfo,
     RebalanceRequestError,
     TaskMoves,

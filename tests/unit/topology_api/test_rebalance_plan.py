@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storm_bridge.rebalance_plan import (
+from topology_api.rebalance_plan import (
     ComponentInfo,
     RebalanceRequestError,
     TaskMoves,

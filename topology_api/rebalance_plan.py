@@ -1,10 +1,11 @@
 """What ``sr3 rebalance`` may ask of a running topology, and the task moves it means.
 
 Pure functions shared by the CLI (which refuses a bad request before it writes
-anything) and the running run (which checks again, authoritatively, before it
-moves anything). A request names stateful components and their new task
-counts; the count may go from 1 up to the component's key-group count
-(``sr3.state.key.groups``, its maximum parallelism, as in Flink).
+anything) and the running run of either engine (which checks again,
+authoritatively, before it moves anything). A request names stateful
+components and their new task counts; the count may go from 1 up to the
+component's key-group count (``sr3.state.key.groups``, its maximum
+parallelism, as in Flink).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from storm_bridge.errors import StormBridgeError
+from topology_api.errors import TopologyApiError
 
 __all__ = [
     "ComponentInfo",
@@ -24,7 +25,7 @@ __all__ = [
 ]
 
 
-class RebalanceRequestError(StormBridgeError, ValueError):
+class RebalanceRequestError(TopologyApiError, ValueError):
     """A rebalance request the running topology refuses; nothing was changed."""
 
 
