@@ -23,6 +23,7 @@ from storm_bridge.cluster.context import Router, assign_task_ids
 from storm_bridge.cluster.duplicates import Stragglers
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
+from storm_bridge.cluster.launcher import Launcher
 from storm_bridge.cluster.local_wiring import attach_local_recovery
 from storm_bridge.cluster.process import ProcessEvent, TaskProcess
 from storm_bridge.cluster.scopes import RecoveryScope
@@ -33,7 +34,7 @@ from storm_bridge.cluster.settings import (
     topology_conf,
 )
 from storm_bridge.cluster.spouts import SpoutDriver
-from storm_bridge.cluster.supervisor import Launcher, Supervisor
+from storm_bridge.cluster.supervisor import Supervisor
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.components import (
     BARRIER_STREAM,
