@@ -1,7 +1,8 @@
 """The local cluster's single-threaded core: Storm's ShellBolt/ShellSpout side.
 
 One thread (holding the cluster lock) feeds :meth:`Engine.handle` what the
-subprocess readers decoded and runs due timers. The engine wires the parts
+subprocess readers decoded (the :class:`Dispatcher` applies it) and runs due
+timers. The engine wires the parts
 together: the :class:`Supervisor` (spawn, handshake, heartbeats, restarts), the
 :class:`SpoutDriver` (one spout command at a time), the :class:`TupleFlow`
 (routing, acks, tuple trees) and the :class:`Journal` (events, counters).
@@ -9,22 +10,22 @@ together: the :class:`Supervisor` (spawn, handshake, heartbeats, restarts), the
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from storm_bridge.cluster.acker import PendingInput
 from storm_bridge.cluster.checkpoints import Coordinator
 from storm_bridge.cluster.checks import check_runnable
 from storm_bridge.cluster.commits import CheckpointSettings
 from storm_bridge.cluster.context import Router, assign_task_ids
+from storm_bridge.cluster.dispatch import Dispatcher
 from storm_bridge.cluster.duplicates import Stragglers
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
+from storm_bridge.cluster.launcher import Launcher
 from storm_bridge.cluster.local_wiring import attach_local_recovery
-from storm_bridge.cluster.process import ProcessEvent, TaskProcess
+from storm_bridge.cluster.process import ProcessEvent
 from storm_bridge.cluster.scopes import RecoveryScope
 from storm_bridge.cluster.settings import (
     ClusterOptions,
@@ -33,46 +34,15 @@ from storm_bridge.cluster.settings import (
     topology_conf,
 )
 from storm_bridge.cluster.spouts import SpoutDriver
-from storm_bridge.cluster.supervisor import Launcher, Supervisor
+from storm_bridge.cluster.supervisor import Supervisor
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
-from storm_bridge.components import (
-    BARRIER_STREAM,
-    LOADED_METRIC,
-    RESTORED_METRIC,
-    SNAPSHOT_METRIC,
-)
-from storm_bridge.errors import MultilangProtocolError, TaskExitedError
-from storm_bridge.messages import (
-    LOG_LEVELS,
-    SYSTEM_COMPONENT,
-    ShellMsg,
-    parse_shell_msg,
-)
 from storm_bridge.multilang import Serializer
-from storm_bridge.native import MAX_REPLAYS
 from storm_bridge.straggler import StragglerSettings
 from topology_api.errors import TopologyError
 from topology_api.outputs import LastOutputs
 from topology_api.topology import LoadedTopology
 
 __all__ = ["Engine", "checked_confs"]
-
-logger = logging.getLogger(__name__)
-task_logger = logging.getLogger("storm_bridge.tasks")
-
-_REAP_WAIT_S: Final = 1.0
-#: Distinct failed tuples whose replays are counted (for the poison limit).
-_FAILED_TUPLES_KEPT: Final = 10_000
-_PY_LEVELS: Final = {
-    0: 5,
-    1: logging.DEBUG,
-    2: logging.INFO,
-    3: logging.WARNING,
-    4: logging.ERROR,
-}
-_COMMON_COMMANDS: Final = frozenset({"log", "error", "metrics"})
-#: A racing straggler's commands that go through its race.
-_RACED_COMMANDS: Final = frozenset({"emit", "ack", "fail", "sync"})
 
 
 def _check_encodable(
@@ -86,12 +56,6 @@ def _check_encodable(
             f"{serializer.name} serializer: {exc}; use plain JSON values"
         )
         raise TopologyError(msg) from exc
-
-
-def _last_line(text: str) -> str:
-    """The last non-blank line of a reported error (a traceback's exception)."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else ""
 
 
 def checked_confs(
@@ -231,8 +195,7 @@ class Engine:
             self.flow.gate = self.coordinator.hold
             self.flow.on_input_done = self.coordinator.input_done
         self._activate_when_ready = True
-        #: (component, repr(values)) -> failures of a tuple by stateful bolts.
-        self._failed_tuples: dict[tuple[str, str], int] = {}
+        self.dispatcher = Dispatcher(self)
         self.stragglers = Stragglers(
             settings=StragglerSettings.from_conf(self.conf),
             tasks=self.tasks,
@@ -242,8 +205,8 @@ class Engine:
             journal=self.journal,
             supervisor=self.supervisor,
             coordinator=self.coordinator,
-            emit=self._forward_emit,
-            settle=self._settle,
+            emit=self.dispatcher.forward_emit,
+            settle=self.dispatcher.settle,
         )
         if self.stragglers.logging:
             self.flow.on_delivered = self.stragglers.delivered
@@ -352,203 +315,8 @@ class Engine:
     # -- messages ----------------------------------------------------------------------
 
     def handle(self, event: ProcessEvent) -> None:
-        """Apply one event from a subprocess reader."""
-        if event.incarnation < 0:
-            # a straggler's duplicate (its own event, or the task's once it won)
-            mine = self.stragglers.copy_event(event)
-            if mine is None:
-                return
-            event = mine
-        rt = self.tasks.get(event.task_id)
-        if rt is None or event.incarnation != rt.incarnation:
-            return
-        if rt.state not in (TaskState.STARTING, TaskState.RUNNING):
-            return
-        if event.kind == "eof":
-            code = last = None
-            if rt.process is not None:
-                code = rt.process.reap(_REAP_WAIT_S)
-                last = rt.process.last_stderr_line(_REAP_WAIT_S)
-            # the last stderr line of a Python task is its uncaught exception;
-            # pystorm's run loop logs and reports it to the cluster instead
-            if not last and rt.last_error:
-                last = _last_line(rt.last_error)
-            detail = f"subprocess exited with status {code}" + (
-                f": {last}" if last else ""
-            )
-            error = TaskExitedError(rt.component.name, rt.task_id, detail)
-            self.supervisor.die(rt, error, exited=True)
-            return
-        try:
-            if event.kind == "error":
-                raise event.payload
-            rt.last_heard = event.at
-            if rt.state is TaskState.STARTING:
-                self.supervisor.ready(rt, event.payload)
-                return
-            msg = parse_shell_msg(
-                event.payload, component=rt.component.name, task_id=rt.task_id
-            )
-            if msg.command in _COMMON_COMMANDS:
-                self._common(rt, msg)
-            elif rt.is_spout:
-                self._spout_message(rt, msg)
-            else:
-                self._bolt_message(rt, msg)
-        except MultilangProtocolError as exc:
-            self.journal.counters[rt.component.name].errors += 1
-            self._record(EventKind.PROTOCOL_ERROR, rt, exc.detail)
-            self.supervisor.die(rt, exc)
-
-    def _record(self, kind: EventKind, rt: TaskRuntime, text: str, **data: Any) -> None:
-        self.journal.record(kind, rt.component.name, rt.task_id, text, **data)
-
-    def _common(self, rt: TaskRuntime, msg: ShellMsg) -> None:
-        name, task, text = rt.component.name, rt.task_id, msg.msg or ""
-        if msg.command == "log":
-            level = _PY_LEVELS.get(msg.level, logging.INFO)
-            if level >= logging.ERROR:
-                # pystorm logs an exception that ends its run loop at ERROR
-                rt.last_error = text
-            task_logger.log(level, "component %s task %s: %s", name, task, text)
-            self._record(
-                EventKind.LOG, rt, text, level=LOG_LEVELS.get(msg.level, "INFO")
-            )
-        elif msg.command == "error":
-            rt.last_error = text
-            self.journal.counters[name].errors += 1
-            task_logger.error("component %s task %s reported: %s", name, task, text)
-            self._record(EventKind.COMPONENT_ERROR, rt, text)
-        else:
-            metric, params = msg.metric_name or "", msg.metric_params
-            if self.coordinator is not None:
-                if metric == RESTORED_METRIC:
-                    if self.local is None or not self.local.restored(rt, params):
-                        self.coordinator.restored(rt, params)
-                elif metric == SNAPSHOT_METRIC:
-                    self.coordinator.snapshot_written(rt, params)
-                elif metric == LOADED_METRIC:
-                    self.coordinator.restore_progress(rt, params)
-            task_logger.debug(
-                "component %s task %s metric %s: %r", name, task, metric, params
-            )
-            self._record(EventKind.METRICS, rt, metric, params=params)
-
-    def _bolt_message(self, rt: TaskRuntime, msg: ShellMsg) -> None:
-        rt.heard_back()
-        barrier = msg.command == "emit" and msg.stream == BARRIER_STREAM
-        race = self.stragglers.race_of(rt)
-        if race is not None and msg.command in _RACED_COMMANDS and not barrier:
-            if msg.command == "sync":
-                self._synced(rt)
-            self.stragglers.original_message(race, msg)
-        elif barrier:
-            if self.coordinator is not None:
-                self.coordinator.bolt_barrier(rt, list(msg.values))
-        elif msg.command == "emit":
-            self._forward_emit(rt, msg, rt.process)
-        elif msg.command in ("ack", "fail"):
-            self._settle(rt, msg)
-        elif msg.command == "sync":
-            self._synced(rt)
-        elif self.options.strict_commands:
-            raise MultilangProtocolError(
-                rt.component.name,
-                rt.task_id,
-                f"Unknown command received: {msg.command!r}",
-            )
-
-    def _forward_emit(
-        self, rt: TaskRuntime, msg: ShellMsg, reply_to: TaskProcess | None
-    ) -> None:
-        """Route a bolt's emit; answer ``need_task_ids`` to ``reply_to``."""
-        if self.local is not None and self.local.emit(rt, msg, reply_to):
-            return  # forwarded before the task failed
-        task_ids = self.flow.bolt_emit(rt, msg)
-        if self.local is not None:
-            self.local.forwarded(rt, msg, task_ids)
-        self.outputs.add(rt.component.name, msg.stream, msg.values)
-        if task_ids is not None and reply_to is not None:
-            reply_to.send(task_ids, urgent=True)
-
-    def _settle(self, rt: TaskRuntime, msg: ShellMsg) -> None:
-        """Ack or fail a bolt's input (a failed stateful input rolls back)."""
-        if self.local is not None and self.local.settled(rt, msg.msg_id):
-            return  # settled by the task's previous incarnation
-        if msg.command == "ack":
-            self.flow.bolt_ack(rt, msg)
-            return
-        failed = rt.inputs.get(msg.msg_id) if isinstance(msg.msg_id, str) else None
-        self.flow.bolt_fail(rt, msg)
-        if failed is not None:
-            self._replay_failed(rt, failed)
-
-    def _synced(self, rt: TaskRuntime) -> None:
-        rt.heartbeat_answered()
-        if self.flow.on_input_done is not None:
-            # a tick it never acks may be all a barrier waited for
-            self.flow.on_input_done(rt)
-
-    def _replay_failed(self, rt: TaskRuntime, failed: PendingInput) -> None:
-        """Replay a tuple a stateful bolt failed (raised on) by a rollback.
-
-        Local checkpoints only: replayable spouts emit without message ids
-        there, so the tree of a failed tuple does not fail back to a spout to
-        be replayed, as on Storm; the last committed epoch is restored and
-        replayed instead. A tuple failed more than :data:`MAX_REPLAYS` times
-        (a poison tuple) is dropped, as native mode drops it. A tuple of a
-        reliable plain spout fails back to it as on Storm.
-        """
-        coordinator = self.coordinator
-        if coordinator is None or not rt.component.stateful or failed.anchors:
-            return
-        if failed.source == SYSTEM_COMPONENT or not coordinator.rolls_back:
-            return
-        name = rt.component.name
-        mark = (name, repr(failed.values))
-        count = self._failed_tuples.pop(mark, 0) + 1
-        self._failed_tuples[mark] = count  # newest last
-        if len(self._failed_tuples) > _FAILED_TUPLES_KEPT:
-            # forget the tuple failed longest ago: a long run of distinct bad
-            # tuples must not grow the engine without bound
-            del self._failed_tuples[next(iter(self._failed_tuples))]
-        if count > MAX_REPLAYS:
-            logger.error(
-                "component %s failed %r %s times (a poison tuple): dropped",
-                name,
-                failed.values,
-                count,
-            )
-            return
-        index = self.router.component_tasks(name).index(rt.task_id)
-        cause = f"{name}:{index} failed a tuple"
-        coordinator.rollback(cause, name, index, rt.task_id)
-
-    def _spout_message(self, rt: TaskRuntime, msg: ShellMsg) -> None:
-        if msg.command == "sync":
-            rt.heard_back()
-            if self.coordinator is not None:
-                self.coordinator.spout_synced(rt)
-            self.spouts.synced(rt)
-        elif msg.command == "emit" and msg.stream == BARRIER_STREAM:
-            if self.coordinator is not None:
-                self.coordinator.spout_barrier(rt, list(msg.values))
-        elif msg.command == "emit":
-            if self.local is not None and self.local.emit(rt, msg, rt.process):
-                rt.emitted_in_command += 1
-                return  # forwarded before the spout failed
-            task_ids = self.flow.spout_emit(rt, msg)
-            if self.local is not None:
-                self.local.forwarded(rt, msg, task_ids)
-            self.outputs.add(rt.component.name, msg.stream, msg.values)
-            if task_ids is not None and rt.process is not None:
-                rt.process.send(task_ids, urgent=True)
-        else:
-            raise MultilangProtocolError(
-                rt.component.name,
-                rt.task_id,
-                f"Unknown command received: {msg.command!r}",
-            )
+        """Apply one event from a subprocess reader (see :class:`Dispatcher`)."""
+        self.dispatcher.handle(event)
 
     # -- queries -----------------------------------------------------------------------
 

@@ -9,24 +9,21 @@ logged while it is down and delivered after its replay. The open epoch is
 abandoned and no epoch opens until every replay completed, so the restored
 epoch stays the committed one. Every other case falls back to a global
 rollback, and :meth:`LocalRecovery.decide` (the one decision point) says why.
+Keeping the logs (cuts, trims at commits, the size bound) is its base
+:class:`~storm_bridge.cluster.channel_logs.ChannelLogs`'s.
 ``docs/local-recovery.md`` has the design and the fallbacks.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from storm_bridge.cluster.acker import PendingInput
-from storm_bridge.cluster.channels import (
-    Delivery,
-    Output,
-    TaskLog,
-    digest,
-    estimate_bytes,
-)
+from storm_bridge.cluster.channel_logs import ChannelLogs
+from storm_bridge.cluster.channels import Output, digest
 from storm_bridge.cluster.checkpoints import Coordinator
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.process import TaskProcess
@@ -58,7 +55,7 @@ class _Replay:
     fed: bool = False
 
 
-class LocalRecovery:
+class LocalRecovery(ChannelLogs):
     """Logs every task's channels and recovers failed tasks alone.
 
     Args:
@@ -87,16 +84,16 @@ class LocalRecovery:
         clock: Callable[[], float],
         replay_timeout_s: float,
     ) -> None:
+        super().__init__(
+            tasks=tasks, buffer_bytes=buffer_bytes, on_full=coordinator.open_epoch
+        )
         self.scope = scope
-        self.buffer_bytes = buffer_bytes
-        self._tasks = tasks
         self._component_tasks = component_tasks
         self._coordinator = coordinator
         self._journal = journal
         self._timers = timers
         self._clock = clock
         self._timeout_s = replay_timeout_s
-        self.logs: dict[int, TaskLog] = {t: TaskLog() for t in tasks}
         self._replays: dict[int, _Replay] = {}
         self._started = clock()
         #: Ring nodes that left while task scope kept the topology going.
@@ -104,11 +101,7 @@ class LocalRecovery:
         self._decisions: dict[int, ScopeDecision] = {}
         #: Other features' vetoes of task scope (live rebalance, ...).
         self.vetoes: list[Veto] = []
-        #: The largest log seen, per task (estimated bytes), for the report.
-        self.peak_bytes: dict[int, int] = dict.fromkeys(tasks, 0)
         self.suppressed = 0
-        #: Deliveries that found a log over the bound (backpressure, a forced epoch).
-        self.over_budget_hits = 0
 
     # -- the decision point ------------------------------------------------------------
 
@@ -133,23 +126,7 @@ class LocalRecovery:
             for r in self._coordinator.recoveries
         )
 
-    # -- logging (every delivery and emit) ---------------------------------------------
-
-    def delivered(
-        self, rt: TaskRuntime, tuple_id: str, message: dict[str, Any]
-    ) -> None:
-        """A tuple was sent to a bolt task: log it."""
-        pending = rt.inputs[tuple_id]
-        self._log(rt, Delivery(tuple_id, message, pending, _size(message)))
-
-    def _log(self, rt: TaskRuntime, delivery: Delivery) -> None:
-        log = self.logs[rt.task_id]
-        log.delivered(delivery)
-        if log.size > self.peak_bytes[rt.task_id]:
-            self.peak_bytes[rt.task_id] = log.size
-        if log.size > self.buffer_bytes:
-            self.over_budget_hits += 1
-            self._coordinator.open_epoch()  # a commit trims the logs
+    # -- inputs held back, emits matched -----------------------------------------------
 
     def intercept(
         self,
@@ -167,12 +144,8 @@ class LocalRecovery:
         if replay is None or replay.fed:
             return False
         replay.stash[tuple_id] = pending
-        self._log(rt, Delivery(tuple_id, delivery, pending, _size(delivery)))
+        self._log(rt, tuple_id, delivery, pending)
         return True
-
-    def over_budget(self) -> bool:
-        """Whether a task's log is over ``sr3.recovery.buffer.bytes`` (backpressure)."""
-        return any(log.size > self.buffer_bytes for log in self.logs.values())
 
     def emit(
         self, rt: TaskRuntime, msg: ShellMsg, reply_to: TaskProcess | None
@@ -226,21 +199,6 @@ class LocalRecovery:
         self._check_done(rt)
         return done
 
-    # -- cuts and commits --------------------------------------------------------------
-
-    def input_cut(self, rt: TaskRuntime, epoch: int) -> None:
-        """The barrier of ``epoch`` was sent to stateful task ``rt``."""
-        self.logs[rt.task_id].input_cut(epoch)
-
-    def output_cut(self, rt: TaskRuntime, epoch: int) -> None:
-        """``rt``'s barrier of ``epoch`` was forwarded downstream."""
-        self.logs[rt.task_id].output_cut(epoch)
-
-    def committed(self, epoch: int) -> None:
-        """Epoch ``epoch`` committed: trim every log to its cut."""
-        for log in self.logs.values():
-            log.committed(epoch)
-
     def reset(self) -> None:
         """A global rollback: every task restarts from the committed epoch."""
         for task_id, replay in self._replays.items():
@@ -249,20 +207,7 @@ class LocalRecovery:
             logger.info("task-scope recovery of task %s superseded", task_id)
         self._replays.clear()
         self._decisions.clear()
-        self.logs = {t: TaskLog() for t in self._tasks}
-
-    def retask(self, task_ids: Iterable[int]) -> None:
-        """A rebalance switched these tasks at a commit: they start with empty logs.
-
-        Logs of tasks no longer in the topology (retired) are dropped.
-        """
-        for gone in [t for t in self.logs if t not in self._tasks]:
-            del self.logs[gone]
-            self.peak_bytes.pop(gone, None)
-        for task_id in task_ids:
-            if task_id in self._tasks:
-                self.logs[task_id] = TaskLog()
-                self.peak_bytes.setdefault(task_id, 0)
+        self._restart_logs()
 
     # -- failures ----------------------------------------------------------------------
 
@@ -430,7 +375,3 @@ class LocalRecovery:
 
     def _cause(self, rt: TaskRuntime) -> str:
         return f"{rt.component.name}:{self._index(rt)}"
-
-
-def _size(message: dict[str, Any]) -> int:
-    return estimate_bytes(message.get("tuple") or ())

@@ -12,14 +12,13 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 from storm_bridge.cluster.context import Router, task_context
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
-from storm_bridge.cluster.process import ProcessEvent, TaskProcess
+from storm_bridge.cluster.launcher import Launcher, component_argv
+from storm_bridge.cluster.process import TaskProcess
 from storm_bridge.cluster.spouts import SpoutDriver
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.errors import (
@@ -28,8 +27,6 @@ from storm_bridge.errors import (
     TaskExitedError,
 )
 from storm_bridge.messages import handshake_msg, heartbeat_msg, parse_pid_reply
-from storm_bridge.multilang import Serializer
-from topology_api.topology import STREAMPARSE_RUN, ComponentInfo, LoadedTopology
 
 __all__ = ["HEARTBEAT_PERIOD_S", "Launcher", "Supervisor", "component_argv"]
 
@@ -38,69 +35,6 @@ logger = logging.getLogger(__name__)
 #: ShellBolt's heartbeat timer period (and ShellSpout's timeout check period).
 HEARTBEAT_PERIOD_S: Final = 1.0
 _REAP_WAIT_S: Final = 1.0
-
-
-def component_argv(
-    component: ComponentInfo, *, serializer: str, bin_dir: Path
-) -> list[str]:
-    """Return the argv Storm runs for a component, as ``sparse submit`` rewrites it.
-
-    ``streamparse_run`` resolves to ``bin_dir`` (the virtualenv's bin directory) and
-    gets ``-s <serializer>`` in its script unless the serializer is JSON. As in
-    ShellBolt, the script is one argument; ``streamparse_run`` splits it.
-    """
-    command, script = component.command, component.script
-    if command == STREAMPARSE_RUN:
-        command = str(bin_dir / STREAMPARSE_RUN)
-        if serializer != "json":
-            script = f"-s {serializer} {script}"
-    return [command, script] if script else [command]
-
-
-@dataclass(frozen=True)
-class Launcher:
-    """How task subprocesses are started.
-
-    Attributes:
-        topology: The topology (its file's directory is the subprocess cwd).
-        serializer: Multilang serializer.
-        bin_dir: Directory of ``streamparse_run``.
-        pid_dir: Directory given as ``pidDir`` in the handshake.
-        env: Subprocess environment.
-        sink: Where the pipe readers post events (thread-safe).
-        clock: Monotonic clock in seconds.
-    """
-
-    topology: LoadedTopology
-    serializer: Serializer
-    bin_dir: Path
-    pid_dir: Path
-    env: Mapping[str, str]
-    sink: Callable[[ProcessEvent], None]
-    clock: Callable[[], float]
-
-    def process(self, rt: TaskRuntime, incarnation: int | None = None) -> TaskProcess:
-        """Return an unstarted subprocess for the task's next incarnation.
-
-        Args:
-            rt: The task.
-            incarnation: Tag of its events (default: the task's incarnation; a
-                straggler's duplicate gets a negative one of its own).
-        """
-        argv = component_argv(
-            rt.component, serializer=self.serializer.name, bin_dir=self.bin_dir
-        )
-        return TaskProcess(
-            argv=argv,
-            cwd=str(self.topology.path.parent),
-            env=self.env,
-            serializer=self.serializer,
-            component=rt.component.name,
-            task_id=rt.task_id,
-            incarnation=rt.incarnation if incarnation is None else incarnation,
-            sink=self.sink,
-            clock=self.clock,
-        )
 
 
 class Supervisor:
