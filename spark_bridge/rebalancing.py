@@ -18,40 +18,26 @@ runner's thread.
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from backend.access import RingAccess
 from backend.owners import owner_name
 from spark_bridge.ring import ENGINE
 from sr3.config import Sr3Config
-from sr3.errors import SR3Error
 from topology_api.rebalance_plan import (
     ComponentInfo,
     RebalanceRequestError,
     check_request,
 )
+from topology_api.rebalance_service import RebalanceService
 from topology_api.topology import LoadedTopology
-from zk.rebalances import (
-    ACCEPTED,
-    DONE,
-    REFUSED,
-    REQUESTED,
-    RebalanceRequest,
-    ZkRebalanceStore,
-)
+from zk.rebalances import DONE, RebalanceRequest
 
 __all__ = ["SparkRebalance", "SparkRebalancing", "components_of"]
-
-logger = logging.getLogger(__name__)
-
-#: Longest time between two publications of the live record.
-_PUBLISH_S: Final = 0.5
 
 
 def components_of(
@@ -134,7 +120,7 @@ class SparkRebalance:
         }
 
 
-class SparkRebalancing:
+class SparkRebalancing(RebalanceService):
     """Serves ``sr3 rebalance`` and ``sr3 status`` for one running Spark run.
 
     Args:
@@ -151,40 +137,21 @@ class SparkRebalancing:
         components: Mapping[str, ComponentInfo],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._store = ZkRebalanceStore(ring.session)
-        self._topology = topology
-        self._clock = clock
-        self._started = clock()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._closed = threading.Event()
+        super().__init__(
+            ring.session,
+            topology,
+            thread_name=f"sr3-spark-rebalance-{topology}",
+            accepted_detail="accepted by the Spark run (a controlled restart)",
+            clock=clock,
+        )
         self._components = dict(components)
-        self._incoming: list[RebalanceRequest] = []
         #: Accepted, not yet taken by the runner.
         self._queued: list[tuple[RebalanceRequest, SparkRebalance]] = []
         #: Accepted requests by rebalance id, until reported done.
         self._requests: dict[str, RebalanceRequest] = {}
-        self._seen: set[str] = set()
         self.history: list[SparkRebalance] = []
-        self._watching = False
-        self._thread = threading.Thread(
-            target=self._serve, name=f"sr3-spark-rebalance-{topology}", daemon=True
-        )
 
     # -- the runner's thread ---------------------------------------------------------
-
-    def start(self, started: float) -> None:
-        """Publish the live record, watch requests (times relative to ``started``).
-
-        ZooKeeper trouble here does not stop the run: the publisher thread
-        retries until the record is out and the watch is set.
-        """
-        self._started = started
-        try:
-            self._begin()
-        except SR3Error as exc:
-            logger.warning("rebalance service of %s not ready: %s", self._topology, exc)
-        self._thread.start()
 
     def pending(self) -> bool:
         """Whether an accepted rebalance waits for the runner."""
@@ -205,10 +172,6 @@ class SparkRebalancing:
             self._components = dict(components)
         self._wake.set()
 
-    def changed(self) -> None:
-        """A rebalance moved on (the publisher writes it)."""
-        self._wake.set()
-
     def in_progress(self) -> bool:
         """Whether an accepted rebalance is not done yet."""
         with self._lock:
@@ -219,67 +182,12 @@ class SparkRebalancing:
         with self._lock:
             return [r.to_dict(self._started) for r in self.history]
 
-    def close(self) -> None:
-        """Stop serving; refuse what was not carried out; the live record goes."""
-        self._closed.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(5.0)
-        with self._lock:
-            left, self._queued = self._queued, []
-        try:
-            for request, _rebalance in left:
-                self._store.update(
-                    self._topology,
-                    request,
-                    state=REFUSED,
-                    detail="the run ended before it could rebalance",
-                )
-            self._publish()
-            self._store.withdraw_live(self._topology)
-        except SR3Error as exc:
-            logger.warning("live record of %s not withdrawn: %s", self._topology, exc)
-
-    # -- kazoo's thread ----------------------------------------------------------------
-
-    def _requested(self, request: RebalanceRequest | None) -> None:
-        if request is None or request.state != REQUESTED:
-            return
-        with self._lock:
-            if request.request_id in self._seen:
-                return
-            self._seen.add(request.request_id)
-            self._incoming.append(request)
-        self._wake.set()
-
     # -- the publisher thread ----------------------------------------------------------
 
-    def _begin(self) -> None:
-        self._store.publish_live(self._topology, self._view())
-        found = self._store.get(self._topology)
-        if found is not None and found[0].state == REQUESTED:
-            # a request left by a run that ended before taking it is stale
-            self._store.update(
-                self._topology,
-                found[0],
-                state=REFUSED,
-                detail="no run took this request before it ended",
-            )
-            self._seen.add(found[0].request_id)
-        self._store.watch(self._topology, self._requested)
-        self._watching = True
-
-    def _serve(self) -> None:
-        while not self._closed.is_set():
-            self._wake.wait(_PUBLISH_S)
-            self._wake.clear()
-            try:
-                if not self._watching:
-                    self._begin()
-                self._take_requests()
-                self._publish()
-            except SR3Error as exc:  # ZooKeeper trouble: try again next round
-                logger.warning("rebalance service of %s: %s", self._topology, exc)
+    def _left_over(self) -> list[RebalanceRequest]:
+        with self._lock:
+            left, self._queued = self._queued, []
+        return [request for request, _rebalance in left]
 
     def _accept(self, request: RebalanceRequest) -> None:
         """Queue ``request`` for the runner.
@@ -308,31 +216,6 @@ class SparkRebalancing:
             else:
                 self._queued.append((request, rebalance))
             self.history.append(rebalance)
-
-    def _take_requests(self) -> None:
-        with self._lock:
-            incoming, self._incoming = self._incoming, []
-        for request in incoming:
-            try:
-                self._accept(request)
-            except RebalanceRequestError as exc:
-                logger.warning("rebalance %s refused: %s", request.request_id, exc)
-                self._store.update(
-                    self._topology, request, state=REFUSED, detail=str(exc)
-                )
-                continue
-            logger.info(
-                "rebalance %s of %s accepted: %s (a controlled restart on Spark)",
-                request.request_id,
-                self._topology,
-                dict(request.targets),
-            )
-            self._store.update(
-                self._topology,
-                request,
-                state=ACCEPTED,
-                detail=f"accepted by Spark run pid {os.getpid()} (a restart)",
-            )
 
     def _publish(self) -> None:
         self._store.publish_live(self._topology, self._view())

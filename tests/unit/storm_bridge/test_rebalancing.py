@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from sr3.errors import SessionLostError
-from storm_bridge import rebalancing
 from storm_bridge.rebalancing import LiveRebalancing
+from topology_api import rebalance_service
 from zk.rebalances import RebalanceRequest
 
 
@@ -61,7 +61,7 @@ def test_a_session_lost_at_the_start_is_retried_and_the_run_goes_on(
     monkeypatch: pytest.MonkeyPatch, failures: int
 ) -> None:
     store = _Store(failures)
-    monkeypatch.setattr(rebalancing, "ZkRebalanceStore", lambda _session: store)
+    monkeypatch.setattr(rebalance_service, "ZkRebalanceStore", lambda _session: store)
     # the fakes stand for the cluster and the ring: only the store is used
     live = LiveRebalancing(_Cluster(), _Ring(), "wc")  # type: ignore[arg-type]
     live.start(time.monotonic())  # does not raise
