@@ -37,6 +37,7 @@ from topology_api.kafka.delivery import (
     EpochDelivery,
     Marker,
     encode_record,
+    fence_writers,
     snapshot_outputs,
 )
 from topology_api.kafka.settings import SinkSettings
@@ -247,6 +248,7 @@ def deliver_committed(
     if record is not None and spark in record.owners:
         # a Spark run's driver died before writing its last micro-batch
         writers.append(SPARK_WRITER)
+    fence_writers(settings, [transactional_id(topology, component, w) for w in writers])
     return [
         deliver_owner(
             settings,

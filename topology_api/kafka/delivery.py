@@ -42,6 +42,7 @@ from topology_api.kafka.settings import EXACTLY_ONCE, SinkSettings
 
 __all__ = [
     "NEXT_KEY",
+    "fence_writers",
     "OUT_KEY",
     "DeliveryThread",
     "EpochDelivery",
@@ -391,3 +392,29 @@ class DeliveryThread:
             except Exception:
                 logger.exception("sink %s: delivery failed; retrying", self._owner)
                 self._stop.wait(_RETRY_S)
+
+
+def fence_writers(settings: SinkSettings, tids: Sequence[str]) -> None:
+    """Fence every writer of a sink and settle its open transaction, first.
+
+    Each sink task reads its marker with ``read_committed`` from one shared
+    marker partition: another task's transaction left open (its process
+    stopped mid-transaction, or its coordinator's broker died) would hold
+    every reader below it until the transaction times out. Fencing all of
+    them before any marker is read aborts those transactions at once.
+
+    Raises:
+        KafkaException: Kafka did not answer.
+    """
+    if settings.guarantee != EXACTLY_ONCE:
+        return
+    for tid in tids:
+        producer = Producer(
+            {
+                "bootstrap.servers": settings.bootstrap,
+                "enable.idempotence": True,
+                "transactional.id": tid,
+                "logger": logger,
+            }
+        )
+        producer.init_transactions(_TIMEOUT_S)
