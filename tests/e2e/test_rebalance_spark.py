@@ -181,7 +181,6 @@ def test_spark_word_count_rebalanced_2_3_1_while_running_stays_exact(  # noqa: P
         {c: (t["from"], t["to"]) for c, t in e["targets"].items()} for e in entries
     ] == [{"count": (2, 3)}, {"count": (3, 1)}]
     assert [e["id"] for e in entries] == [up["id"], down["id"]]
-    print("pauses (s):", [e["longest_key_pause_s"] for e in entries])  # noqa: T201
     for entry in entries:
         assert entry["phase"] == "done"
         assert entry["end_s"] >= entry["switch_s"] >= entry["start_s"]
