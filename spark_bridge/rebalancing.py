@@ -185,9 +185,11 @@ class SparkRebalancing(RebalanceService):
     # -- the publisher thread ----------------------------------------------------------
 
     def _left_over(self) -> list[RebalanceRequest]:
+        """Accepted requests not done: queued, or taken by a restart that failed."""
         with self._lock:
-            left, self._queued = self._queued, []
-        return [request for request, _rebalance in left]
+            self._queued = []
+            unfinished = [r.rebalance_id for r in self.history if not r.done]
+            return [self._requests.pop(i) for i in unfinished if i in self._requests]
 
     def _accept(self, request: RebalanceRequest) -> None:
         """Queue ``request`` for the runner.

@@ -195,6 +195,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
         )
         rebalancing.start(started)
     deadline = None if duration_s is None else started + duration_s
+    failure: str | None = None  # why the run failed, for a rebalance left unfinished
     try:
         while True:
             idle = wait_run(
@@ -216,14 +217,18 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
             f"topology {topology.name!r} failed on Spark: {_cause(exc)}{exc}; the "
             f"Spark checkpoint in {run.start_root / SPARK_DIR} lets a fixed run resume"
         )
+        failure = msg
         raise QueryFailedError(msg) from exc
+    except BaseException as exc:
+        failure = f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         run.note_resumed()
         run.keep_progress()
         metrics.close()
         run.stop_query()
         if rebalancing is not None:
-            rebalancing.close()
+            rebalancing.close(failure)
     if run.infos_kept is not None:  # the report's recoveries: the first start's
         del sink.infos[run.infos_kept :]
     seconds = time.monotonic() - started

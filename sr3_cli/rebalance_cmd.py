@@ -36,6 +36,13 @@ E_NO_RUN = (
     "--no-checkpoints, not sr3.checkpoint.mode=native) or `sr3 run FILE --engine "
     "spark` (with a ring: this cluster's ZooKeeper), then rebalance it"
 )
+E_RUN_GONE = (
+    "the run of {topology!r} ended before it finished rebalance {request} (its live "
+    "record is gone: the `sr3 run` stopped or was killed; the request was left "
+    "{state}); nothing committed is lost: `sr3 run FILE --resume` starts from the "
+    "ring's last committed epoch (at any parallelism up to the key-group count) "
+    "and retires the request"
+)
 #: What ``sr3 rebalance`` tells the user of a run on the Spark engine.
 SPARK_NOTE = (
     "{topology} runs on Spark, whose queries keep their state partitions for life "
@@ -63,9 +70,15 @@ def _components(live: dict[str, Any]) -> dict[str, ComponentInfo]:
 def _wait(
     store: ZkRebalanceStore, topology: str, request_id: str, wait_s: float
 ) -> RebalanceRequest | None:
-    """Wait up to ``wait_s`` for the run to finish with the request."""
+    """Wait up to ``wait_s`` for the run to finish with the request.
+
+    Raises:
+        RebalanceRequestError: the run went away (its live record is gone)
+            before it finished or refused the request.
+    """
     changed = threading.Event()
     latest: list[RebalanceRequest | None] = [None]
+    gone = threading.Event()
 
     def seen(request: RebalanceRequest | None) -> None:
         if request is not None and request.request_id == request_id:
@@ -73,9 +86,25 @@ def _wait(
             if request.state in (DONE, REFUSED):
                 changed.set()
 
+    def live(exists: bool) -> None:
+        if not exists:
+            gone.set()
+            changed.set()
+
     store.watch(topology, seen)
+    store.watch_live(topology, live)
     changed.wait(wait_s)
-    return latest[0]
+    final = latest[0]
+    if gone.is_set() and (final is None or final.state not in (DONE, REFUSED)):
+        # the run may have written its verdict just before its record went
+        found = store.get(topology)
+        if found is not None and found[0].request_id == request_id:
+            final = found[0]
+        if final is None or final.state not in (DONE, REFUSED):
+            state = final.state if final is not None else "requested"
+            msg = E_RUN_GONE.format(topology=topology, request=request_id, state=state)
+            raise RebalanceRequestError(msg)
+    return final
 
 
 def _summary(topology: str, result: dict[str, Any]) -> str:

@@ -71,6 +71,14 @@ class LiveRebalancing(RebalanceService):
         self._cluster.with_rebalancer(ask)
         self._accepted[request.request_id] = request
 
+    def _left_over(self) -> list[RebalanceRequest]:
+        """Accepted requests whose rebalance is not done (the run ends)."""
+        done = {e["id"] for e in self.report() if e["phase"] == Phase.DONE.value}
+        left = [r for i, r in self._accepted.items() if i not in done]
+        for request in left:
+            del self._accepted[request.request_id]
+        return left
+
     def _publish(self) -> None:
         self._store.publish_live(self._topology, self._view())
         for entry in self.report():

@@ -256,6 +256,7 @@ def run_topology(
     idle = False
     busy: str | None = None
     rebalances: list[dict[str, Any]] = []
+    failure: str | None = None  # why the run failed, for a rebalance left unfinished
     try:
         if live is not None:
             live.start(started)
@@ -299,10 +300,13 @@ def run_topology(
         errors = [str(e) for e in cluster.errors()] + run.skipped
         errors += [e.message for e in cluster.events(EventKind.COMPONENT_ERROR)]
         outputs = cluster.outputs()
+    except BaseException as exc:
+        failure = f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         if live is not None:
             rebalances = live.report()
-            live.close()
+            live.close(failure)
         metrics.close()
         cluster.stop()
         committer.close()

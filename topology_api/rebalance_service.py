@@ -38,6 +38,9 @@ logger = logging.getLogger(__name__)
 #: Longest time between two publications of the live record.
 PUBLISH_S: Final = 0.5
 
+#: Most characters of a run's failure kept in a refused request's detail.
+_FAILURE_CHARS: Final = 400
+
 
 class RebalanceService:
     """Serves ``sr3 rebalance`` and ``sr3 status`` for one running run.
@@ -104,19 +107,29 @@ class RebalanceService:
         """A rebalance moved on: the publisher writes it now."""
         self._wake.set()
 
-    def close(self) -> None:
-        """Stop serving; refuse what was not carried out; the live record goes."""
+    def close(self, failure: str | None = None) -> None:
+        """Stop serving; refuse what was not carried out; the live record goes.
+
+        Args:
+            failure: Why the run ended, when it failed: an accepted request left
+                unfinished is refused naming it, so ``sr3 rebalance`` says why.
+        """
         self._closed.set()
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(5.0)
+        detail = "the run ended before it could rebalance"
+        if failure is not None:
+            if len(failure) > _FAILURE_CHARS:
+                failure = failure[: _FAILURE_CHARS - 3] + "..."
+            detail = (
+                f"the run failed before the rebalance finished: {failure}; the "
+                "ring keeps the last committed epoch (sr3 run --resume)"
+            )
         try:
             for request in self._left_over():
                 self._store.update(
-                    self._topology,
-                    request,
-                    state=REFUSED,
-                    detail="the run ended before it could rebalance",
+                    self._topology, request, state=REFUSED, detail=detail
                 )
             self._publish()
             self._store.withdraw_live(self._topology)
@@ -142,7 +155,7 @@ class RebalanceService:
         raise NotImplementedError
 
     def _left_over(self) -> list[RebalanceRequest]:
-        """Accepted requests the engine never carried out (refused at close)."""
+        """Accepted requests the engine did not finish (refused at close)."""
         return []
 
     # -- kazoo's thread ----------------------------------------------------------------
@@ -163,14 +176,15 @@ class RebalanceService:
         """Publish the live record, retire a stale request, watch new ones."""
         self._store.publish_live(self._topology, self._view())
         found = self._store.get(self._topology)
-        if found is not None and found[0].state == REQUESTED:
-            # a request left by a run that ended before taking it is stale
-            self._store.update(
-                self._topology,
-                found[0],
-                state=REFUSED,
-                detail="no run took this request before it ended",
+        if found is not None and found[0].open:
+            # a request left open by a run that ended (killed before it took
+            # or finished it) is stale: this run starts from the ring's epoch
+            detail = (
+                "no run took this request before it ended"
+                if found[0].state == REQUESTED
+                else "the run that accepted it ended before finishing it"
             )
+            self._store.update(self._topology, found[0], state=REFUSED, detail=detail)
             self._seen.add(found[0].request_id)
         self._store.watch(self._topology, self._requested)
         self._watching = True

@@ -164,6 +164,20 @@ class ZkRebalanceStore:
             except NoNodeError:
                 return
 
+    def watch_live(self, topology: str, changed: Callable[[bool], None]) -> None:
+        """Call ``changed(exists)`` now and whenever the run's record comes or goes.
+
+        The record is ephemeral: it goes when the run withdraws it or when the
+        run's ZooKeeper session ends (the run was killed). Called on kazoo's
+        thread.
+        """
+        path = self._paths.live(topology)
+
+        def relay(_data: bytes | None, stat: Any) -> None:
+            changed(stat is not None)
+
+        self._session.client.DataWatch(path, relay)
+
     # -- requests ----------------------------------------------------------------------
 
     def get(self, topology: str) -> tuple[RebalanceRequest, int] | None:

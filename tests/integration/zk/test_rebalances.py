@@ -91,3 +91,23 @@ def test_a_watch_sees_each_new_request(store: ZkRebalanceStore) -> None:
     assert changed.wait(10)
     assert seen[0] is None
     assert seen[-1] == made
+
+
+def test_a_live_watch_sees_the_run_go_when_its_session_ends(
+    store: ZkRebalanceStore, zk_connect: Callable[..., ZkSession]
+) -> None:
+    run = zk_connect()
+    ZkRebalanceStore(run).publish_live(TOPOLOGY, {"pid": 7})
+    seen: list[bool] = []
+    gone = threading.Event()
+
+    def watch(exists: bool) -> None:
+        seen.append(exists)
+        if not exists:
+            gone.set()
+
+    store.watch_live(TOPOLOGY, watch)
+    run.close()  # as a killed run's session ends
+    assert gone.wait(10)
+    assert seen[0] is True
+    assert seen[-1] is False

@@ -147,3 +147,30 @@ def test_a_paused_sink_refuses_a_batch_before_touching_it(tmp_path: Path) -> Non
     sink.resume(4)
     assert sink.batch_offset == 4
     assert sink.next_batch_number() == 0
+
+
+def test_a_restart_that_failed_refuses_its_request_naming_the_failure() -> None:
+    rebalancing = service([1.0])
+    store = MagicMock()
+    rebalancing._store = store
+    rebalancing._accept(request("a", count=3))
+    assert rebalancing.take() is not None  # the runner took it, then failed
+    rebalancing.close("RecoveryError: shard 7 of wc/count/0 has no replica left")
+    refusals = [c.kwargs for c in store.update.call_args_list if c.kwargs.get("state")]
+    assert [r["state"] for r in refusals] == ["refused"]
+    assert "failed before the rebalance finished" in refusals[0]["detail"]
+    assert "shard 7 of wc/count/0" in refusals[0]["detail"]
+    assert "--resume" in refusals[0]["detail"]
+
+
+def test_a_rebalance_done_as_the_run_ends_is_reported_done_not_refused() -> None:
+    rebalancing = service([1.0])
+    store = MagicMock()
+    rebalancing._store = store
+    rebalancing._accept(request("a", count=3))
+    taken = rebalancing.take()
+    assert taken is not None
+    taken.stopped_at, taken.switched_at, taken.ended_at = 2.0, 3.0, 4.0
+    rebalancing.close()
+    states = [c.kwargs.get("state") for c in store.update.call_args_list]
+    assert states == ["done"]
