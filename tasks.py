@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from storm_bridge.messages import GENERATION_FIELD_KEY as FIELD_KEY
+from storm_bridge.native import MODE_KEY, NATIVE
+
 #: ``config.json`` env key and value that turn the hook on.
 VIRTUALENV_KEY = "sr3_virtualenv"
 SUBMITTER = "submitter"
@@ -27,18 +30,40 @@ E_NO_ZK = (
 )
 
 
+def _cluster_setting(
+    env_config: dict[str, Any], options: dict[str, Any], key: str
+) -> Any:
+    """Return ``key`` as the workers will see it: the options', else storm.yaml's."""
+    if key in options:
+        return options[key]
+    from streamparse.util import get_nimbus_config  # noqa: PLC0415
+
+    # one Thrift call per Nimbus and process: streamparse caches the conf
+    return get_nimbus_config(env_config).get(key)
+
+
+def _adopt_cluster_mode(env_config: dict[str, Any], options: dict[str, Any]) -> None:
+    """Copy a native mode set only in Nimbus's storm.yaml into the options.
+
+    The workers run that mode either way; with it in the options the hook
+    fences the generations the mode needs, as for ``-o sr3.checkpoint.mode``.
+    """
+    if _cluster_setting(env_config, options, MODE_KEY) != NATIVE:
+        return
+    options.setdefault(MODE_KEY, NATIVE)
+    if FIELD_KEY not in options:
+        field = _cluster_setting(env_config, options, FIELD_KEY)
+        if field is not None:
+            options[FIELD_KEY] = field
+
+
 def _check_ring(
     env_name: str, env_config: dict[str, Any], options: dict[str, Any]
 ) -> None:
     """Refuse a native-mode submit whose workers could not reach the ring."""
-    if options.get("sr3.checkpoint.mode") != "native":
+    if options.get(MODE_KEY) != NATIVE:
         return
-    hosts = options.get("sr3.zk.hosts")
-    if hosts is None:
-        from streamparse.util import get_nimbus_config  # noqa: PLC0415
-
-        hosts = get_nimbus_config(env_config).get("sr3.zk.hosts")
-    if not hosts:
+    if not _cluster_setting(env_config, options, "sr3.zk.hosts"):
         raise ValueError(E_NO_ZK.format(nimbus=env_config.get("nimbus"), env=env_name))
 
 
@@ -54,8 +79,10 @@ def pre_submit(
     ``virtualenv_root/virtualenv_name/bin/streamparse_run`` right after this
     hook, from fabric's ``env.virtualenv_root`` and ``options["virtualenv_name"]``.
 
-    Also refuses a ``sr3.checkpoint.mode=native`` topology whose workers would
-    get no ``sr3.zk.hosts``: their state would silently stay in memory.
+    The checkpoint mode and ``sr3.storm.generation.field`` are the submit
+    options', else those of Nimbus's storm.yaml (what the workers get). Also
+    refuses a ``sr3.checkpoint.mode=native`` topology whose workers would get
+    no ``sr3.zk.hosts``: their state would silently stay in memory.
 
     Raises:
         FileNotFoundError: this virtualenv has no ``streamparse_run``.
@@ -64,6 +91,7 @@ def pre_submit(
     """
     from storm_bridge.sparse.hook import fence_sparse_submit  # noqa: PLC0415
 
+    _adopt_cluster_mode(env_config, options)
     _check_ring(env_name, env_config, options)
     local = env_config.get(VIRTUALENV_KEY) == SUBMITTER
     if local:

@@ -126,3 +126,69 @@ def test_a_local_virtualenv_without_the_launcher_names_the_fix(tmp_path: Path) -
             fence_sparse_submit("wc", native, local=True)
     finally:
         env.virtualenv_root = old
+
+
+@pytest.fixture
+def nimbus_yaml() -> Any:
+    """Nimbus's storm.yaml as ``getNimbusConf`` returns it (streamparse's cache).
+
+    ``sparse submit`` asks Nimbus once per process and keeps the answer; the
+    test puts that answer in place of a Nimbus at ``nimbus.invalid:6627``.
+    """
+    import streamparse.util as sp_util  # noqa: PLC0415
+
+    conf: dict[str, Any] = {}
+    sp_util._nimbus_configs[("nimbus.invalid", 6627)] = conf  # noqa: SLF001
+    yield conf
+    del sp_util._nimbus_configs[("nimbus.invalid", 6627)]  # noqa: SLF001
+
+
+def _pre_submit(cls: Any, options: dict[str, Any], monkeypatch: Any) -> None:
+    import tasks  # noqa: PLC0415 (the project's streamparse hooks)
+    from storm_bridge.sparse import hook  # noqa: PLC0415
+
+    monkeypatch.setattr(hook, "submitted_topology", lambda: cls)
+    tasks.pre_submit("wc", "prod", {"nimbus": "nimbus.invalid:6627"}, options)
+
+
+def test_a_native_mode_set_in_nimbus_storm_yaml_fences_generations(
+    tmp_path: Path, nimbus_yaml: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nimbus_yaml.update({"sr3.checkpoint.mode": "native", "sr3.zk.hosts": "zk:2181"})
+    cls = _topology(tmp_path)
+    options: dict[str, Any] = {"use_virtualenv": False}
+    _pre_submit(cls, options, monkeypatch)
+    assert options["sr3.checkpoint.mode"] == "native"
+    assert options[GENERATION_FIELD_KEY] is True
+    words = cls.thrift_spouts["words"]
+    assert words.spout_object.shell.execution_command == "sr3_component_run"
+    assert words.common.streams["default"].output_fields == ["word", G]
+
+
+def test_storm_yaml_may_turn_the_field_off_and_options_win_over_it(
+    tmp_path: Path, nimbus_yaml: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nimbus_yaml.update(
+        {
+            "sr3.checkpoint.mode": "native",
+            "sr3.zk.hosts": "zk:2181",
+            GENERATION_FIELD_KEY: False,
+        }
+    )
+    cls = _topology(tmp_path)
+    _pre_submit(cls, {"use_virtualenv": False}, monkeypatch)
+    words = cls.thrift_spouts["words"]
+    assert words.spout_object.shell.execution_command == "streamparse_run"
+    # the submit options say barrier mode: storm.yaml's native mode is not used
+    cls = _topology(tmp_path)
+    options: dict[str, Any] = {"sr3.checkpoint.mode": "barrier"}
+    _pre_submit(cls, options, monkeypatch)
+    assert options == {"sr3.checkpoint.mode": "barrier"}
+
+
+def test_a_native_storm_yaml_without_a_ring_is_refused(
+    tmp_path: Path, nimbus_yaml: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    nimbus_yaml["sr3.checkpoint.mode"] = "native"
+    with pytest.raises(ValueError, match="needs sr3.zk.hosts"):
+        _pre_submit(_topology(tmp_path), {"use_virtualenv": False}, monkeypatch)
