@@ -19,12 +19,12 @@ to the new epoch; the run then resumes from it as ``--resume`` does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from backend.owners import OwnerId, topology_owners
+from backend.owners import OwnerId, component_owners, topology_owners
 from sr3.errors import ConfigError, CoordinationError
 from zk.checkpoints import CommitRecord
 from zk.savepoints import Savepoint
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EpochCommitter",
     "StartPoint",
+    "check_fixed",
     "next_epoch",
     "start_record",
     "take_savepoint",
@@ -78,6 +79,43 @@ E_RENAMED = (
     "{new}); rename the component back, or start without {what} to begin "
     "from empty state"
 )
+
+E_FIXED = (
+    "component {component!r} of topology {topology!r} committed epoch {epoch} "
+    "with {before} task(s) and would start from it with {after}: {why}, so its "
+    "task count stays across runs. Give it {before} task(s) again (its "
+    "parallelism in the topology file, or the environment's with -e ENV), or "
+    "start without --resume (and without a savepoint or epoch) from empty state"
+)
+
+
+def check_fixed(
+    record: CommitRecord, topology: str, fixed: Mapping[str, tuple[int, str]]
+) -> None:
+    """Refuse to start ``fixed`` components from ``record`` at another task count.
+
+    Args:
+        record: The committed record a run starts from.
+        topology: The topology name.
+        fixed: ``{component: (tasks now, why the count is fixed)}``.
+
+    Raises:
+        ConfigError: a component's task owners in ``record`` are not as many as
+            its tasks now (owners of another writer, e.g. a Spark run's, do not
+            count).
+    """
+    for component, (tasks, why) in sorted(fixed.items()):
+        before = len(component_owners(record.owners, topology, component))
+        if before and before != tasks:
+            msg = E_FIXED.format(
+                component=component,
+                topology=topology,
+                epoch=record.epoch,
+                before=before,
+                after=tasks,
+                why=why,
+            )
+            raise ConfigError(msg)
 
 
 @dataclass(frozen=True)
@@ -292,6 +330,7 @@ class EpochCommitter:
         resume: bool = False,
         start_from: StartPoint | None = None,
         components: Collection[str] | None = None,
+        fixed: Mapping[str, tuple[int, str]] | None = None,
     ) -> int:
         """Prepare a run; return the first epoch it opens.
 
@@ -306,17 +345,24 @@ class EpochCommitter:
             start_from: Continue from a savepoint or an earlier epoch.
             components: The topology's stateful components, checked against
                 ``start_from``'s owners.
+            fixed: ``{component: (tasks, why)}`` of components whose task count
+                must match the record started from (:func:`check_fixed`).
 
         Raises:
-            ConfigError: ``start_from`` cannot be restored (nothing changed).
+            ConfigError: ``start_from`` cannot be restored, or a fixed
+                component's task count changed (nothing changed).
             CoordinationError: ZooKeeper failed.
         """
         if start_from is not None:
             record = start_record(self._access, self.topology, start_from, components)
+            check_fixed(record, self.topology, fixed or {})
             self.rewind(record, start_from)
             return next_epoch(self._access, self.topology)
         first = next_epoch(self._access, self.topology)
-        if not (resume and self.committed() is not None):
+        committed = self.committed() if resume else None
+        if committed is not None:
+            check_fixed(committed, self.topology, fixed or {})
+        if not (resume and committed is not None):
             self._access.checkpoints.reset(self.topology, CommitRecord(epoch=first - 1))
         return first
 

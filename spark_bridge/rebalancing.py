@@ -28,6 +28,7 @@ from backend.access import RingAccess
 from backend.owners import owner_name
 from spark_bridge.ring import ENGINE
 from sr3.config import Sr3Config
+from topology_api.contract import fixed_parallelism
 from topology_api.rebalance_plan import (
     ComponentInfo,
     RebalanceRequestError,
@@ -52,7 +53,10 @@ def components_of(
     for name, info in topology.components.items():
         settings = Sr3Config.merged(topology.config, conf, info.config or {})
         found[name] = ComponentInfo(
-            info.tasks, name in stateful, settings.ring.key_group_count
+            info.tasks,
+            name in stateful,
+            settings.ring.key_group_count,
+            fixed_parallelism(info.component_cls) or "",
         )
     return found
 

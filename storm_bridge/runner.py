@@ -214,6 +214,7 @@ def run_topology(
             resume=options.resume,
             start_from=options.start_from,
             components=topology.stateful_components,
+            fixed=topology.fixed_parallelism(),
         )
         store = ZkEpochStore(ring.session, topology.name)
         # a new deployment, resumed or not: the previous run's tasks (maybe at
@@ -225,6 +226,7 @@ def run_topology(
             resume=options.resume,
             start_from=options.start_from,
             components=topology.stateful_components,
+            fixed=topology.fixed_parallelism(),
         )
         hooks = _ZkHooks(committer)
         checkpoint = CheckpointSettings(hooks, interval_s, first, timeout_s)

@@ -12,10 +12,12 @@ from __future__ import annotations
 from typing import Any, ClassVar, Final
 
 __all__ = [
+    "FIXED_PARALLELISM_MARKER",
     "REPLAYABLE_MARKER",
     "STATEFUL_MARKER",
     "ReplayableComponent",
     "StatefulComponent",
+    "fixed_parallelism",
     "is_replayable_class",
     "is_stateful_class",
     "overrides_state_key",
@@ -25,6 +27,8 @@ __all__ = [
 STATEFUL_MARKER: Final = "sr3_stateful"
 #: Class attribute that marks a spout class as replayable (it seeks to offsets).
 REPLAYABLE_MARKER: Final = "sr3_replayable"
+#: Class attribute of a stateful bolt whose task count must not change: why.
+FIXED_PARALLELISM_MARKER: Final = "sr3_fixed_parallelism"
 
 
 class StatefulComponent:
@@ -36,6 +40,11 @@ class StatefulComponent:
     """
 
     sr3_stateful: ClassVar[bool] = True
+    #: Why the bolt's task count must stay what its committed epochs were
+    #: written with (None: it rescales). Set it when state is per task, not per
+    #: key (e.g. ``KafkaSink``'s pending outputs and transactional ids): a
+    #: resume or a rebalance at another count is then refused with this reason.
+    sr3_fixed_parallelism: ClassVar[str | None] = None
 
     def state_key(self, tup: Any) -> tuple[Any, ...]:
         """Return the key of ``tup``'s state: by default :meth:`grouping_key`."""
@@ -81,6 +90,12 @@ def is_stateful_class(component_cls: type) -> bool:
     both contracts do so, and the engines ask this per component.
     """
     return getattr(component_cls, STATEFUL_MARKER, False) is True
+
+
+def fixed_parallelism(component_cls: type) -> str | None:
+    """Why a stateful bolt class keeps its task count (``sr3_fixed_parallelism``)."""
+    reason = getattr(component_cls, FIXED_PARALLELISM_MARKER, None)
+    return reason if isinstance(reason, str) and reason else None
 
 
 def is_replayable_class(component_cls: type) -> bool:

@@ -37,15 +37,25 @@ class ComponentInfo:
         tasks: Its task count now.
         stateful: Whether it is a stateful bolt (only those rebalance).
         max_tasks: Its key-group count: the most tasks it may have.
+        fixed: Why its task count must not change ("" if it may: see
+            :func:`topology_api.contract.fixed_parallelism`).
     """
 
     tasks: int
     stateful: bool
     max_tasks: int
+    fixed: str = ""
 
     def to_dict(self) -> dict[str, object]:
         """Return a msgpack- and JSON-friendly dict."""
-        return {"tasks": self.tasks, "stateful": self.stateful, "max": self.max_tasks}
+        found: dict[str, object] = {
+            "tasks": self.tasks,
+            "stateful": self.stateful,
+            "max": self.max_tasks,
+        }
+        if self.fixed:
+            found["fixed"] = self.fixed
+        return found
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, object]) -> ComponentInfo:
@@ -54,6 +64,7 @@ class ComponentInfo:
             tasks=int(str(raw["tasks"])),
             stateful=bool(raw["stateful"]),
             max_tasks=int(str(raw["max"])),
+            fixed=str(raw.get("fixed") or ""),
         )
 
 
@@ -94,8 +105,9 @@ def check_request(
     """Refuse a request the running topology cannot carry out.
 
     Raises:
-        RebalanceRequestError: an unknown or stateless component, or a task
-            count outside ``1..max`` (the message names the fix).
+        RebalanceRequestError: an unknown or stateless component, one whose
+            task count is fixed, or a task count outside ``1..max`` (the
+            message names the fix).
     """
     for name, tasks in targets.items():
         info = components.get(name)
@@ -113,6 +125,12 @@ def check_request(
                 f"bolts rebalance live (key groups move); its stateful bolts: "
                 f"{stateful or 'none'}. Change a stateless component's parallelism "
                 "between runs"
+            )
+            raise RebalanceRequestError(msg)
+        if info.fixed and tasks != info.tasks:
+            msg = (
+                f"component {name!r} of {topology!r} keeps its {info.tasks} task(s): "
+                f"{info.fixed}; it cannot rebalance"
             )
             raise RebalanceRequestError(msg)
         if not 1 <= tasks <= info.max_tasks:

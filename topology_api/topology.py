@@ -28,7 +28,7 @@ from streamparse.thrift import StormTopology
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.transport import TMemoryBuffer
 
-from topology_api.contract import is_stateful_class
+from topology_api.contract import fixed_parallelism, is_stateful_class
 from topology_api.errors import TopologyError
 from topology_api.groupings import GroupingKind, GroupingSpec
 from topology_api.java_serial import partial_key_fields
@@ -162,6 +162,18 @@ class LoadedTopology:
     def stateful_components(self) -> list[str]:
         """Ids of the components whose class declares itself stateful."""
         return [c.name for c in self.components.values() if c.stateful]
+
+    def fixed_parallelism(self) -> dict[str, tuple[int, str]]:
+        """``{component: (tasks, why)}`` of stateful bolts whose count is fixed.
+
+        See :attr:`~topology_api.contract.StatefulComponent.sr3_fixed_parallelism`.
+        """
+        found = {}
+        for c in self.components.values():
+            reason = fixed_parallelism(c.component_cls) if c.stateful else None
+            if reason is not None:
+                found[c.name] = (c.tasks, reason)
+        return found
 
     def task_problem(self, component: str, index: int) -> str | None:
         """Why task ``component:index`` is not one of this topology's (None: it is).

@@ -42,6 +42,7 @@ from storm_bridge.cluster.settings import TaskSettings
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState
 from storm_bridge.errors import ClusterStateError
 from storm_bridge.messages import SYSTEM_COMPONENT
+from topology_api.contract import fixed_parallelism
 from topology_api.rebalance_plan import (
     ComponentInfo,
     RebalanceRequestError,
@@ -142,7 +143,8 @@ class Rebalancer:
             ids = engine.router.component_tasks(name)
             rt = engine.tasks[ids[0]]
             groups = Sr3Config.from_mapping(rt.conf, strict=False).ring.key_group_count
-            found[name] = ComponentInfo(len(ids), is_stateful_bolt(rt), groups)
+            fixed = fixed_parallelism(rt.component.component_cls) or ""
+            found[name] = ComponentInfo(len(ids), is_stateful_bolt(rt), groups, fixed)
         return found
 
     def ownership(self) -> dict[str, list[dict[str, Any]]]:

@@ -66,11 +66,16 @@ class KafkaSink(StatefulBolt):
     Without a ring (``sr3.zk.hosts`` unset, no checkpoints) records are written
     at once, with no guarantee beyond Kafka's idempotent producer.
 
-    The sink's parallelism must stay the same across runs that resume (its
-    pending outputs are per task, like Kafka transactional ids).
+    The sink's parallelism stays the same across runs that resume (its
+    pending outputs are per task, like Kafka transactional ids): a resume or a
+    rebalance at another task count is refused (``sr3_fixed_parallelism``).
     """
 
     outputs: ClassVar[list[Any]] = []
+    sr3_fixed_parallelism: ClassVar[str | None] = (
+        "a KafkaSink keeps its pending outputs, output numbers and Kafka "
+        "transactional ids per task, not per key"
+    )
 
     @classmethod
     def deliver_stopped(

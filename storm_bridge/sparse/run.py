@@ -190,7 +190,9 @@ def run_on_storm(  # noqa: PLR0913 (keyword-only collaborators)
         serializer=options.serializer,
         generation_field=options.generation_field,
     )
-    EpochCommitter(ring, topology.name, background=False).start(resume=options.resume)
+    EpochCommitter(ring, topology.name, background=False).start(
+        resume=options.resume, fixed=topology.fixed_parallelism()
+    )
     store = ZkEpochStore(ring.session, topology.name)
     # a new deployment, resumed or not: the previous run's tasks (maybe at
     # another parallelism) must not be waited for; the committed epoch and

@@ -74,3 +74,47 @@ def test_by_default_only_the_last_commit_is_kept(lab: Lab) -> None:
     finally:
         committer.close()
         ring.close()
+
+
+def test_a_fixed_component_resumes_only_at_its_committed_task_count(
+    lab: Lab,
+) -> None:
+    ring = RingAccess(lab.config(Sr3Config()))
+    committer = EpochCommitter(ring, "fixed", background=False, retain=2)
+    why = "its outputs are per task"
+    try:
+        first = committer.start()
+        for index in (0, 1):
+            state = KeyedState(4)
+            state.for_key(("out", index))["v"] = index
+            ring.write(
+                owner=f"fixed/sink/{index}",
+                epoch=first,
+                key_group_count=4,
+                key_groups=state.snapshot(incremental=False).items(),
+                kind="full",
+                offsets={"lines/0": first},
+            )
+        record = CommitRecord(
+            epoch=first,
+            offsets={"lines/0": first},
+            owners=("fixed/sink/0", "fixed/sink/1"),
+        )
+        committer.commit(record)
+        for point in ({"resume": True}, {"start_from": StartPoint(epoch=first)}):
+            with pytest.raises(ConfigError) as refused:
+                committer.start(**point, fixed={"sink": (3, why)})  # type: ignore[arg-type]
+            says = str(refused.value)
+            assert "'sink' of topology 'fixed'" in says
+            assert "with 2 task(s) and would start from it with 3" in says
+            assert why in says
+            # nothing changed: the same epoch is still the committed one
+            kept = committer.committed()
+            assert kept is not None
+            assert (kept.epoch, kept.owners) == (first, record.owners)
+        assert committer.start(resume=True, fixed={"sink": (2, why)}) == first + 1
+        # a fresh start (no resume) is free to use any count
+        assert committer.start(fixed={"sink": (3, why)}) > first
+    finally:
+        committer.close()
+        ring.close()

@@ -9,6 +9,7 @@ import pytest
 from topology_api.contract import (
     ReplayableComponent,
     StatefulComponent,
+    fixed_parallelism,
     is_replayable_class,
     is_stateful_class,
     overrides_state_key,
@@ -55,3 +56,13 @@ def test_a_replayable_component_is_stateful_and_must_implement_seek() -> None:
     assert is_stateful_class(ReplayableComponent)
     with pytest.raises(NotImplementedError):
         ReplayableComponent().seek(None)
+
+
+def test_a_kafka_sink_keeps_its_task_count_and_says_why() -> None:
+    from storm_bridge.kafka import KafkaSink  # noqa: PLC0415 (the engine's class)
+
+    reason = fixed_parallelism(KafkaSink)
+    assert reason is not None
+    assert "transactional ids per task" in reason
+    assert fixed_parallelism(ByGrouping) is None
+    assert fixed_parallelism(MarkedOnly) is None

@@ -99,3 +99,14 @@ def test_a_request_within_the_maximum_passes() -> None:
 def test_component_info_round_trips() -> None:
     info = ComponentInfo(3, True, 128)
     assert ComponentInfo.from_dict(info.to_dict()) == info
+
+
+def test_a_component_with_a_fixed_task_count_is_refused_with_its_reason() -> None:
+    why = "a KafkaSink keeps its pending outputs per task"
+    components = {**COMPONENTS, "sink": ComponentInfo(2, True, 8, fixed=why)}
+    with pytest.raises(RebalanceRequestError, match=f"keeps its 2 task.*{why}"):
+        check_request("wc", components, {"sink": 3})
+    check_request("wc", components, {"sink": 2, "count": 4})  # no change: fine
+    # the live record carries the reason to the CLI, which checks first
+    assert ComponentInfo.from_dict(components["sink"].to_dict()).fixed == why
+    assert "fixed" not in COMPONENTS["count"].to_dict()
