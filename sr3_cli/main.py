@@ -175,7 +175,7 @@ def _run(words: list[str]) -> int:
     as_json = _want_json(words)
     parser = build_parser()
     try:
-        args = parser.parse_args(words)
+        args = parser.parse_args(savepoint.shorthand(words))
     except UsageError as exc:
         sys.stderr.write(exc.usage)
         print(exc, file=sys.stderr)

@@ -156,7 +156,7 @@ def test_a_savepoint_taken_on_storm_starts_on_spark_and_back(
     assert state(ring) == dict(REPROCESSED)
     # and back: a savepoint of the epoch Spark committed starts the Storm engine,
     # at another parallelism, over the words after it
-    point = sr3_json(lab, "savepoint", "create", NAME, "--name", "from-spark")
+    point = sr3_json(lab, "savepoint", NAME, "--name", "from-spark")
     try:
         storm(
             ring,
