@@ -1,4 +1,4 @@
-"""``sr3 run`` and ``sr3 state``: running topology files and reading their state."""
+"""``sr3 run``: run a topology file (``sr3 state dump``: :mod:`sr3_cli.state_cmd`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sr3.errors import ConfigError
-from sr3_cli.cluster import checked_config
 from sr3_cli.daemons.prometheus import targets_dir
 from sr3_cli.lab import Lab
 from sr3_cli.output import emit_json
@@ -30,7 +29,7 @@ from sr3_cli.storm_run_cmd import run_apache_storm
 from storm_bridge.runner import RunOptions, run_topology
 from storm_bridge.wiring import RingAccess
 
-__all__ = ["embedded_lab", "parse_kill", "parse_node_kill", "run", "state_dump"]
+__all__ = ["embedded_lab", "parse_kill", "parse_node_kill", "run"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,26 +107,3 @@ def _node_killer(lab: Lab) -> Callable[[str], None]:
         lab.kill_nodes([node])
 
     return kill
-
-
-def state_dump(args: argparse.Namespace) -> int:
-    """``sr3 state dump``: the last committed state of a component.
-
-    Prints ``{key: {name: value}}`` as JSON, each key a JSON list of its values
-    (with or without ``--json``; without it, a summary line goes to stderr).
-    """
-    ring = RingAccess(checked_config(args, create=False), create=False)
-    try:
-        epoch, rows = ring.committed_dump(args.topology, args.component)
-    finally:
-        ring.close()
-    if args.json:
-        emit_json(rows)
-        return 0
-    print(
-        f"# {args.topology}/{args.component}: {len(rows)} keys at committed "
-        f"epoch {epoch}",
-        file=sys.stderr,
-    )
-    emit_json(rows)
-    return 0

@@ -118,6 +118,26 @@ def test_node_loads_the_ring_node_and_no_other_command(tmp_path: Path) -> None:
     assert sorted(m for m in OTHER_COMMANDS if m in modules) == []
 
 
+def test_state_dump_reads_the_ring_without_loading_the_engines(tmp_path: Path) -> None:
+    # refused after its module loaded, before it connects anywhere
+    missing = tmp_path / "no-lab"
+    code, out, modules = _loaded(
+        "state", "dump", "--topology", "t", "--component", "c", "--lab", str(missing)
+    )
+    assert code == 2
+    assert f"no lab in {missing}" in out
+    assert "storm_bridge.wiring" in modules
+    # the ring client only: no local cluster, engine, streamparse or Spark
+    loaded = sorted(
+        m
+        for m in modules
+        if m.split(".")[0] in ("pyspark", "pyarrow", "streamparse", "thriftpy2")
+        or m.startswith(("storm_bridge.runner", "storm_bridge.cluster"))
+        or m.startswith(("storm_bridge.components", "sr3_cli.topology_cmd"))
+    )
+    assert loaded == []
+
+
 def _handlers(parser: argparse.ArgumentParser, words: str) -> Iterator[tuple[str, Any]]:
     for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001 - as above
