@@ -138,6 +138,19 @@ def test_state_dump_reads_the_ring_without_loading_the_engines(tmp_path: Path) -
     assert loaded == []
 
 
+def test_a_local_cluster_run_loads_no_other_engine(tmp_path: Path) -> None:
+    # refused after its module loaded, before it starts anything
+    missing = tmp_path / "missing.py"
+    code, out, modules = _loaded("run", str(missing), "--until-idle")
+    assert code == 2
+    assert f"topology file {missing} does not exist" in out
+    assert "sr3_cli.topology_cmd" in modules
+    other = ("sr3_cli.spark_run_cmd", "sr3_cli.storm_run_cmd", "sr3_cli.commands")
+    assert sorted(m for m in modules if m in other) == []
+    assert sorted(m for m in modules if m.startswith("storm_bridge.sparse")) == []
+    assert sorted(m for m in modules if m.split(".")[0] == "pyspark") == []
+
+
 def _handlers(parser: argparse.ArgumentParser, words: str) -> Iterator[tuple[str, Any]]:
     for action in parser._actions:  # noqa: SLF001 - argparse has no public walk
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001 - as above
