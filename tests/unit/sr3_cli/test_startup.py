@@ -116,6 +116,9 @@ def test_node_loads_the_ring_node_and_no_other_command(tmp_path: Path) -> None:
     engines = [m for m in _heavy(modules) if m.split(".")[0] not in ("zk", "kazoo")]
     assert engines == []
     assert sorted(m for m in OTHER_COMMANDS if m in modules) == []
+    # a node serves the relay ops; the planner and the client's recovery are not its
+    client_side = ("sr3.recovery.recover", "sr3.recovery.planner", "zk.launcher")
+    assert sorted(m for m in client_side if m in modules) == []
 
 
 def test_state_dump_reads_the_ring_without_loading_the_engines(tmp_path: Path) -> None:
