@@ -15,7 +15,6 @@ from pystorm.component import Tuple as StormTuple
 from streamparse import Bolt
 
 from sr3.errors import RecoveryError, StorageError
-from sr3.state import KeyedState, KeyState
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.messages import GENERATION_KEY
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode
@@ -23,6 +22,7 @@ from topology_api.barriers import BARRIER_STREAM, with_barrier
 from topology_api.contract import StatefulComponent, overrides_state_key
 
 if TYPE_CHECKING:
+    from sr3.state import KeyedState, KeyState
     from storm_bridge.bolt_runtime import BoltRuntime
 
 __all__ = ["StateKeyError", "StatefulBolt"]

@@ -22,6 +22,7 @@ STATEFUL_ONLY = (
     "backend",
     "sr3.recovery",
     "sr3.client",
+    "sr3.state",
     "storm_bridge.bolt_runtime",
     "zk.client",
 )
