@@ -1,8 +1,12 @@
-"""How long an ``sr3`` process takes before it does anything.
+"""How long an ``sr3`` process or a local-cluster task takes before it does anything.
 
 Every ring node of a lab is an ``sr3 node`` process, and every ``sr3 run``,
-chaos child and CLI test starts one more; each pays the start-up measured here.
-In one run, median of ``--repeat`` runs of each:
+chaos child and CLI test starts one more; each pays the start-up measured here,
+as does every task subprocess of the Storm engine's local cluster (one
+``streamparse_run`` per task and restart: about 150 in
+``tests/e2e/test_local_recovery.py`` alone). In one run, median of ``--repeat``
+runs of each, as wall and as CPU seconds (user + system: what a loaded 2-core
+machine pays):
 
 * ``python -c pass``: the interpreter alone (the baseline, in the same run);
 * importing ``sr3_cli.main`` and building the whole ``sr3`` parser, timed
@@ -10,7 +14,13 @@ In one run, median of ``--repeat`` runs of each:
 * ``sr3 --help``, ``sr3 node --help`` and ``sr3 run --help``;
 * ``sr3 node`` up to its first check (``--host 0.0.0.0`` is refused once the
   node's modules are loaded, before it connects anywhere): a ring node's
-  start-up before it serves.
+  start-up before it serves;
+* ``sr3 state dump`` up to its first check (a lab dir that does not exist is
+  refused once the handler's modules are loaded);
+* a local-cluster task's imports, as ``streamparse_run`` runs them in the
+  topology's directory (``tests/e2e/topologies/exact_parts.py``): a spout's or
+  plain bolt's task, and a stateful bolt's, which loads its ring runtime when
+  the handshake starts it.
 
 ``--before DIR`` also runs every command from another checkout (for instance
 ``git worktree add --detach /tmp/sr3-main main``), interleaved with this one's
@@ -26,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -44,9 +55,21 @@ _PARSER_PROBE = (
 )
 
 
+#: A task subprocess's imports: streamparse_run's, then the topology module's.
+_TASK_PROBE = (
+    "import importlib, sys; import streamparse.run; "
+    "sys.path.append('tests/e2e/topologies'); importlib.import_module('exact_parts')"
+)
+#: What a stateful bolt's task loads on top, when its handshake starts it.
+_STATEFUL_PROBE = _TASK_PROBE + "; import storm_bridge.bolt_runtime"
+#: Every row's CPU seconds go under this suffix.
+CPU = " [cpu]"
+
+
 def _commands(data_dir: str) -> dict[str, list[str]]:
     sr3 = [sys.executable, "-m", "sr3_cli"]
     anywhere = "0.0.0.0"  # noqa: S104 - the address `sr3 node` refuses
+    no_lab = str(Path(data_dir) / "no-lab")
     return {
         BASELINE: [sys.executable, "-c", "pass"],
         "sr3 --help": [*sr3, "--help"],
@@ -56,18 +79,31 @@ def _commands(data_dir: str) -> dict[str, list[str]]:
             *sr3, "node", "--zk", "127.0.0.1:1", "--host", anywhere,
             "--data-dir", data_dir,
         ],
+        "sr3 state dump, up to its first check": [
+            *sr3, "state", "dump", "--topology", "t", "--component", "c",
+            "--lab", no_lab,
+        ],
+        "task: spout or plain bolt (imports)": [sys.executable, "-c", _TASK_PROBE],
+        "task: stateful bolt (imports)": [sys.executable, "-c", _STATEFUL_PROBE],
     }  # fmt: skip
 
 
-def _wall(argv: list[str], tree: Path) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _wall(argv: list[str], tree: Path) -> tuple[float, float]:
+    """Run ``argv`` in ``tree``; return its wall and CPU seconds."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    cpu = _children_cpu()
     started = time.perf_counter()
     proc = subprocess.run(argv, cwd=tree, env=env, capture_output=True, check=False)
     elapsed = time.perf_counter() - started
     if proc.returncode not in (0, 2):
         msg = f"{' '.join(argv)} in {tree} exited {proc.returncode}: {proc.stderr!r}"
         raise RuntimeError(msg)
-    return elapsed
+    return elapsed, _children_cpu() - cpu
 
 
 def _parser_build(tree: Path) -> float:
@@ -87,19 +123,30 @@ def measure(trees: dict[str, Path], repeat: int) -> dict[str, Any]:
     """Return every command's run times per tree, rounds interleaved."""
     with tempfile.TemporaryDirectory(prefix="sr3-cli-startup-") as tmp:
         commands = _commands(tmp)
-        names = [*commands, "import sr3_cli + build the parser (in-process)"]
+        names = [
+            *commands,
+            "import sr3_cli + build the parser (in-process)",
+            *(name + CPU for name in commands),
+        ]
         runs: dict[str, dict[str, list[float]]] = {
             label: {name: [] for name in names} for label in trees
         }
+        for tree in trees.values():  # warm-up, not counted: byte-compiles a tree
+            for argv in commands.values():
+                _wall(argv, tree)
         for _ in range(repeat):
             for label, tree in trees.items():
                 for name, argv in commands.items():
-                    runs[label][name].append(_wall(argv, tree))
-                runs[label][names[-1]].append(_parser_build(tree))
+                    wall, cpu = _wall(argv, tree)
+                    runs[label][name].append(wall)
+                    runs[label][name + CPU].append(cpu)
+                runs[label][names[len(commands)]].append(_parser_build(tree))
     pooled = [t for by_name in runs.values() for t in by_name[BASELINE]]
+    pooled_cpu = [t for by_name in runs.values() for t in by_name[BASELINE + CPU]]
     return {
         "repeat": repeat,
         "baseline_s": statistics.median(pooled),
+        "baseline_cpu_s": statistics.median(pooled_cpu),
         "trees": {label: str(tree) for label, tree in trees.items()},
         "load_after": os.getloadavg()[0],
         "runs": runs,
@@ -114,7 +161,7 @@ def markdown(r: dict[str, Any]) -> str:
     after = r["median_s"]["after"]
     before = r["median_s"].get("before")
     base = r["baseline_s"]  # the same command in every tree: pooled
-    head = "| command | median s | x python -c pass |"
+    head = "| command (wall, or [cpu] user + system) | median s | x python -c pass |"
     rule = "| --- | ---: | ---: |"
     if before is not None:
         head += " before: median s | before: x python -c pass | after / before |"
@@ -122,16 +169,19 @@ def markdown(r: dict[str, Any]) -> str:
     lines = [
         f"Medians of {r['repeat']} runs, rounds interleaved; load average "
         f"{r['load_after']:.1f} at the end (2 cores). x python -c pass: against "
-        f"its median over every tree's runs, {base:.3f} s.",
+        f"its median over every tree's runs, {base:.3f} s wall and "
+        f"{r['baseline_cpu_s']:.3f} s CPU ([cpu] rows).",
         "",
         head,
         rule,
     ]
     for name, s in after.items():
-        row = f"| {name} | {s:.3f} | {s / base:.1f} |"
+        # CPU rows against the interpreter's CPU, wall rows against its wall time
+        unit = r["baseline_cpu_s"] if name.endswith(CPU) else base
+        row = f"| {name} | {s:.3f} | {s / unit:.1f} |"
         if before is not None:
             b = before[name]
-            row += f" {b:.3f} | {b / base:.1f} | {s / b:.2f} |"
+            row += f" {b:.3f} | {b / unit:.1f} | {s / b:.2f} |"
         lines.append(row)
     return "\n".join(lines) + "\n"
 
@@ -143,7 +193,7 @@ def plot(r: dict[str, Any], out: Path) -> None:
     import matplotlib.pyplot as plt  # noqa: PLC0415 (only when plotting)
 
     medians = r["median_s"]
-    names = list(medians["after"])
+    names = [n for n in medians["after"] if not n.endswith(CPU)]
     fig, ax = plt.subplots(figsize=(9, 4))
     width = 0.8 / len(medians)
     for i, (label, by_name) in enumerate(sorted(medians.items(), reverse=True)):
@@ -154,7 +204,7 @@ def plot(r: dict[str, Any], out: Path) -> None:
     wrapped = [n.replace(" (", "\n(").replace(", ", ",\n") for n in names]
     ax.set_xticklabels([n.replace(" + ", " +\n") for n in wrapped])
     ax.tick_params(axis="x", labelsize=8)
-    ax.set_ylabel("seconds (median)")
+    ax.set_ylabel("wall seconds (median)")
     ax.set_title(f"sr3 start-up, median of {r['repeat']} runs")
     ax.legend()
     fig.tight_layout()

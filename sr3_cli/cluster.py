@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from sr3.client import ClientPool
 from sr3.config import Sr3Config, ZkConfig
-from sr3.errors import AuthenticationError, ConfigError, StorageError
+from sr3.errors import AuthenticationError, ConfigError, SR3Error, StorageError
 from sr3.replication import LiveMembers, ReplicatedStore
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.secret_file import read_secret
@@ -25,6 +26,7 @@ __all__ = [
     "cluster_config",
     "open_cluster",
     "secret_source",
+    "wait_for_members",
 ]
 
 E_AUTH_REFUSED = (
@@ -160,3 +162,23 @@ def secret_source(args: argparse.Namespace) -> str:
     if os.environ.get("SR3_NODE_SECRET"):
         return "SR3_NODE_SECRET"
     return "no secret given"
+
+
+def wait_for_members(lab: Lab, count: int, timeout_s: float = 30.0) -> None:
+    """Wait until ``count`` nodes are registered in the lab's ZooKeeper.
+
+    Raises:
+        SR3Error: they did not all register in time.
+    """
+    with open_cluster(lab.config()) as cluster:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if len(cluster.membership.members()) >= count:
+                return
+            time.sleep(0.05)
+        have = sorted(cluster.membership.members())
+    msg = (
+        f"only {len(have)} of {count} ring nodes registered ({have}); "
+        "see nodes/*/node.log in the lab dir"
+    )
+    raise SR3Error(msg)

@@ -8,9 +8,9 @@ import shutil
 import time
 from pathlib import Path
 
-from sr3.errors import ConfigError, SR3Error
+from sr3.errors import ConfigError
 from sr3_cli import lab_netns
-from sr3_cli.cluster import open_cluster
+from sr3_cli.cluster import wait_for_members
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.lab_netns_cmd import build_hosts
 from sr3_cli.processes import lab_processes, stop_processes
@@ -35,26 +35,6 @@ _DEFAULT_LAB_NODES = 5
 
 def _lab_root(args: argparse.Namespace) -> Path:
     return resolve_lab_dir(args.lab_dir) or Path("lab").resolve()
-
-
-def wait_for_members(lab: Lab, count: int, timeout_s: float = 30.0) -> None:
-    """Wait until ``count`` nodes are registered in the lab's ZooKeeper.
-
-    Raises:
-        SR3Error: they did not all register in time.
-    """
-    with open_cluster(lab.config()) as cluster:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if len(cluster.membership.members()) >= count:
-                return
-            time.sleep(0.05)
-        have = sorted(cluster.membership.members())
-    msg = (
-        f"only {len(have)} of {count} ring nodes registered ({have}); "
-        "see nodes/*/node.log in the lab dir"
-    )
-    raise SR3Error(msg)
 
 
 def lab_up(args: argparse.Namespace) -> int:

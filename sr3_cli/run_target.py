@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sr3.config import Sr3Config
-from sr3_cli.cluster import checked_config
-from sr3_cli.commands import wait_for_members
+from sr3_cli.cluster import checked_config, wait_for_members
 from sr3_cli.lab import Lab
 
 __all__ = ["EMBEDDED_NODES", "RunTarget", "embedded_lab", "run_target"]

@@ -1,4 +1,4 @@
-"""``sr3 run`` and ``sr3 state``: running topology files and reading their state."""
+"""``sr3 run``: run a topology file (``sr3 state dump``: :mod:`sr3_cli.state_cmd`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from sr3.errors import ConfigError
-from sr3_cli.cluster import checked_config
+from sr3_cli.args.common import Handler, handler
 from sr3_cli.daemons.prometheus import targets_dir
 from sr3_cli.lab import Lab
 from sr3_cli.output import emit_json
@@ -25,12 +25,17 @@ from sr3_cli.run_report import print_run_report
 # embedded_lab moved to sr3_cli.run_target; re-exported here because
 # sr3_cli/compare.py and sr3_cli/chaos_cmd.py import it from this module.
 from sr3_cli.run_target import embedded_lab, run_target
-from sr3_cli.spark_run_cmd import run_spark
-from sr3_cli.storm_run_cmd import run_apache_storm
 from storm_bridge.runner import RunOptions, run_topology
 from storm_bridge.wiring import RingAccess
 
-__all__ = ["embedded_lab", "parse_kill", "parse_node_kill", "run", "state_dump"]
+__all__ = ["embedded_lab", "parse_kill", "parse_node_kill", "run"]
+
+#: The other engines' runs, imported when chosen: a local-cluster run (the
+#: tests start hundreds) never loads the Apache Storm or Spark commands.
+_ENGINES: dict[str, Handler] = {
+    "spark": handler("sr3_cli.spark_run_cmd:run_spark"),
+    "apache-storm": handler("sr3_cli.storm_run_cmd:run_apache_storm"),
+}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,10 +52,9 @@ def run(args: argparse.Namespace) -> int:
             "drop --no-checkpoints"
         )
         raise ConfigError(msg)
-    if args.engine == "spark":
-        return run_spark(args)
-    if args.engine == "apache-storm":
-        return run_apache_storm(args)
+    engine = _ENGINES.get(args.engine)
+    if engine is not None:
+        return engine(args)
     for flag, items in (
         ("--kill-worker", args.kill_worker),
         ("--kill-supervisor", args.kill_supervisor),
@@ -108,26 +112,3 @@ def _node_killer(lab: Lab) -> Callable[[str], None]:
         lab.kill_nodes([node])
 
     return kill
-
-
-def state_dump(args: argparse.Namespace) -> int:
-    """``sr3 state dump``: the last committed state of a component.
-
-    Prints ``{key: {name: value}}`` as JSON, each key a JSON list of its values
-    (with or without ``--json``; without it, a summary line goes to stderr).
-    """
-    ring = RingAccess(checked_config(args, create=False), create=False)
-    try:
-        epoch, rows = ring.committed_dump(args.topology, args.component)
-    finally:
-        ring.close()
-    if args.json:
-        emit_json(rows)
-        return 0
-    print(
-        f"# {args.topology}/{args.component}: {len(rows)} keys at committed "
-        f"epoch {epoch}",
-        file=sys.stderr,
-    )
-    emit_json(rows)
-    return 0

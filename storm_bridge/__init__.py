@@ -1,14 +1,20 @@
-"""streamparse/pystorm integration: stateful bolts, replayable spouts, local cluster."""
+"""streamparse/pystorm integration: stateful bolts, replayable spouts, local cluster.
+
+The names below load their module on first use (PEP 562): a topology file's
+``from storm_bridge import StatefulBolt`` loads the components, while a command
+that needs only :mod:`storm_bridge.wiring` (``sr3 state dump``) loads neither
+them nor streamparse, and confluent-kafka loads only in tasks that use Kafka.
+"""
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from storm_bridge.components import ReplayableSpout, StatefulBolt, StateKeyError
-from topology_api.partial_key import partial_key_grouping
-
 if TYPE_CHECKING:
+    from storm_bridge.components import ReplayableSpout, StatefulBolt, StateKeyError
     from storm_bridge.kafka import KafkaSink, KafkaSpout
+    from topology_api.partial_key import partial_key_grouping
 
 __all__ = [
     "KafkaSink",
@@ -19,15 +25,20 @@ __all__ = [
     "partial_key_grouping",
 ]
 
-#: Exports imported on first use: confluent-kafka loads only in tasks that use Kafka.
-_LAZY = {"KafkaSink": "storm_bridge.kafka", "KafkaSpout": "storm_bridge.kafka"}
+#: Each export's module, imported when the name is first read.
+_EXPORTS = {
+    "KafkaSink": "storm_bridge.kafka",
+    "KafkaSpout": "storm_bridge.kafka",
+    "ReplayableSpout": "storm_bridge.components",
+    "StateKeyError": "storm_bridge.components",
+    "StatefulBolt": "storm_bridge.components",
+    "partial_key_grouping": "topology_api.partial_key",
+}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = _EXPORTS.get(name)
     if module is None:
         msg = f"module 'storm_bridge' has no attribute {name!r}"
         raise AttributeError(msg)
-    import importlib  # noqa: PLC0415 (lazy export)
-
     return getattr(importlib.import_module(module), name)

@@ -57,13 +57,15 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from sr3.config_table import read_setting
 from sr3.errors import ConfigError
 from storm_bridge.native_agents import MAX_REPLAYS, BoltAgent, SpoutAgent, as_int
-from zk.checkpoints import CommitRecord
-from zk.epochs import EpochControl, Phase, step_name
+from zk.epoch_control import EpochControl, Phase, step_name
+
+if TYPE_CHECKING:  # kazoo loads only in a task that talks to ZooKeeper
+    from zk.checkpoints import CommitRecord
 
 __all__ = [
     "LOCAL",
@@ -337,6 +339,9 @@ class NativeCoordinator:
         return now - quiet_since >= self._quiet_s
 
     def _commit(self, control: EpochControl, owners: list[str]) -> EpochControl:
+        # the record's module loads kazoo: only the coordinator's task needs it
+        from zk.checkpoints import CommitRecord  # noqa: PLC0415 - ZooKeeper on demand
+
         stats = self._stats or _Stats()
         pause_s = self._clock() - self._pause_started
         record = CommitRecord(

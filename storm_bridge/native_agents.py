@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from zk.epochs import EpochControl, Phase
+from zk.epoch_control import EpochControl, Phase
 
 __all__ = ["MAX_REPLAYS", "RESUMED", "BoltAgent", "SpoutAgent", "as_int"]
 

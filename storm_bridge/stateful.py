@@ -9,19 +9,21 @@ of :mod:`storm_bridge.native`.
 from __future__ import annotations
 
 import functools
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pystorm.component import Tuple as StormTuple
 from streamparse import Bolt
 
 from sr3.errors import RecoveryError, StorageError
-from sr3.state import KeyedState, KeyState
-from storm_bridge.bolt_runtime import BoltRuntime
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.messages import GENERATION_KEY
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode
 from topology_api.barriers import BARRIER_STREAM, with_barrier
 from topology_api.contract import StatefulComponent, overrides_state_key
+
+if TYPE_CHECKING:
+    from sr3.state import KeyedState, KeyState
+    from storm_bridge.bolt_runtime import BoltRuntime
 
 __all__ = ["StateKeyError", "StatefulBolt"]
 
@@ -158,6 +160,10 @@ class StatefulBolt(Bolt, StatefulComponent):
 
     def _setup_component(self, storm_conf: Any, context: Any) -> None:
         super()._setup_component(storm_conf, context)
+        # the runtime (ring client, lazy restore, checkpoints) loads only in a
+        # stateful bolt's task: a spout's or plain bolt's never imports it
+        from storm_bridge.bolt_runtime import BoltRuntime  # noqa: PLC0415 - on demand
+
         # all of SR3's state for this task, under one attribute (see its module)
         self._sr3 = BoltRuntime.start(
             storm_conf,

@@ -1,11 +1,28 @@
-"""ZooKeeper adapter: the only package that imports kazoo."""
+"""ZooKeeper adapter: the only package that imports kazoo.
 
-from zk.client import SessionState, StateListener, ZkSession, connect, translate_error
-from zk.election import ElectionState, LeadershipCallback, ZkElection
-from zk.launcher import EmbeddedZooKeeper
-from zk.manifests import ZkManifestStore
-from zk.membership import ZkMembership
-from zk.paths import ZkPaths, quote_name, unquote_name
+The names below load their module on first use (PEP 562): a process that needs
+only :mod:`zk.paths` or :mod:`zk.epoch_control` (a spout or plain bolt task)
+never imports kazoo, and a ring node never imports the embedded launcher.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from zk.client import (
+        SessionState,
+        StateListener,
+        ZkSession,
+        connect,
+        translate_error,
+    )
+    from zk.election import ElectionState, LeadershipCallback, ZkElection
+    from zk.launcher import EmbeddedZooKeeper
+    from zk.manifests import ZkManifestStore
+    from zk.membership import ZkMembership
+    from zk.paths import ZkPaths, quote_name, unquote_name
 
 __all__ = [
     "ElectionState",
@@ -23,3 +40,29 @@ __all__ = [
     "translate_error",
     "unquote_name",
 ]
+
+#: Each export's module, imported when the name is first read.
+_EXPORTS = {
+    "SessionState": "zk.client",
+    "StateListener": "zk.client",
+    "ZkSession": "zk.client",
+    "connect": "zk.client",
+    "translate_error": "zk.client",
+    "ElectionState": "zk.election",
+    "LeadershipCallback": "zk.election",
+    "ZkElection": "zk.election",
+    "EmbeddedZooKeeper": "zk.launcher",
+    "ZkManifestStore": "zk.manifests",
+    "ZkMembership": "zk.membership",
+    "ZkPaths": "zk.paths",
+    "quote_name": "zk.paths",
+    "unquote_name": "zk.paths",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        msg = f"module 'zk' has no attribute {name!r}"
+        raise AttributeError(msg)
+    return getattr(importlib.import_module(module), name)

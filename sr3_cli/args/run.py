@@ -133,4 +133,4 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     dump.add_argument("--component", required=True, type=nonempty)
     add_cluster_args(dump)
     dump.add_argument("--json", action="store_true", help=JSON_HELP)
-    dump.set_defaults(handler=handler("sr3_cli.topology_cmd:state_dump"))
+    dump.set_defaults(handler=handler("sr3_cli.state_cmd:state_dump"))

@@ -116,6 +116,42 @@ def test_node_loads_the_ring_node_and_no_other_command(tmp_path: Path) -> None:
     engines = [m for m in _heavy(modules) if m.split(".")[0] not in ("zk", "kazoo")]
     assert engines == []
     assert sorted(m for m in OTHER_COMMANDS if m in modules) == []
+    # a node serves the relay ops; the planner and the client's recovery are not its
+    client_side = ("sr3.recovery.recover", "sr3.recovery.planner", "zk.launcher")
+    assert sorted(m for m in client_side if m in modules) == []
+
+
+def test_state_dump_reads_the_ring_without_loading_the_engines(tmp_path: Path) -> None:
+    # refused after its module loaded, before it connects anywhere
+    missing = tmp_path / "no-lab"
+    code, out, modules = _loaded(
+        "state", "dump", "--topology", "t", "--component", "c", "--lab", str(missing)
+    )
+    assert code == 2
+    assert f"no lab in {missing}" in out
+    assert "storm_bridge.wiring" in modules
+    # the ring client only: no local cluster, engine, streamparse or Spark
+    loaded = sorted(
+        m
+        for m in modules
+        if m.split(".")[0] in ("pyspark", "pyarrow", "streamparse", "thriftpy2")
+        or m.startswith(("storm_bridge.runner", "storm_bridge.cluster"))
+        or m.startswith(("storm_bridge.components", "sr3_cli.topology_cmd"))
+    )
+    assert loaded == []
+
+
+def test_a_local_cluster_run_loads_no_other_engine(tmp_path: Path) -> None:
+    # refused after its module loaded, before it starts anything
+    missing = tmp_path / "missing.py"
+    code, out, modules = _loaded("run", str(missing), "--until-idle")
+    assert code == 2
+    assert f"topology file {missing} does not exist" in out
+    assert "sr3_cli.topology_cmd" in modules
+    other = ("sr3_cli.spark_run_cmd", "sr3_cli.storm_run_cmd", "sr3_cli.commands")
+    assert sorted(m for m in modules if m in other) == []
+    assert sorted(m for m in modules if m.startswith("storm_bridge.sparse")) == []
+    assert sorted(m for m in modules if m.split(".")[0] == "pyspark") == []
 
 
 def _handlers(parser: argparse.ArgumentParser, words: str) -> Iterator[tuple[str, Any]]:
