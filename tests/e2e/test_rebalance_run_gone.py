@@ -26,6 +26,7 @@ from sr3_cli.cluster import open_cluster
 from sr3_cli.lab import Lab
 from tests.conftest import WaitUntil
 from tests.e2e.conftest import require_zk, sr3_json
+from tests.e2e.test_rebalance import all_running, live
 from tests.e2e.topologies.rebalance_parts import corpus
 from tests.integration.conftest import running_lab
 from zk.rebalances import ZkRebalanceStore
@@ -78,19 +79,6 @@ def start_run(lab: Lab, tmp: Path, *extra: str) -> subprocess.Popen[str]:
         env=env,
         start_new_session=True,
     )
-
-
-def live(lab: Lab) -> dict[str, Any] | None:
-    found = sr3_json(lab, "status")["runs"].get(NAME)
-    return dict(found) if found is not None else None
-
-
-def all_running(lab: Lab) -> dict[str, Any] | None:
-    record = live(lab)
-    if record is None or record["rebalance"] is not None:
-        return None
-    tasks = [t for ts in record["ownership"].values() for t in ts]
-    return record if all(t["state"] == "running" for t in tasks) else None
 
 
 def under_way(lab: Lab) -> dict[str, Any] | None:
