@@ -391,7 +391,11 @@ class EpochCommitter:
         if point is not None and point.savepoint is not None:
             extra["savepoint"] = point.savepoint
         rewound = CommitRecord(
-            epoch=epoch, offsets=record.offsets, owners=record.owners, extra=extra
+            epoch=epoch,
+            offsets=record.offsets,
+            owners=record.owners,
+            extra=extra,
+            key_groups=record.key_groups,
         )
         try:
             access.checkpoints.commit(self.topology, rewound)

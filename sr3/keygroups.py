@@ -15,9 +15,13 @@ from sr3.errors import ConfigError
 from sr3.ring import key_group_hash
 
 __all__ = [
+    "decode_table",
+    "encode_table",
     "key_group",
     "key_group_of_encoded",
+    "key_group_ranges",
     "key_groups_for_task",
+    "range_table",
     "task_for_key_group",
 ]
 
@@ -89,3 +93,69 @@ def task_for_key_group(kg: int, num_tasks: int, key_group_count: int) -> int:
         msg = f"key group {kg} is outside 0..{key_group_count - 1}"
         raise ConfigError(msg)
     return kg * num_tasks // key_group_count
+
+
+def range_table(num_tasks: int, key_group_count: int) -> list[int]:
+    """Return the key group -> task index table of the contiguous ranges.
+
+    ``table[kg]`` is :func:`task_for_key_group` of every key group: the table a
+    key-group-routed component starts with (``sr3.rebalance.routing``).
+
+    Raises:
+        ConfigError: ``num_tasks`` is not in ``1..key_group_count``.
+    """
+    _check_tasks(0, num_tasks, key_group_count)
+    return [kg * num_tasks // key_group_count for kg in range(key_group_count)]
+
+
+def key_group_ranges(table: list[int], index: int) -> str:
+    """Return the key groups ``table`` gives task ``index`` as ranges: ``0-63,128``."""
+    ranges: list[str] = []
+    start = None
+    for kg, owner in enumerate([*table, -1]):
+        if owner == index and start is None:
+            start = kg
+        elif owner != index and start is not None:
+            ranges.append(str(start) if kg - 1 == start else f"{start}-{kg - 1}")
+            start = None
+    return ",".join(ranges)
+
+
+def encode_table(table: list[int]) -> list[list[int]]:
+    """Return ``table`` run-length encoded: ``[[task index, run length], ...]``.
+
+    A table of contiguous ranges is one pair per task, whatever G is.
+    """
+    runs: list[list[int]] = []
+    for index in table:
+        if runs and runs[-1][0] == index:
+            runs[-1][1] += 1
+        else:
+            runs.append([index, 1])
+    return runs
+
+
+def decode_table(runs: Any, key_group_count: int | None = None) -> list[int]:
+    """Return the table :func:`encode_table` encoded.
+
+    Raises:
+        ConfigError: ``runs`` is malformed, or does not cover ``key_group_count``
+            key groups when that is given.
+    """
+    table: list[int] = []
+    try:
+        for index, length in runs:
+            if int(index) < 0 or int(length) < 1:
+                msg = f"bad run {[index, length]!r}"
+                raise ValueError(msg)
+            table.extend([int(index)] * int(length))
+    except (TypeError, ValueError) as exc:
+        msg = f"malformed key-group table {runs!r}: {exc}"
+        raise ConfigError(msg) from exc
+    if key_group_count is not None and len(table) != key_group_count:
+        msg = (
+            f"key-group table covers {len(table)} key groups, not "
+            f"{key_group_count}; was sr3.state.key.groups changed?"
+        )
+        raise ConfigError(msg)
+    return table

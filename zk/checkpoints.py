@@ -4,6 +4,10 @@ Layout (see :mod:`zk.paths`)::
 
     /topologies/<name>/committed    {"epoch": e, "offsets": {...}, "owners": [...]}
 
+A record of a topology run with ``sr3.rebalance.routing = key-groups`` also
+carries ``"key_groups"``: each key-group-routed component's key group -> task
+index table at that epoch, run-length encoded (:func:`sr3.keygroups.encode_table`).
+
 A task may publish its manifest of epoch ``e`` before ``e`` commits; only the
 epoch recorded here is globally committed, so recovery reads the manifests of
 this epoch and ignores newer ones. The record only moves forward: a commit is
@@ -44,6 +48,10 @@ class CommitRecord:
         committed_at: Wall-clock seconds when it committed.
         extra: What the committing engine records besides (the Spark engine:
             ``{"engine": "spark", "query": id, "batch": n}``).
+        key_groups: ``{component: encoded table}`` of the key-group-routed
+            components (:func:`sr3.keygroups.encode_table`): which task index
+            owns each key group at ``epoch``. Empty: the components route by
+            Storm's fields grouping (the default).
     """
 
     epoch: int
@@ -51,16 +59,20 @@ class CommitRecord:
     owners: tuple[str, ...] = ()
     committed_at: float = 0.0
     extra: Mapping[str, Any] = field(default_factory=dict)
+    key_groups: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        """Return a msgpack-friendly dict."""
-        return {
+        """Return a msgpack-friendly dict (``key_groups`` only when there are any)."""
+        out = {
             "epoch": self.epoch,
             "offsets": dict(self.offsets),
             "owners": list(self.owners),
             "committed_at": self.committed_at,
             "extra": dict(self.extra),
         }
+        if self.key_groups:
+            out["key_groups"] = {c: list(t) for c, t in self.key_groups.items()}
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> CommitRecord:
@@ -76,6 +88,10 @@ class CommitRecord:
                 owners=tuple(str(o) for o in raw.get("owners", ())),
                 committed_at=float(raw.get("committed_at", 0.0)),
                 extra=dict(raw.get("extra") or {}),
+                key_groups={
+                    str(c): [[int(i), int(n)] for i, n in runs]
+                    for c, runs in dict(raw.get("key_groups") or {}).items()
+                },
             )
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"malformed commit record {dict(raw)!r}: {exc}"

@@ -11,9 +11,13 @@ from hypothesis import strategies as st
 from sr3.codec import encode_key
 from sr3.errors import CodecError, ConfigError
 from sr3.keygroups import (
+    decode_table,
+    encode_table,
     key_group,
     key_group_of_encoded,
+    key_group_ranges,
     key_groups_for_task,
+    range_table,
     task_for_key_group,
 )
 
@@ -65,3 +69,28 @@ def test_errors_say_what_to_change() -> None:
         task_for_key_group(8, 2, 8)
     with pytest.raises(CodecError):
         key_group((object(),), 8)
+
+
+def test_a_range_table_is_the_ranges_of_key_groups_for_task() -> None:
+    table = range_table(3, 10)
+    for index in range(3):
+        assert [kg for kg, i in enumerate(table) if i == index] == list(
+            key_groups_for_task(index, 3, 10)
+        )
+
+
+def test_tables_encode_as_runs_and_back() -> None:
+    table = [0, 0, 1, 1, 1, 0, 2]
+    runs = encode_table(table)
+    assert runs == [[0, 2], [1, 3], [0, 1], [2, 1]]
+    assert decode_table(runs, 7) == table
+    assert encode_table(range_table(4, 256)) == [[i, 64] for i in range(4)]
+    assert key_group_ranges(table, 0) == "0-1,5"
+    assert key_group_ranges(table, 3) == ""
+
+
+def test_a_table_of_another_g_or_malformed_is_refused() -> None:
+    with pytest.raises(ConfigError, match="covers 7 key groups, not 8"):
+        decode_table([[0, 7]], 8)
+    with pytest.raises(ConfigError, match="malformed key-group table"):
+        decode_table([[0]], None)
