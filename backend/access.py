@@ -29,6 +29,7 @@ from sr3.config import Sr3Config
 from sr3.errors import RecoveryError
 from sr3.manifest import Manifest
 from sr3.recovery import Recoverer, RecoveryContext
+from sr3.recovery.recover import shards_to_read
 from sr3.replication import LiveMembers, ReplicatedStore
 from sr3.snapshot import GcReport, SnapshotReader, SnapshotWriter, WriteReport
 from sr3.state import KeyedState
@@ -392,6 +393,44 @@ class RingAccess:
             time.perf_counter() - started,
             reason=f"{component} had {len(committed)} tasks at epoch {record.epoch}",
         )
+
+    def read_key_groups(
+        self, owner: str, epoch: int, key_groups: Iterable[int]
+    ) -> tuple[list[dict[int, bytes | memoryview]], int]:
+        """Read only ``key_groups`` of ``owner``'s chain at ``epoch``.
+
+        Only the chain's shards holding one of them are fetched (a key-group
+        hand-over reads what moves, not the sender's whole state).
+
+        Returns:
+            The key groups' blobs by shard, oldest first (install them in
+            order: a base, then deltas), and the payload bytes fetched.
+
+        Raises:
+            RecoveryError: ``owner`` has no manifest at ``epoch``.
+            ShardNotFoundError: a shard has no live valid replica.
+            CoordinationError: ZooKeeper failed.
+        """
+        wanted = set(key_groups)
+        manifest = self._reader.manifest(owner, epoch)
+        metas = self.manifests.shards(owner)
+        chain = {
+            m.shard_id
+            for m in shards_to_read(
+                [metas[sid] for sid in manifest.shard_ids if sid in metas]
+            )
+        }
+        ids = tuple(
+            sid
+            for sid in manifest.shard_ids
+            if sid in chain and wanted.intersection(metas[sid].key_groups)
+        )
+        layers: list[dict[int, bytes | memoryview]] = []
+        size = 0
+        for shard in self._reader.fetch(replace(manifest, shard_ids=ids)):
+            size += shard.meta.size
+            layers.append({kg: b for kg, b in shard.key_groups.items() if kg in wanted})
+        return layers, size
 
     def committed_state(
         self, topology: str, component: str

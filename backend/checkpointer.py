@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from backend.chain import DELTA, ChainPolicy, Kind, OwnerChain
+from backend.keygroup_restore import install_key_groups, restore_assigned
 from backend.owners import OwnerId
 from backend.rescale import Route
 from sr3.state import KeyedState
@@ -58,6 +59,11 @@ class OwnerCheckpointer:
         mechanism: Restore mechanism (``sr3.recovery.mechanism``).
         policy: Chain length bound (``sr3.checkpoint.max.chain.length``).
         route: Where a key belongs after a rescale (:data:`Route`).
+        table: The component's key group -> task index table when it is routed
+            by key group (``sr3.rebalance.routing = key-groups``): a restore
+            takes the key groups it gives this task
+            (:func:`backend.keygroup_restore.restore_assigned`). None: Storm's
+            fields grouping.
     """
 
     def __init__(  # noqa: PLR0913 (what one task's checkpoints need)
@@ -70,6 +76,7 @@ class OwnerCheckpointer:
         mechanism: str,
         policy: ChainPolicy,
         route: Route,
+        table: list[int] | None = None,
     ) -> None:
         self.access = access
         self.owner = owner
@@ -80,6 +87,7 @@ class OwnerCheckpointer:
         self.chain = OwnerChain(policy)
         self.state = KeyedState(key_group_count)
         self._route = route
+        self.table = table
 
     def restore(
         self,
@@ -106,6 +114,19 @@ class OwnerCheckpointer:
         if access is None:
             self.state = KeyedState(self.key_group_count)
             return None
+        if self.table is not None:
+            self.state, report = restore_assigned(
+                access,
+                topology=self.owner.topology,
+                component=self.owner.component,
+                index=self.owner.index,
+                table=self.table,
+                record=access.committed(self.owner.topology),
+                mechanism=self.mechanism,
+                lazy=lazy,
+                on_loaded=on_loaded,
+            )
+            return report
         self.state, report = access.restore_task(
             topology=self.owner.topology,
             component=self.owner.component,
@@ -119,6 +140,30 @@ class OwnerCheckpointer:
             on_loaded=on_loaded,
         )
         return report
+
+    def install_key_groups(self, source: int, epoch: int, key_groups: list[int]) -> int:
+        """Take ``key_groups`` from task ``source``'s snapshot at ``epoch`` (hand-over).
+
+        The next snapshot is FULL, so it holds them. Returns the bytes read.
+
+        Raises:
+            RecoveryError, ShardNotFoundError: the snapshot cannot be read.
+            CoordinationError: ZooKeeper failed.
+        """
+        self.chain.restart()
+        access = self.access
+        if access is None:
+            return 0
+        sender = OwnerId(self.owner.topology, self.owner.component, source)
+        return install_key_groups(access, self.state, str(sender), epoch, key_groups)
+
+    def drop_key_groups(self, key_groups: list[int]) -> int:
+        """Forget ``key_groups`` (handed over): the next snapshot is FULL, without them.
+
+        Returns how many of them held state.
+        """
+        self.chain.restart()
+        return self.state.drop_key_groups(key_groups)
 
     def capture(self) -> Capture:
         """Encode the state for the next snapshot (FULL or DELTA, as the chain says).

@@ -264,6 +264,27 @@ class KeyedState:
         if not lazy and kg in self._encoded:
             self._materialize(kg, None)
 
+    def drop_key_groups(self, key_groups: Iterable[int]) -> int:
+        """Forget ``key_groups`` (they moved to another task).
+
+        Returns how many of them held state.
+
+        Their tracked changes go too: the caller's next snapshot must be FULL
+        (a delta cannot say that a key group left).
+
+        Raises:
+            RecoveryError, ShardNotFoundError: a deferred key group cannot be read.
+        """
+        self.load_all()
+        dropped = 0
+        for kg in set(key_groups):
+            held = self._decoded.pop(kg, None)
+            encoded = self._encoded.pop(kg, None)
+            dropped += bool(held) or encoded is not None
+            self._live.pop(kg, None)
+            self._captured.pop(kg, None)
+        return dropped
+
     def snapshot(self, *, incremental: bool) -> dict[int, bytes]:
         """Encode the state for a checkpoint, capturing the changes it contains.
 
