@@ -123,6 +123,13 @@ class StormConfig(_Section):
         idle_quiet_s: ``sr3.idle.quiet.s``, spouts: how long ``next`` must emit
             nothing before the spout counts as dry for ``--until-idle``
             (default 2 s; a JSON number, as Storm's conf validation requires).
+        rebalance_routing: ``sr3.rebalance.routing``, local cluster: ``fields``
+            (default; Storm's hash mod tasks) or ``key-groups`` (a fields
+            grouping into a stateful bolt routes through a versioned key group
+            -> task table; ``sr3 rebalance`` moves key groups between live
+            tasks, see docs/rebalance.md).
+        rebalance_batch_key_groups: ``sr3.rebalance.batch.key.groups``, key
+            groups a key-groups rebalance moves per epoch (default 16).
 
     Raises:
         ConfigError: a value is outside its key's accepted values.
@@ -130,6 +137,8 @@ class StormConfig(_Section):
 
     SECTION: ClassVar[str] = "storm"
     integer_boxing: str = "long"
+    rebalance_routing: str = "fields"
+    rebalance_batch_key_groups: int = 16
     idle_quiet_s: float = 2.0
 
 

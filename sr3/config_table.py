@@ -226,6 +226,16 @@ _ROWS: Final = (
         _TOPOLOGY, "How fields groupings hash JSON integers, as the Storm "
         "version the topology targets does.", choices=("long", "integer"),
         accepted="one of 'long' (Storm < 2.6), 'integer' (Storm >= 2.6)"),
+    Key("sr3.rebalance.routing", "storm", "rebalance_routing", TEXT, "fields",
+        _TOPOLOGY, "Local cluster: how a fields grouping into a stateful bolt "
+        "routes: Storm's hash mod tasks (fields), or through a key group -> "
+        "task table, so sr3 rebalance moves key groups between live tasks in "
+        "batches (key-groups; docs/rebalance.md).",
+        choices=("fields", "key-groups")),
+    Key("sr3.rebalance.batch.key.groups", "storm", "rebalance_batch_key_groups",
+        INT, 16, _TOPOLOGY, "Local cluster, key-groups routing: key groups "
+        "sr3 rebalance moves per epoch (each pauses only during its batch).",
+        low=1),
     Key("sr3.idle.quiet.s", "storm", "idle_quiet_s", STORM_SECONDS, 2.0,
         _COMPONENT, "Spouts: how long next must emit nothing before the spout "
         "counts as dry for sr3 run --until-idle.", low=0.0,
@@ -301,6 +311,8 @@ NOT_KEYS: Final = frozenset(
         "sr3.restored",
         "sr3.loaded",
         "sr3.snapshot",
+        "sr3.keygroups",
+        "sr3.keygroups.table",
         "sr3.error",
         "sr3.kafka.out",
         "sr3.kafka.next",

@@ -181,11 +181,15 @@ def _print_runs(runs: dict[str, Any]) -> None:
             print(f"  {component}: {len(tasks)} of max {info.get('max')} tasks")
             for task in tasks:
                 held = ", tuples held" if task["held"] else ""
+                owns = (
+                    f"keys whose fields hash mod {task['of']} == {task['index']}"
+                    if task.get("key_groups") is None
+                    else f"key groups {task['key_groups'] or 'none'}"
+                )
                 print(
                     f"    task {task['task']} index {task['index']}/{task['of']} "
                     f"owner {task['owner']} ({task['state']}, {task['processed']} "
-                    f"processed{held}): keys whose fields hash mod "
-                    f"{task['of']} == {task['index']}"
+                    f"processed{held}): {owns}"
                 )
         current = run.get("rebalance")
         if current:

@@ -10,6 +10,7 @@ background snapshot writer, and (native mode) the ZooKeeper control agent.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import time
@@ -24,10 +25,13 @@ from backend.checkpointer import Capture, OwnerCheckpointer
 from backend.lazy import LAZY_FETCH, LoadStats
 from backend.owners import OwnerId
 from sr3.config import Sr3Config
+from sr3.keygroups import decode_table
 from sr3.state import KeyState
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode, require_ring
 from storm_bridge.restore_progress import RestoreProgress
 from topology_api.barriers import (
+    KEY_GROUP_TABLE_KEY,
+    KEY_GROUPS_METRIC,
     LOADED_METRIC,
     RESTORED_METRIC,
     SNAPSHOT_METRIC,
@@ -123,6 +127,13 @@ class BoltRuntime:
         self.ring = ring
         require_ring(ring, storm_conf, self.owner)
         settings = Sr3Config.from_mapping(storm_conf, strict=False)
+        # key-group routing (sr3.rebalance.routing): the cluster gives the table
+        raw_table = storm_conf.get(KEY_GROUP_TABLE_KEY)
+        table = (
+            None
+            if raw_table is None
+            else decode_table(json.loads(raw_table), settings.ring.key_group_count)
+        )
         # Storm's fields grouping (deepHashCode mod tasks) decides which keys a
         # task sees, not key-group ranges: a task may touch any key group, and
         # its snapshot holds exactly the keys routed to it.
@@ -137,6 +148,7 @@ class BoltRuntime:
             route=functools.partial(
                 key_task_index, num_tasks=count, boxing=self.boxing
             ),
+            table=table,
         )
         # native mode restores on its control thread too: it stays eager
         self.lazy = settings.recovery.lazy and not self.native
@@ -307,6 +319,38 @@ class BoltRuntime:
             return None
         latest = functools.partial(self.store.control, fresh=True)
         return agent.straggler(self.tag, latest)
+
+    # -- local cluster key-group hand-overs -----------------------------------
+
+    def key_group_command(self, action: str, info: Mapping[str, Any]) -> None:
+        """Install or drop key groups as the cluster's hand-over says; report it.
+
+        ``install``: read ``key_groups`` from task ``source``'s snapshot at
+        ``epoch`` (the switch epoch, committed); ``drop``: forget them. Either
+        way the next snapshot is FULL. A failure raises: the task dies and the
+        cluster rolls back.
+        """
+        started = time.perf_counter()
+        key_groups = [int(kg) for kg in info.get("key_groups", ())]
+        self._settle()  # the write of the switch epoch is done: it committed
+        if action == "install":
+            size = self.checkpointer.install_key_groups(
+                int(info["source"]), int(info["epoch"]), key_groups
+            )
+        else:
+            self.checkpointer.drop_key_groups(key_groups)
+            size = 0
+        if self.metrics:
+            params = {
+                "id": info.get("id"),
+                "action": action,
+                "key_groups": len(key_groups),
+                "bytes": size,
+                "seconds": round(time.perf_counter() - started, 6),
+            }
+            self._send(
+                {"command": "metrics", "name": KEY_GROUPS_METRIC, "params": params}
+            )
 
     # -- local cluster barriers -----------------------------------------------
 

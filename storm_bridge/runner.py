@@ -124,8 +124,19 @@ class _ZkHooks:
     def __init__(self, committer: EpochCommitter) -> None:
         self._committer = committer
 
-    def commit(self, epoch: int, offsets: Mapping[str, Any], owners: list[str]) -> None:
-        record = CommitRecord(epoch=epoch, offsets=dict(offsets), owners=tuple(owners))
+    def commit(
+        self,
+        epoch: int,
+        offsets: Mapping[str, Any],
+        owners: list[str],
+        key_groups: Mapping[str, Any] | None = None,
+    ) -> None:
+        record = CommitRecord(
+            epoch=epoch,
+            offsets=dict(offsets),
+            owners=tuple(owners),
+            key_groups=dict(key_groups or {}),
+        )
         try:
             self._committer.commit(record)
         except SR3Error as exc:
@@ -229,7 +240,14 @@ def run_topology(
             fixed=topology.fixed_parallelism(),
         )
         hooks = _ZkHooks(committer)
-        checkpoint = CheckpointSettings(hooks, interval_s, first, timeout_s)
+        start = committer.committed()
+        checkpoint = CheckpointSettings(
+            hooks,
+            interval_s,
+            first,
+            timeout_s,
+            start_tables=dict(start.key_groups) if start is not None else {},
+        )
     if options.checkpoints and options.resume:
         # what the resumed epoch holds of a sink's outputs and its writer did
         # not write (a Spark driver that died after the commit) goes out first

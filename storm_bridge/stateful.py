@@ -18,7 +18,7 @@ from sr3.errors import RecoveryError, StorageError
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.messages import GENERATION_KEY
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode
-from topology_api.barriers import BARRIER_STREAM, with_barrier
+from topology_api.barriers import BARRIER_STREAM, KEY_GROUP_STREAM, with_barrier
 from topology_api.contract import StatefulComponent, overrides_state_key
 
 if TYPE_CHECKING:
@@ -221,6 +221,13 @@ class StatefulBolt(Bolt, StatefulComponent):
             forward = functools.partial(self._sr3_forward, epoch)
             try:
                 runtime.checkpoint(epoch, dict(info.get("offsets") or {}), forward)
+            except Exception:
+                self.exit_on_exception = True
+                raise
+        elif tup.stream == KEY_GROUP_STREAM:
+            self._current_tups = []
+            try:
+                runtime.key_group_command(str(tup.values[0]), dict(tup.values[1]))
             except Exception:
                 self.exit_on_exception = True
                 raise

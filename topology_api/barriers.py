@@ -17,6 +17,9 @@ __all__ = [
     "BARRIER_COMMAND",
     "BARRIER_FIELDS",
     "BARRIER_STREAM",
+    "KEY_GROUPS_METRIC",
+    "KEY_GROUP_TABLE_KEY",
+    "KEY_GROUP_STREAM",
     "LOADED_METRIC",
     "RESTORED_METRIC",
     "SNAPSHOT_METRIC",
@@ -41,6 +44,17 @@ RESTORED_METRIC: Final = "sr3.restored"
 LOADED_METRIC: Final = "sr3.loaded"
 #: ``metrics`` name a stateful task sends once its snapshot of an epoch is durable.
 SNAPSHOT_METRIC: Final = "sr3.snapshot"
+#: Stream of the local cluster's key-group hand-over commands to a stateful
+#: task (``sr3.rebalance.routing = key-groups``): values ``[action, info]``,
+#: ``install`` (take key groups from another task's snapshot) or ``drop``.
+#: Like barriers, they are sent by the cluster, never declared or acked.
+KEY_GROUP_STREAM: Final = "_sr3_keygroups"
+#: Conf key the local cluster sets on each task of a key-group-routed component:
+#: the key group -> task index table its restore places key groups by (JSON of
+#: :func:`sr3.keygroups.encode_table`).
+KEY_GROUP_TABLE_KEY: Final = "sr3.keygroups.table"
+#: ``metrics`` name a stateful task sends once it carried out a hand-over command.
+KEY_GROUPS_METRIC: Final = "sr3.keygroups"
 
 
 def internal_stream(stream: object) -> bool:

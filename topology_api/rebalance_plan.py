@@ -12,15 +12,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 
 from topology_api.errors import TopologyApiError
 
 __all__ = [
     "ComponentInfo",
+    "KeyGroupMove",
     "RebalanceRequestError",
     "TaskMoves",
+    "batch_moves",
     "check_request",
     "parse_targets",
+    "plan_key_groups",
     "plan_moves",
 ]
 
@@ -188,3 +192,83 @@ def plan_moves(current: Sequence[int], tasks: int, next_id: int) -> TaskMoves:
     retire = tuple(ids[tasks:])
     add = tuple(range(next_id, next_id + max(0, tasks - len(ids))))
     return TaskMoves(keep, retire, add)
+
+
+@dataclass(frozen=True)
+class KeyGroupMove:
+    """One key group changing owner in a key-groups rebalance.
+
+    Attributes:
+        key_group: The key group.
+        sender: Task index owning it now.
+        receiver: Task index owning it after the move.
+    """
+
+    key_group: int
+    sender: int
+    receiver: int
+
+
+def plan_key_groups(table: Sequence[int], tasks: int) -> list[KeyGroupMove]:
+    """Return the fewest key-group moves that balance ``table`` over ``tasks`` tasks.
+
+    ``table[kg]`` is the task index owning key group ``kg``. After the moves
+    each of the ``tasks`` tasks owns ``G // tasks`` or one more key groups
+    (indexes ``tasks`` and above own none: they retire). Each task keeps up to
+    its quota of what it owns (its lowest key groups); the extra key groups go
+    to the tasks that own the most, so the fewest change owner; the surplus
+    goes, lowest key group first, to the tasks under their quota, lowest index
+    first. New tasks are the indexes above the current ones.
+
+    Raises:
+        ValueError: ``tasks`` is not in ``1..len(table)``.
+    """
+    count = len(table)
+    if not 1 <= tasks <= count:
+        msg = f"{tasks} tasks cannot share {count} key groups"
+        raise ValueError(msg)
+    owned: dict[int, list[int]] = {i: [] for i in range(tasks)}
+    surplus: list[int] = []
+    for kg, index in enumerate(table):
+        if index < tasks:
+            owned[index].append(kg)
+        else:
+            surplus.append(kg)
+    base, extra = divmod(count, tasks)
+    biggest = sorted(owned, key=lambda i: (-len(owned[i]), i))
+    quota = {i: base + (1 if rank < extra else 0) for rank, i in enumerate(biggest)}
+    for index, kgs in owned.items():
+        surplus.extend(kgs[quota[index] :])
+        del kgs[quota[index] :]
+    surplus.sort()
+    moves: list[KeyGroupMove] = []
+    receivers = iter(i for i in range(tasks) for _ in range(quota[i] - len(owned[i])))
+    for kg, receiver in zip(surplus, receivers, strict=True):
+        moves.append(KeyGroupMove(kg, table[kg], receiver))
+    return moves
+
+
+def batch_moves(moves: Sequence[KeyGroupMove], size: int) -> list[list[KeyGroupMove]]:
+    """Split ``moves`` into batches of at most ``size``, one batch per epoch.
+
+    The moves of each (sender, receiver) pair are dealt round robin over the
+    pairs, so a batch spreads over as many senders and receivers as it can: each
+    task installs or drops few key groups per batch, which keeps the pause of
+    every moving key group short (Megaphone's fine-grained migration).
+
+    Raises:
+        ValueError: ``size < 1``.
+    """
+    if size < 1:
+        msg = f"a batch holds at least 1 key group, not {size}"
+        raise ValueError(msg)
+    pairs: dict[tuple[int, int], list[KeyGroupMove]] = {}
+    for move in moves:
+        pairs.setdefault((move.sender, move.receiver), []).append(move)
+    dealt = [
+        move
+        for layer in zip_longest(*pairs.values())
+        for move in layer
+        if move is not None
+    ]
+    return [dealt[i : i + size] for i in range(0, len(dealt), size)]

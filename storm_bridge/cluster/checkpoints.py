@@ -108,6 +108,9 @@ class Coordinator(EpochCycle):
         #: Whether a live rebalance is under way: a failure then must roll the
         #: whole topology back (a task-scope recovery must not run).
         self.rebalance_in_progress: Callable[[], bool] = lambda: False
+        #: Called with (task, params) as a task reports a key-group hand-over
+        #: command carried out (``sr3.keygroups``; key-groups routing).
+        self.on_key_groups: Callable[[TaskRuntime, Any], None] | None = None
         #: The run report's task-scope recovery entry (set by the engine).
         self.local_report: Callable[[], dict[str, Any]] = dict
 

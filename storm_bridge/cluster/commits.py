@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from backend.owners import owner_name
@@ -29,8 +29,18 @@ logger = logging.getLogger(__name__)
 class CheckpointHooks(Protocol):
     """Where the coordinator records commits (ZooKeeper in production)."""
 
-    def commit(self, epoch: int, offsets: Mapping[str, Any], owners: list[str]) -> None:
-        """Record epoch ``epoch`` as globally committed."""
+    def commit(
+        self,
+        epoch: int,
+        offsets: Mapping[str, Any],
+        owners: list[str],
+        key_groups: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record epoch ``epoch`` as globally committed.
+
+        ``key_groups`` (key-groups routing only; never passed otherwise): the
+        key-group tables of the epoch, ``{component: encoded table}``.
+        """
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,9 @@ class CheckpointSettings:
         timeout_s: An epoch still open after this long is abandoned (held
             tuples are released) and a later one opened
             (``sr3.checkpoint.timeout.s``, default 60).
+        start_tables: The key-group tables of the committed epoch the run
+            starts from (``{component: encoded table}``; key-groups routing
+            only, see :mod:`storm_bridge.cluster.keygroup_routing`).
 
     Raises:
         ConfigError: a duration is not positive or the first epoch is below 1.
@@ -55,6 +68,7 @@ class CheckpointSettings:
     interval_s: float = 1.0
     first_epoch: int = 1
     timeout_s: float = 60.0
+    start_tables: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         checks = {
@@ -106,19 +120,31 @@ class Commits:
         #: Stats of every epoch committed, oldest first.
         self.committed: list[EpochStats] = []
 
-    def commit(self, epoch: OpenEpoch, owners: list[str]) -> float | None:
+    def commit(
+        self,
+        epoch: OpenEpoch,
+        owners: list[str],
+        key_groups: Mapping[str, Any] | None = None,
+    ) -> float | None:
         """Record ``epoch`` (every task reported it) through the hooks.
 
         Args:
             epoch: The complete open epoch.
             owners: Owner names of the stateful tasks, sorted.
+            key_groups: The key-group tables of the epoch (None or empty: the
+                hooks are called without them, as before key-groups routing).
 
         Returns:
             The commit time, or None if the hooks failed (logged; the epoch
             is lost and a later one must be opened).
         """
         try:
-            self._hooks.commit(epoch.epoch, epoch.offsets, owners)
+            if key_groups:
+                self._hooks.commit(
+                    epoch.epoch, epoch.offsets, owners, key_groups=key_groups
+                )
+            else:
+                self._hooks.commit(epoch.epoch, epoch.offsets, owners)
         except StormBridgeError as exc:
             logger.error("epoch %s could not commit: %s", epoch.epoch, exc)
             return None

@@ -11,8 +11,15 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storm_bridge.cluster.keygroup_routing import KeyGroupGrouper
 from storm_bridge.errors import StormBridgeError
-from topology_api.groupings import DirectGrouper, Grouper, IntegerBoxing, make_grouper
+from topology_api.groupings import (
+    DirectGrouper,
+    Grouper,
+    GroupingKind,
+    IntegerBoxing,
+    make_grouper,
+)
 from topology_api.stormconf import ACKER_COMPONENT, assign_task_ids, task_context
 from topology_api.topology import ComponentInfo, LoadedTopology
 
@@ -94,6 +101,10 @@ class Router:
             for sub in comp.inputs:
                 self._subscribers.setdefault((sub.source, sub.stream), []).append(comp)
         self._groupers: dict[tuple[int, str], dict[str, Grouper]] = {}
+        #: Key group -> task index tables of the key-group-routed stateful
+        #: components (``sr3.rebalance.routing = key-groups``; empty: none).
+        #: A table changes in place as key groups move.
+        self.key_groups: dict[str, list[int]] = {}
 
     def component_tasks(self, component: str) -> list[int]:
         """Return the sorted task ids of a component."""
@@ -131,6 +142,21 @@ class Router:
         except (ValueError, TypeError) as exc:
             raise RoutingError(str(exc)) from exc
 
+    def key_group(
+        self, source_task: int, stream: str, values: Sequence[Any], component: str
+    ) -> int | None:
+        """Return the key group a tuple routes by into ``component`` (None: none).
+
+        None unless ``component`` is routed by key group on that subscription.
+        """
+        grouper = self._groupers_for(source_task, stream).get(component)
+        if not isinstance(grouper, KeyGroupGrouper):
+            return None
+        try:
+            return grouper.key_group(values)
+        except (ValueError, TypeError):
+            return None
+
     def reset_task(self, task_id: int) -> None:
         """Forget the groupers of a sender task (it restarted)."""
         for key in [k for k in self._groupers if k[0] == task_id]:
@@ -154,6 +180,15 @@ class Router:
                 for s in target.inputs
                 if (s.source, s.stream) == (name, stream)
             )
+            table = self.key_groups.get(target.name)
+            if table is not None and spec.kind is GroupingKind.FIELDS and spec.fields:
+                groupers[target.name] = KeyGroupGrouper(
+                    self._component_tasks[target.name],
+                    output_fields=fields,
+                    group_fields=spec.fields,
+                    table=table,
+                )
+                continue
             groupers[target.name] = make_grouper(
                 spec,
                 self._component_tasks[target.name],

@@ -32,6 +32,7 @@ from storm_bridge.messages import (
     parse_shell_msg,
 )
 from storm_bridge.native import MAX_REPLAYS
+from topology_api.barriers import KEY_GROUPS_METRIC
 
 if TYPE_CHECKING:
     from storm_bridge.cluster.engine import Engine
@@ -156,6 +157,8 @@ class Dispatcher:
                     coordinator.snapshot_written(rt, params)
                 elif metric == LOADED_METRIC:
                     coordinator.restore_progress(rt, params)
+                elif metric == KEY_GROUPS_METRIC and coordinator.on_key_groups:
+                    coordinator.on_key_groups(rt, params)
             task_logger.debug(
                 "component %s task %s metric %s: %r", name, task, metric, params
             )

@@ -23,6 +23,7 @@ from storm_bridge.cluster.dispatch import Dispatcher
 from storm_bridge.cluster.duplicates import Stragglers
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
+from storm_bridge.cluster.keygroup_routing import encoded_tables, install_tables
 from storm_bridge.cluster.launcher import Launcher
 from storm_bridge.cluster.local_wiring import attach_local_recovery
 from storm_bridge.cluster.process import ProcessEvent
@@ -179,6 +180,14 @@ class Engine:
         self._quiet_since: float | None = None
         #: Time ``is_idle`` waited only for spouts' quiet periods to pass.
         self.quiet_waited_s = 0.0
+        # sr3.rebalance.routing = key-groups: tables set before any task starts
+        install_tables(
+            topology,
+            self.conf,
+            self.router,
+            self.tasks,
+            checkpoint.start_tables if checkpoint is not None else {},
+        )
         self.coordinator: Coordinator | None = None
         if checkpoint is not None:
             self.coordinator = Coordinator(
@@ -192,6 +201,9 @@ class Engine:
                 deliver=self.flow.deliver_now,
                 recycle=self.supervisor.recycle,
             )
+            if self.router.key_groups:
+                router = self.router
+                self.coordinator.key_group_tables = lambda: encoded_tables(router)
             self.flow.gate = self.coordinator.hold
             self.flow.on_input_done = self.coordinator.input_done
         self._activate_when_ready = True

@@ -83,6 +83,9 @@ class EpochCycle:
         self.closed = False
         #: Called with the epoch as an open epoch is dropped without a commit.
         self.on_dropped: Callable[[int], None] | None = None
+        #: The key-group tables a commit records (``{component: encoded
+        #: table}``; key-groups routing only).
+        self.key_group_tables: Callable[[], dict[str, Any]] | None = None
         #: Whether something besides barriers holds tuples (a rebalance).
         self.also_busy: Callable[[], bool] | None = None
         self._component_tasks = component_tasks
@@ -291,7 +294,8 @@ class EpochCycle:
             self._owners[t] for t, rt in self._tasks.items() if is_stateful_bolt(rt)
         )
         self._current = None
-        now = self._commits.commit(current, owners)
+        tables = self.key_group_tables() if self.key_group_tables else None
+        now = self._commits.commit(current, owners, tables)
         if now is None:
             self._schedule(self._settings.interval_s)
             return

@@ -20,6 +20,10 @@ runs, exactly once. Its hand-over is one epoch long (see ``docs/rebalance.md``):
   that matches the state it restores.
 * DONE: the held tuples go, rerouted over the new tasks, and epochs resume.
 
+Under ``sr3.rebalance.routing = key-groups`` no task restarts: key groups move
+between live tasks a batch an epoch (:mod:`.keygroup_rebalance`); this class
+hands its hooks to a :class:`~.keygroup_rebalance.KeyGroupHandOver`.
+
 Any failure during a rebalance rolls the whole topology back
 (:meth:`Rebalancer.in_progress` is the predicate a local recovery must veto
 on). Phases move only through :meth:`Rebalance.move`
@@ -33,9 +37,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from backend.owners import owner_name
-from sr3.config import Sr3Config
+from sr3.config import Sr3Config, read_setting
+from sr3.keygroups import key_group_ranges
 from storm_bridge.cluster.context import RoutingError
 from storm_bridge.cluster.engine import Engine
+from storm_bridge.cluster.keygroup_rebalance import KeyGroupHandOver
+from storm_bridge.cluster.keygroup_routing import TABLE_CONF_KEY, table_conf
 from storm_bridge.cluster.rebalance_state import Phase, Rebalance
 from storm_bridge.cluster.rollbacks import is_stateful_bolt
 from storm_bridge.cluster.settings import TaskSettings
@@ -84,6 +91,8 @@ class Rebalancer:
         self._restoring: set[int] = set()
         self._moves: dict[str, TaskMoves] = {}
         self._unmoved_base: dict[int, int] = {}
+        #: the key-groups hand-over under way (None: none, or a task restart)
+        self._kg: KeyGroupHandOver | None = None
         #: Called after each phase change (the run republishes its status).
         self.on_change: Callable[[], None] | None = None
         self._install()
@@ -113,6 +122,7 @@ class Rebalancer:
         c.barrier_sent_hook(self._barrier_sent)  # after the hooks installed before
         c.on_restored = self._restored
         c.on_dropped = self._dropped
+        c.on_key_groups = self._key_groups_done
         c.also_busy = lambda: bool(self._held) or self.in_progress()
         c.rebalance_in_progress = self.in_progress
         if self._engine.local is not None:
@@ -167,6 +177,12 @@ class Rebalancer:
                 }
                 for index, task_id in enumerate(engine.router.component_tasks(name))
             ]
+            table = engine.router.key_groups.get(name)
+            if table is not None:
+                kg = self._handing_over()
+                for task in out[name]:
+                    task["key_groups"] = key_group_ranges(table, task["index"])
+                    task["held"] = kg is not None and kg.holds(task["task"])
         return out
 
     # -- requests ----------------------------------------------------------------------
@@ -198,6 +214,19 @@ class Rebalancer:
         if all(a == b for a, b in change.values()):
             rebalance.ended_at = rebalance.requested_at
             rebalance.move(Phase.DONE)
+        elif all(c in self._engine.router.key_groups for c in change):
+            self._kg = KeyGroupHandOver(
+                self._engine,
+                rebalance,
+                batch_size=int(
+                    read_setting(self._engine.conf, "sr3.rebalance.batch.key.groups")
+                ),
+                clock=self._clock,
+                grow=self._grow,
+                retire=self._retire_above,
+            )
+        else:
+            self._kg = None
         logger.info("rebalance %s of %s accepted: %s", rebalance_id, name, change)
         self._changed()
         return rebalance
@@ -208,7 +237,26 @@ class Rebalancer:
 
     # -- hand-over ---------------------------------------------------------------------
 
+    def _handing_over(self) -> KeyGroupHandOver | None:
+        """The key-groups hand-over under way, if the current rebalance is one."""
+        kg = self._kg
+        if kg is None or kg.rebalance.phase is Phase.DONE:
+            return None
+        return kg
+
+    def _key_groups_done(self, rt: TaskRuntime, params: Any) -> None:
+        if self._kg is not None:  # install reports may come after DONE
+            self._kg.key_groups_done(rt, params)
+            self._changed()
+
     def _barrier_sent(self, rt: TaskRuntime, epoch: int) -> None:
+        kg = self._handing_over()
+        if kg is not None:
+            phase = kg.rebalance.phase
+            kg.barrier_sent(rt, epoch)
+            if kg.rebalance.phase is not phase:
+                self._changed()
+            return
         rebalance = self.history[-1] if self.history else None
         if rebalance is None or rt.component.name not in rebalance.targets:
             return
@@ -230,6 +278,9 @@ class Rebalancer:
         }
 
     def _intercept(self, args: tuple[Any, ...]) -> bool:
+        kg = self._handing_over()
+        if kg is not None:
+            return kg.intercept(args)
         target = args[0]
         if target not in self._holding:
             return False
@@ -240,6 +291,11 @@ class Rebalancer:
 
     def _rolled_back(self) -> None:
         """A rollback drops what was held (the spouts replay it)."""
+        kg = self._handing_over()
+        if kg is not None:
+            kg.rolled_back()
+            self._changed()
+            return
         self._held.clear()
         rebalance = self.history[-1] if self.history else None
         if rebalance is not None and rebalance.phase is not Phase.DONE:
@@ -259,6 +315,11 @@ class Rebalancer:
 
     def _dropped(self, epoch: int) -> None:
         """Epoch ``epoch`` was abandoned: the old tasks take what was held."""
+        kg = self._handing_over()
+        if kg is not None:
+            kg.dropped(epoch)
+            self._changed()
+            return
         rebalance = self.history[-1] if self.history else None
         if rebalance is None or rebalance.phase is not Phase.HOLDING:
             return
@@ -287,6 +348,11 @@ class Rebalancer:
         self._holding.clear()
 
     def _committed(self, epoch: int) -> None:
+        kg = self._handing_over()
+        if kg is not None:
+            kg.committed_epoch(epoch)
+            self._changed()
+            return
         rebalance = self.history[-1] if self.history else None
         if rebalance is None or rebalance.phase is not Phase.HOLDING:
             return
@@ -333,6 +399,48 @@ class Rebalancer:
             {n: list(m.after) for n, m in self._moves.items()},
         )
 
+    def _grow(self, name: str, count: int) -> list[int]:
+        """Start ``count`` new tasks of ``name`` (between epochs); return their ids.
+
+        They own no key group yet: each restores nothing and starts processing
+        once key groups move to it.
+        """
+        engine = self._engine
+        current = engine.router.component_tasks(name)
+        next_id = max(engine.task_to_component) + 1
+        moves = plan_moves(current, len(current) + count, next_id)
+        template = engine.tasks[current[0]]
+        table = table_conf(engine.router.key_groups[name])
+        for task_id in moves.add:
+            conf = {**template.conf, TABLE_CONF_KEY: table}
+            engine.task_to_component[task_id] = name
+            engine.tasks[task_id] = TaskRuntime(
+                task_id, template.component, conf, TaskSettings.from_conf(conf)
+            )
+        self._retask(moves.after)
+        for task_id in moves.add:
+            engine.supervisor.spawn(engine.tasks[task_id])
+        return list(moves.add)
+
+    def _retire_above(self, name: str, count: int) -> None:
+        """Stop the tasks of ``name`` from index ``count`` on (they own nothing)."""
+        engine = self._engine
+        moves = plan_moves(
+            engine.router.component_tasks(name),
+            count,
+            max(engine.task_to_component) + 1,
+        )
+        for task_id in moves.retire:
+            self._retire(engine.tasks[task_id])
+        self._retask(moves.after)
+
+    def _retask(self, after: tuple[int, ...]) -> None:
+        engine = self._engine
+        engine.router.retask()
+        self._coordinator.retask()
+        if engine.local is not None:
+            engine.local.retask(after)
+
     def _retire(self, rt: TaskRuntime) -> None:
         engine = self._engine
         if rt.process is not None:
@@ -346,6 +454,11 @@ class Rebalancer:
         del engine.task_to_component[rt.task_id]
 
     def _restored(self, rt: TaskRuntime, params: Any) -> None:
+        kg = self._handing_over()
+        if kg is not None:
+            kg.restored(rt)
+            self._changed()
+            return
         rebalance = self.history[-1] if self.history else None
         if rebalance is None or rebalance.phase is not Phase.SWITCHING:
             return

@@ -7,6 +7,9 @@ A rebalance moves through :class:`Phase`::
     HOLDING --rollback or epoch e abandoned--> ARMED
     ARMED --nothing to change--> DONE
 
+A key-groups rebalance (:mod:`.keygroup_rebalance`) also moves
+``ARMED --new tasks start--> SWITCHING --they restored--> ARMED``, goes back to
+ARMED after each batch switched, and ends ``ARMED --> DONE``.
 :meth:`Rebalance.move` refuses any other transition.
 """
 
@@ -36,6 +39,12 @@ _MOVES = {
     Phase.SWITCHING: {Phase.DONE},
     Phase.DONE: set(),
 }
+#: What a key-groups rebalance may also do: start new tasks (SWITCHING) between
+#: batches, and go back to ARMED once they run.
+_KEY_GROUP_MOVES = {
+    Phase.ARMED: {Phase.SWITCHING},
+    Phase.SWITCHING: {Phase.ARMED},
+}
 
 
 @dataclass
@@ -59,6 +68,16 @@ class Rebalance:
         rollbacks: Global rollbacks while it was under way.
         unmoved_processed: Tuples the bolt tasks of other components processed
             during the last hand-over (they never pause).
+        how: ``key-groups`` for a key-groups rebalance (None: tasks restart).
+        batches: Key-group batches switched, a batch a rollback undid counted
+            again (key-groups only).
+        key_groups_moved: Key groups whose owner at the end differs from the
+            one at the request (key-groups only).
+        kept_processed: Tuples the rebalanced components' staying tasks
+            processed from the first batch held to the end (key-groups only;
+            their processes never restart).
+
+    With ``how`` set, ``pauses`` are by key group, not by task.
     """
 
     rebalance_id: str
@@ -75,6 +94,10 @@ class Rebalance:
     held: int = 0
     unmoved_processed: int = 0
     rollbacks: int = 0
+    how: str | None = None
+    batches: int = 0
+    key_groups_moved: int = 0
+    kept_processed: int = 0
 
     def move(self, new: Phase) -> None:
         """Change phase.
@@ -82,7 +105,8 @@ class Rebalance:
         Raises:
             ClusterStateError: the transition is not in the lifecycle.
         """
-        if new not in _MOVES[self.phase]:
+        extra = _KEY_GROUP_MOVES.get(self.phase, set()) if self.how else set()
+        if new not in _MOVES[self.phase] and new not in extra:
             msg = (
                 f"rebalance {self.rebalance_id}: illegal move "
                 f"{self.phase.value} -> {new.value}"
@@ -96,7 +120,7 @@ class Rebalance:
         def rel(at: float | None) -> float | None:
             return None if at is None else round(at - started, 3)
 
-        return {
+        out: dict[str, Any] = {
             "id": self.rebalance_id,
             "targets": {c: {"from": a, "to": b} for c, (a, b) in self.targets.items()},
             "phase": self.phase.value,
@@ -111,3 +135,11 @@ class Rebalance:
             "unmoved_processed": self.unmoved_processed,
             "rollbacks": self.rollbacks,
         }
+        if self.how is not None:
+            out.update(
+                how=self.how,
+                batches=self.batches,
+                key_groups_moved=self.key_groups_moved,
+                kept_processed=self.kept_processed,
+            )
+        return out

@@ -31,6 +31,7 @@ from thriftpy2.rpc import make_client
 from thriftpy2.thrift import TException
 from thriftpy2.transport import TFramedTransportFactory, TTransportException
 
+from sr3.config import read_setting
 from storm_bridge.apache.nimbus import E_UNREACHABLE, NimbusUnreachableError
 from storm_bridge.errors import StormBridgeError
 from storm_bridge.generation_field import (
@@ -40,6 +41,9 @@ from storm_bridge.generation_field import (
 )
 from storm_bridge.messages import HIDDEN_GENERATION_FIELD
 from topology_api.topology import STREAMPARSE_RUN, LoadedTopology
+
+#: Key-group routing runs on the local cluster only (docs/rebalance.md).
+ROUTING: Final = "sr3.rebalance.routing"
 
 __all__ = [
     "CHUNK_BYTES",
@@ -223,8 +227,18 @@ class NimbusSession:
         """Submit the topology (active); return its Storm topology id.
 
         Raises:
-            SubmitError: Nimbus refused it (the message says why).
+            SubmitError: Nimbus refused it (the message says why), or it asks
+                for ``sr3.rebalance.routing = key-groups``, which only the
+                local cluster runs.
         """
+        if read_setting({**topology.config, **conf}, ROUTING) == "key-groups":
+            msg = (
+                f"topology {topology.name!r} sets {ROUTING} = key-groups, which only "
+                "sr3 run's local cluster routes: Storm's fields grouping is hash mod "
+                "tasks (key-group routing would need a Java CustomStreamGrouping). "
+                f"Submit it with {ROUTING} = fields"
+            )
+            raise SubmitError(msg)
         cls: Any = topology.topology_class
         options = SubmitOptions(initial_status=TopologyInitialStatus.ACTIVE)
         try:

@@ -52,6 +52,8 @@ DEFAULTS: dict[str, Any] = {
     "sr3.recovery.scope": "task",
     "sr3.recovery.buffer.bytes": 64 * 1024**2,
     "sr3.storm.json.integer.boxing": "long",
+    "sr3.rebalance.routing": "fields",
+    "sr3.rebalance.batch.key.groups": 16,
     "sr3.idle.quiet.s": 2.0,
     "sr3.output.key.fields": None,
     "sr3.on.error": "fail",

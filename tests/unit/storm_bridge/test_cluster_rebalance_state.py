@@ -32,6 +32,22 @@ def test_illegal_moves_are_refused(path: tuple[Phase, ...], illegal: Phase) -> N
         rebalance.move(illegal)
 
 
+def test_a_key_groups_rebalance_starts_tasks_then_moves_batches() -> None:
+    rebalance = Rebalance("r1", {"count": (2, 4)}, requested_at=0.0, how="key-groups")
+    path = (Phase.SWITCHING, Phase.ARMED, Phase.HOLDING, Phase.ARMED, Phase.HOLDING)
+    for phase in (*path, Phase.ARMED, Phase.DONE):
+        rebalance.move(phase)
+    entry = rebalance.to_dict()
+    assert entry["how"] == "key-groups"
+    assert {"batches", "key_groups_moved", "kept_processed"} <= set(entry)
+
+
+def test_a_task_restart_rebalance_reports_no_key_group_fields() -> None:
+    entry = Rebalance("r1", {"count": (2, 4)}, requested_at=0.0).to_dict()
+    assert "how" not in entry
+    assert "batches" not in entry
+
+
 def test_the_report_entry_has_times_since_the_run_started() -> None:
     rebalance = Rebalance("r1", {"count": (2, 4)}, requested_at=12.0)
     rebalance.switched_at, rebalance.ended_at = 12.5, 13.25
