@@ -144,25 +144,26 @@ class OwnerCheckpointer:
     def install_key_groups(self, source: int, epoch: int, key_groups: list[int]) -> int:
         """Take ``key_groups`` from task ``source``'s snapshot at ``epoch`` (hand-over).
 
-        The next snapshot is FULL, so it holds them. Returns the bytes read.
+        The next snapshot holds them whole (:meth:`KeyedState.write_whole`),
+        even a delta. Returns the bytes read.
 
         Raises:
             RecoveryError, ShardNotFoundError: the snapshot cannot be read.
             CoordinationError: ZooKeeper failed.
         """
-        self.chain.restart()
         access = self.access
         if access is None:
             return 0
         sender = OwnerId(self.owner.topology, self.owner.component, source)
-        return install_key_groups(access, self.state, str(sender), epoch, key_groups)
+        size = install_key_groups(access, self.state, str(sender), epoch, key_groups)
+        self.state.write_whole(key_groups)
+        return size
 
     def drop_key_groups(self, key_groups: list[int]) -> int:
-        """Forget ``key_groups`` (handed over): the next snapshot is FULL, without them.
+        """Forget ``key_groups`` (handed over); return how many of them held state.
 
-        Returns how many of them held state.
+        The next snapshot empties them (an empty FULL blob each, even in a delta).
         """
-        self.chain.restart()
         return self.state.drop_key_groups(key_groups)
 
     def capture(self) -> Capture:

@@ -139,6 +139,10 @@ class KeyedState:
         self._decodes = 0
         self._deferred: set[int] = set()
         self._loader: KeyGroupLoader | None = None
+        #: key groups the next snapshot writes whole even when incremental
+        #: (handed over: installed, or dropped as an empty FULL blob)
+        self._whole: set[int] = set()
+        self._whole_captured: set[int] = set()
 
     @property
     def key_group_count(self) -> int:
@@ -264,13 +268,23 @@ class KeyedState:
         if not lazy and kg in self._encoded:
             self._materialize(kg, None)
 
+    def write_whole(self, key_groups: Iterable[int]) -> None:
+        """Write ``key_groups`` whole (a FULL blob each) in the next snapshots.
+
+        Until a snapshot holding them is confirmed (:meth:`mark_clean`), even an
+        incremental snapshot holds each as a FULL blob, an empty one when it
+        holds no state: a key group installed from another task is then whole
+        in this task's chain, and one dropped is emptied there. Blobs of
+        either kind fold oldest first (a FULL one replaces what came before).
+        """
+        self._whole.update(key_groups)
+
     def drop_key_groups(self, key_groups: Iterable[int]) -> int:
         """Forget ``key_groups`` (they moved to another task).
 
-        Returns how many of them held state.
-
-        Their tracked changes go too: the caller's next snapshot must be FULL
-        (a delta cannot say that a key group left).
+        Returns how many of them held state. Their tracked changes go too;
+        the next snapshots write each as an empty FULL blob
+        (:meth:`write_whole`).
 
         Raises:
             RecoveryError, ShardNotFoundError: a deferred key group cannot be read.
@@ -283,6 +297,7 @@ class KeyedState:
             dropped += bool(held) or encoded is not None
             self._live.pop(kg, None)
             self._captured.pop(kg, None)
+        self.write_whole(key_groups)
         return dropped
 
     def snapshot(self, *, incremental: bool) -> dict[int, bytes]:
@@ -307,14 +322,20 @@ class KeyedState:
                 self._captured.setdefault(kg, set()).update(marks)
                 marks.clear()
         out: dict[int, bytes] = {}
+        self._whole_captured |= self._whole
+        self._whole = set()
         if incremental:
             for kg, marks in sorted(self._captured.items()):
+                if kg in self._whole_captured:
+                    continue
                 group = self._decoded[kg]
                 keys = sorted(marks)
                 upserts = {k: group[k] for k in keys if k in group}
                 deletes = [k for k in keys if k not in group]
                 out[kg] = self._encode(upserts, deletes)
-            return out
+            for kg in sorted(self._whole_captured):
+                out[kg] = self._whole_blob(kg)
+            return dict(sorted(out.items()))
         for kg, group in self._decoded.items():
             if group:
                 out[kg] = self._encode(group, None)
@@ -330,6 +351,15 @@ class KeyedState:
         Changes made after the last ``snapshot()`` stay tracked.
         """
         self._captured.clear()
+        self._whole_captured.clear()
+
+    def _whole_blob(self, kg: int) -> bytes:
+        """Key group ``kg`` as one FULL blob (empty when it holds no state)."""
+        group = self._decoded.get(kg)
+        if group is not None:
+            return self._encode(group, None)
+        pending = self._encoded.get(kg)
+        return _EMPTY_FULL if pending is None else self._compact(kg, pending)
 
     def items(self) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
         """Yield every ``(key, {field: value})``, in key-group order.

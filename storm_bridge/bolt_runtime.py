@@ -327,8 +327,8 @@ class BoltRuntime:
 
         ``install``: read ``key_groups`` from task ``source``'s snapshot at
         ``epoch`` (the switch epoch, committed); ``drop``: forget them. Either
-        way the next snapshot is FULL. A failure raises: the task dies and the
-        cluster rolls back.
+        way the next snapshot writes them whole. A failure raises: the task
+        dies and the cluster rolls back.
         """
         started = time.perf_counter()
         key_groups = [int(kg) for kg in info.get("key_groups", ())]

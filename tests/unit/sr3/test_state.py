@@ -226,3 +226,46 @@ def test_empty_key_groups_are_left_out_of_full_snapshots() -> None:
     assert state.snapshot(incremental=False) == {}
     assert state.key_group_of(("a",)) == key_group(("a",), G)
     assert state.key_group_count == G
+
+
+def _fold_chain(*snapshots: dict[int, bytes]) -> dict[tuple[Any, ...], Any]:
+    """What a restore of a chain of snapshots (oldest first) holds."""
+    state = KeyedState(16)
+    for blobs in snapshots:
+        state.install(blobs)
+    return {key: fields for key, fields in state.items()}
+
+
+def test_handed_over_key_groups_are_written_whole_even_in_a_delta() -> None:
+    sender, receiver = KeyedState(16), KeyedState(16)
+    for k in range(40):
+        sender.for_key((f"k{k}",))["n"] = k
+    base = sender.snapshot(incremental=False)
+    sender.mark_clean()
+    moving = sorted(base)[:3]
+    sender.for_key(("k1",))["n"] = 100  # a change in its delta too
+    gone = sender.drop_key_groups(moving)
+    assert gone == len(moving)
+    delta = sender.snapshot(incremental=True)
+    # the dropped key groups are emptied by a FULL blob each, in the delta
+    for kg in moving:
+        assert codec.blob_kind(delta[kg]) is BlobKind.FULL
+        assert decoded({kg: delta[kg]})[kg].entries == {}
+    after = _fold_chain(base, delta)
+    assert all(sender.key_group_of(k) not in moving for k in after)
+    assert len(after) == 40 - sum(len(decoded({kg: base[kg]})[kg].entries)
+                                  for kg in moving)  # fmt: skip
+
+    receiver.for_key(("other",))["n"] = 1
+    r_base = receiver.snapshot(incremental=False)
+    receiver.mark_clean()
+    receiver.install({kg: base[kg] for kg in moving})
+    receiver.write_whole(moving)
+    r_delta = receiver.snapshot(incremental=True)
+    assert set(r_delta) == set(moving)
+    r_after = _fold_chain(r_base, r_delta)
+    moved = {k: v for k, v in _fold_chain(base).items()
+             if receiver.key_group_of(k) in moving}  # fmt: skip
+    assert r_after == {("other",): {"n": 1}, **moved}
+    receiver.mark_clean()
+    assert receiver.snapshot(incremental=True) == {}  # written once, confirmed
