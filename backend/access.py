@@ -24,6 +24,7 @@ from backend.committed import CommittedReader, CommittedState
 from backend.lazy import LAZY_FETCH, ChainLoader, LoadStats
 from backend.owners import component_owners, owner_name
 from backend.rescale import Route, candidate_owners, reshard
+from backend.shard_cache import ShardCache
 from sr3.client import ClientPool
 from sr3.config import Sr3Config
 from sr3.errors import RecoveryError
@@ -395,12 +396,18 @@ class RingAccess:
         )
 
     def read_key_groups(
-        self, owner: str, epoch: int, key_groups: Iterable[int]
+        self,
+        owner: str,
+        epoch: int,
+        key_groups: Iterable[int],
+        cache: ShardCache | None = None,
     ) -> tuple[list[dict[int, bytes | memoryview]], int]:
         """Read only ``key_groups`` of ``owner``'s chain at ``epoch``.
 
         Only the chain's shards holding one of them are fetched (a key-group
-        hand-over reads what moves, not the sender's whole state).
+        hand-over reads what moves, not the sender's whole state), and of
+        those only the ones ``cache`` does not hold (shards never change);
+        what is fetched is kept there.
 
         Returns:
             The key groups' blobs by shard, oldest first (install them in
@@ -425,11 +432,21 @@ class RingAccess:
             for sid in manifest.shard_ids
             if sid in chain and wanted.intersection(metas[sid].key_groups)
         )
-        layers: list[dict[int, bytes | memoryview]] = []
+        found: dict[str, dict[int, bytes | memoryview]] = {}
+        for sid in ids:
+            kept = None if cache is None else cache.get(sid)
+            if kept is not None:
+                found[sid] = kept
+        missing = tuple(sid for sid in ids if sid not in found)
         size = 0
-        for shard in self._reader.fetch(replace(manifest, shard_ids=ids)):
+        for shard in self._reader.fetch(replace(manifest, shard_ids=missing)):
             size += shard.meta.size
-            layers.append({kg: b for kg, b in shard.key_groups.items() if kg in wanted})
+            found[shard.meta.shard_id] = shard.key_groups
+            if cache is not None:
+                cache.put(shard.meta.shard_id, shard.meta.size, shard.key_groups)
+        layers = [
+            {kg: b for kg, b in found[sid].items() if kg in wanted} for sid in ids
+        ]
         return layers, size
 
     def committed_state(

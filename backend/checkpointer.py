@@ -23,6 +23,7 @@ from backend.chain import DELTA, ChainPolicy, Kind, OwnerChain
 from backend.keygroup_restore import install_key_groups, restore_assigned
 from backend.owners import OwnerId
 from backend.rescale import Route
+from backend.shard_cache import ShardCache
 from sr3.state import KeyedState
 
 if TYPE_CHECKING:
@@ -88,6 +89,8 @@ class OwnerCheckpointer:
         self.state = KeyedState(key_group_count)
         self._route = route
         self.table = table
+        #: shards read by this task's hand-overs (the next batches reuse them)
+        self.shards = ShardCache()
 
     def restore(
         self,
@@ -155,7 +158,9 @@ class OwnerCheckpointer:
         if access is None:
             return 0
         sender = OwnerId(self.owner.topology, self.owner.component, source)
-        size = install_key_groups(access, self.state, str(sender), epoch, key_groups)
+        size = install_key_groups(
+            access, self.state, str(sender), epoch, key_groups, self.shards
+        )
         self.state.write_whole(key_groups)
         return size
 

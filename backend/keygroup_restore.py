@@ -28,6 +28,7 @@ from sr3.state import KeyedState
 if TYPE_CHECKING:
     from backend.access import RestoreReport, RingAccess
     from backend.lazy import LoadStats
+    from backend.shard_cache import ShardCache
     from zk.checkpoints import CommitRecord
 
 __all__ = ["install_key_groups", "restore_assigned"]
@@ -35,24 +36,25 @@ __all__ = ["install_key_groups", "restore_assigned"]
 logger = logging.getLogger(__name__)
 
 
-def install_key_groups(
+def install_key_groups(  # noqa: PLR0913 (what a hand-over reads)
     access: RingAccess,
     state: KeyedState,
     owner: str,
     epoch: int,
     key_groups: Iterable[int],
+    cache: ShardCache | None = None,
 ) -> int:
     """Install ``key_groups`` of ``owner``'s snapshot at ``epoch`` into ``state``.
 
     A key group the snapshot does not hold (no state yet) is emptied here.
-    Returns the payload bytes read.
+    Returns the payload bytes read (shards ``cache`` held are not read again).
 
     Raises:
         RecoveryError, ShardNotFoundError: the snapshot cannot be read.
         CoordinationError: ZooKeeper failed.
     """
     wanted = sorted(set(key_groups))
-    layers, size = access.read_key_groups(owner, epoch, wanted)
+    layers, size = access.read_key_groups(owner, epoch, wanted, cache)
     state.drop_key_groups(wanted)
     for layer in layers:
         state.install(layer)

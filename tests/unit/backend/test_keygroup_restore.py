@@ -40,7 +40,7 @@ class FakeRing:
                             mechanism=kw["mechanism"])  # fmt: skip
 
     def read_key_groups(
-        self, owner: str, epoch: int, key_groups: Any
+        self, owner: str, epoch: int, key_groups: Any, cache: Any = None
     ) -> tuple[list[dict[int, bytes]], int]:
         wanted = set(key_groups)
         self.reads.append((owner, sorted(wanted)))
