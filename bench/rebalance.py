@@ -6,7 +6,10 @@ every output's end-to-end latency recorded by a sink) against one lab of three
 ring nodes, twice:
 
 * live: ``sr3 run -e p2 --until-idle``; at ``--at`` seconds, ``sr3 rebalance
-  rebalance_kv -e count=4`` while it runs;
+  rebalance_kv -e count=4`` while it runs (Storm's fields grouping: the
+  component's tasks restart and re-read their keys);
+* key-groups: the same under ``sr3.rebalance.routing = key-groups`` (key groups
+  move between live tasks, ``--batch`` of them an epoch; Megaphone);
 * stop-restart: ``sr3 run -e p2 --duration AT``, then ``sr3 run -e p4 --resume
   --until-idle`` (the state re-partitioned from the ring at start).
 
@@ -42,8 +45,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.lab_session import bench_lab  # noqa: E402
+from sr3.keygroups import key_group, range_table  # noqa: E402
 from sr3_cli.lab import Lab  # noqa: E402
 from topology_api.groupings import key_task_index  # noqa: E402
+from topology_api.rebalance_plan import plan_key_groups  # noqa: E402
 
 TOPOLOGY = ROOT / "bench" / "topologies" / "rebalance_kv.py"
 NAME = "rebalance_kv"
@@ -67,8 +72,10 @@ def sr3(lab: Lab, *argv: str, timeout: float = 600) -> subprocess.CompletedProce
     return proc
 
 
-def run_argv(out: Path, args: argparse.Namespace, env: str) -> list[str]:
-    conf = {
+def run_argv(
+    out: Path, args: argparse.Namespace, env: str, *, key_groups: bool = False
+) -> list[str]:
+    conf: dict[str, Any] = {
         "rebal.out": out,
         "rebal.rate": args.rate,
         "rebal.events": args.events,
@@ -77,6 +84,9 @@ def run_argv(out: Path, args: argparse.Namespace, env: str) -> list[str]:
         "sr3.checkpoint.interval.s": 0.5,
         "sr3.idle.quiet.s": 0.5,
     }
+    if key_groups:
+        conf["sr3.rebalance.routing"] = "key-groups"
+        conf["sr3.rebalance.batch.key.groups"] = args.batch
     argv = ["run", str(TOPOLOGY), "-e", env]
     for key, value in conf.items():
         argv += ["-o", f"{key}={value}"]
@@ -104,12 +114,21 @@ def p99(values: list[float]) -> float:
     return statistics.quantiles(values, n=100)[98]
 
 
-def minimum_bytes(args: argparse.Namespace, events_before: int) -> int:
-    """State bytes of the keys that change owner going from 2 to 4 tasks."""
+def minimum_bytes(
+    args: argparse.Namespace, events_before: int, *, key_groups: bool = False
+) -> int:
+    """State bytes of the keys that change owner going from 2 to 4 tasks.
+
+    Under key-groups routing, the keys of the key groups the plan moves.
+    """
+    moving = {m.key_group for m in plan_key_groups(range_table(2, 256), 4)}
     total = 0
     for k in range(min(args.keys, events_before)):
         key = f"k{k:06d}"
-        if key_task_index((key,), None, 2) == key_task_index((key,), None, 4):
+        if key_groups:
+            if key_group((key,), 256) not in moving:
+                continue
+        elif key_task_index((key,), None, 2) == key_task_index((key,), None, 4):
             continue
         count = (events_before - 1 - k) // args.keys + 1
         fields = {"n": count, "pad": "x" * args.pad}
@@ -154,9 +173,15 @@ def summarize(
     }
 
 
-def live_run(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
+def live_run(
+    lab: Lab, args: argparse.Namespace, *, key_groups: bool = False
+) -> dict[str, Any]:
     out = Path(tempfile.mkdtemp(prefix="rebalance-live-"))
-    argv = [*run_argv(out, args, "p2"), "--until-idle", "--json"]
+    argv = [
+        *run_argv(out, args, "p2", key_groups=key_groups),
+        "--until-idle",
+        "--json",
+    ]
     env = dict(os.environ, SR3_LAB=str(lab.root))
     proc = subprocess.Popen(
         [sys.executable, "-m", "sr3_cli", *argv],
@@ -184,18 +209,20 @@ def live_run(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
     start = float(request["requested_at"])
     end = start + entry["end_s"] - entry["start_s"]
     before = int((start - t0) * args.rate)
-    return summarize(
-        "live rebalance",
-        out,
-        (start, end),
-        {
-            "longest_key_pause_s": entry["longest_key_pause_s"],
-            "bytes_read": entry["bytes_moved"],
-            "bytes_minimum": minimum_bytes(args, before),
-            "held_tuples": entry["held_tuples"],
-        },
-        args,
-    )
+    extra = {
+        "longest_key_pause_s": entry["longest_key_pause_s"],
+        "bytes_read": entry["bytes_moved"],
+        "bytes_minimum": minimum_bytes(args, before, key_groups=key_groups),
+        "held_tuples": entry["held_tuples"],
+    }
+    if key_groups:
+        extra.update(
+            batches=entry["batches"],
+            key_groups_moved=entry["key_groups_moved"],
+            kept_processed=entry["kept_processed"],
+        )
+    mode = "key-groups rebalance" if key_groups else "live rebalance"
+    return summarize(mode, out, (start, end), extra, args)
 
 
 def stop_restart(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
@@ -223,7 +250,7 @@ def stop_restart(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    base = rows[1]
+    base = next(r for r in rows if r["mode"] == "stop-restore-restart")
     lines = [
         "| mode | events | longest key pause (s) | x restart | p99 steady (s) | "
         "p99 during (s) | during/steady | complete (s) | bytes read | bytes min |",
@@ -249,7 +276,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for row, color in zip(rows, ("tab:blue", "tab:orange"), strict=True):
+    colors = ("tab:blue", "tab:green", "tab:orange")
+    for row, color in zip(rows, colors[: len(rows)], strict=True):
         xs = [i * BUCKET_S for i in range(len(row["series"]))]
         top.plot(
             xs, row["series"], label=row["mode"], color=color, drawstyle="steps-post"
@@ -262,7 +290,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     top.set_ylabel("outputs per second")
     bottom.set_ylabel("max latency in second (s)")
     bottom.set_xlabel("seconds since the source started (shaded: the change 2 -> 4)")
-    top.set_title("count 2 -> 4 tasks: live rebalance vs stop-restore-restart")
+    top.set_title("count 2 -> 4 tasks: live, key-groups, stop-restore-restart")
     top.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -276,14 +304,25 @@ def main() -> None:
     parser.add_argument("--pad", type=int, default=5000, help="state bytes per key")
     parser.add_argument("--at", type=float, default=15.0, help="change at (s)")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--batch", type=int, default=16, help="key groups per epoch (key-groups)"
+    )
     parser.add_argument("--lab", default=None, help="existing lab dir (else a new one)")
     args = parser.parse_args()
     if args.lab:
         lab = Lab.load(Path(args.lab))
-        rows = [live_run(lab, args), stop_restart(lab, args)]
+        rows = [
+            live_run(lab, args),
+            live_run(lab, args, key_groups=True),
+            stop_restart(lab, args),
+        ]
     else:
         with bench_lab(3) as lab:
-            rows = [live_run(lab, args), stop_restart(lab, args)]
+            rows = [
+                live_run(lab, args),
+                live_run(lab, args, key_groups=True),
+                stop_restart(lab, args),
+            ]
     RESULTS.mkdir(parents=True, exist_ok=True)
     text = table(rows)
     print(text)
