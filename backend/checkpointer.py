@@ -164,6 +164,28 @@ class OwnerCheckpointer:
         self.state.write_whole(key_groups)
         return size
 
+    def prefetch_key_groups(
+        self, source: int, epoch: int, key_groups: list[int]
+    ) -> int:
+        """Read ``key_groups`` of task ``source``'s snapshot at ``epoch`` ahead.
+
+        The shards stay in :attr:`shards`, so the install of the same key
+        groups at a later epoch reads only the shards written since (any
+        thread; the state is not touched). Returns the bytes read.
+
+        Raises:
+            RecoveryError, ShardNotFoundError: the snapshot cannot be read.
+            CoordinationError: ZooKeeper failed.
+        """
+        access = self.access
+        if access is None:
+            return 0
+        sender = OwnerId(self.owner.topology, self.owner.component, source)
+        _layers, size = access.read_key_groups(
+            str(sender), epoch, key_groups, self.shards
+        )
+        return size
+
     def drop_key_groups(self, key_groups: list[int]) -> int:
         """Forget ``key_groups`` (handed over); return how many of them held state.
 

@@ -114,6 +114,9 @@ class BoltRuntime:
         self.pending: Future[None] | None = None
         self.writer = ThreadPoolExecutor(1, thread_name_prefix="sr3-snapshot")
         self.agent: BoltAgent | None = None
+        #: a key-groups hand-over's pre-fetch (the receiver reads ahead)
+        self.prefetcher: ThreadPoolExecutor | None = None
+        self.prefetched: Future[None] | None = None
         self.lock = threading.Lock()
         self.dropped = 0
         self.native = checkpoint_mode(storm_conf) == NATIVE
@@ -330,9 +333,22 @@ class BoltRuntime:
         way the next snapshot writes them whole. A failure raises: the task
         dies and the cluster rolls back.
         """
-        started = time.perf_counter()
         key_groups = [int(kg) for kg in info.get("key_groups", ())]
+        if action == "prefetch":
+            # while this task processes: read the batch's shards ahead
+            if self.prefetcher is None:
+                self.prefetcher = ThreadPoolExecutor(
+                    1, thread_name_prefix="sr3-prefetch"
+                )
+            self.prefetched = self.prefetcher.submit(
+                self._prefetch, int(info["source"]), int(info["epoch"]), key_groups
+            )
+            return
+        started = time.perf_counter()
         self._settle()  # the write of the switch epoch is done: it committed
+        prefetched, self.prefetched = self.prefetched, None
+        if prefetched is not None:
+            prefetched.exception()  # its failure only means a full read now
         if action == "install":
             size = self.checkpointer.install_key_groups(
                 int(info["source"]), int(info["epoch"]), key_groups
@@ -344,6 +360,25 @@ class BoltRuntime:
             params = {
                 "id": info.get("id"),
                 "action": action,
+                "key_groups": len(key_groups),
+                "bytes": size,
+                "seconds": round(time.perf_counter() - started, 6),
+            }
+            self._send(
+                {"command": "metrics", "name": KEY_GROUPS_METRIC, "params": params}
+            )
+
+    def _prefetch(self, source: int, epoch: int, key_groups: list[int]) -> None:
+        """Read a batch ahead (on the ``sr3-prefetch`` thread); report the bytes."""
+        started = time.perf_counter()
+        try:
+            size = self.checkpointer.prefetch_key_groups(source, epoch, key_groups)
+        except Exception:  # the install reads what is missing then
+            logger.warning("owner %s: pre-fetch failed", self.owner, exc_info=True)
+            return
+        if self.metrics:
+            params = {
+                "action": "prefetch",
                 "key_groups": len(key_groups),
                 "bytes": size,
                 "seconds": round(time.perf_counter() - started, 6),

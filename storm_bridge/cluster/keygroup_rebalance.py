@@ -97,6 +97,9 @@ class KeyGroupHandOver:
         #: install command id -> (key groups, sender's hold start)
         self._installs: dict[int, tuple[list[int], float]] = {}
         self._next_id = 0
+        #: the last epoch committed (a pre-fetch reads it)
+        self._last_epoch: int | None = None
+        self._prefetched: set[tuple[str, int]] = set()
         self._start = {c: list(self._tables[c]) for c in self._targets}
         self._kept_base = self._kept()
         self._others_base = self._others()
@@ -192,9 +195,11 @@ class KeyGroupHandOver:
     def committed_epoch(self, epoch: int) -> None:
         """Epoch ``epoch`` committed (with the tables as they are now)."""
         rebalance = self.rebalance
+        self._last_epoch = epoch
         self.committed = {c: list(self._tables[c]) for c in self._targets}
         if rebalance.phase is Phase.HOLDING and rebalance.epoch == epoch:
             self._switch(epoch)
+            self._prefetch_next()
             return
         if rebalance.phase is not Phase.ARMED:
             return
@@ -215,6 +220,8 @@ class KeyGroupHandOver:
             for c, after in self._targets.items()
         ):
             self._finish()
+            return
+        self._prefetch_next()
 
     def _switch(self, epoch: int) -> None:
         """The batch's epoch committed: switch its key groups to their receivers."""
@@ -261,6 +268,28 @@ class KeyGroupHandOver:
             len(self._moves),
         )
 
+    def _prefetch_next(self) -> None:
+        """Have the next batch's receivers read it ahead from the last commit.
+
+        While the senders keep processing; the install at the batch's own
+        epoch then reads only the shards written since (the deltas).
+        """
+        moves = self._plan()
+        epoch = self._last_epoch
+        if not moves or epoch is None or self._starting:
+            return
+        batch = batch_moves([m for _c, m in moves], self._size)[0]
+        pairs: dict[tuple[str, int, int], list[int]] = {}
+        for name, move in moves:
+            if move in batch and (name, move.key_group) not in self._prefetched:
+                self._prefetched.add((name, move.key_group))
+                key = (name, move.sender, move.receiver)
+                pairs.setdefault(key, []).append(move.key_group)
+        for (name, sender, receiver), kgs in sorted(pairs.items()):
+            rt = self._engine.tasks[self._tasks(name)[receiver]]
+            info = {"id": 0, "key_groups": kgs, "source": sender, "epoch": epoch}
+            self._command(rt, "prefetch", info)
+
     def _command(self, rt: TaskRuntime, action: str, info: dict[str, Any]) -> None:
         if rt.process is None:
             return  # it died: the rollback under way restores the table
@@ -277,6 +306,9 @@ class KeyGroupHandOver:
     def key_groups_done(self, rt: TaskRuntime, params: Any) -> None:
         """A task carried out a hand-over command (its ``sr3.keygroups`` report)."""
         report = dict(params or {})
+        if report.get("action") == "prefetch":
+            self.rebalance.bytes_moved += int(report.get("bytes") or 0)
+            return
         if report.get("action") != "install":
             return
         entry = self._installs.pop(int(report.get("id") or 0), None)
@@ -298,6 +330,7 @@ class KeyGroupHandOver:
             self.rebalance.first_epoch = (
                 self._engine.coordinator.next_epoch if self._engine.coordinator else 0
             )
+            self._prefetch_next()
 
     def rolled_back(self) -> None:
         """A rollback: the tables go back to the last commit's; plan again."""
@@ -305,6 +338,7 @@ class KeyGroupHandOver:
         self.held.clear()
         self._holding.clear()
         self._installs.clear()
+        self._prefetched.clear()  # the restarted receivers kept nothing
         for name, table in self.committed.items():
             self._tables[name][:] = table
             self._publish(name)

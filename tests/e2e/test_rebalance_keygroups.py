@@ -58,7 +58,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield running
 
 
-def start_run(lab: Lab, out_dir: Path, gates: Path) -> subprocess.Popen[str]:
+def start_run(
+    lab: Lab, out_dir: Path, gates: Path, *extra: str
+) -> subprocess.Popen[str]:
     """``sr3 run --until-idle --json`` under key-groups routing, in the background."""
     out_dir.mkdir(parents=True, exist_ok=True)
     gates.mkdir(parents=True, exist_ok=True)
@@ -76,7 +78,7 @@ def start_run(lab: Lab, out_dir: Path, gates: Path) -> subprocess.Popen[str]:
         "sr3.rebalance.batch.key.groups": BATCH,
     }
     argv = [sys.executable, "-m", "sr3_cli", "run", str(TOPOLOGY), "--until-idle"]
-    argv += ["--timeout", "400", "--json"]
+    argv += ["--timeout", "400", "--json", *extra]
     for key, value in options.items():
         argv += ["-o", f"{key}={value}"]
     env = dict(os.environ, SR3_LAB=str(lab.root))
@@ -203,6 +205,20 @@ def test_word_count_and_join_move_key_groups_2_4_1_3_live_with_kills_stay_exact(
     assert moved == [2 * 128, 2 * 192, 170, 170]
     assert len(report["recoveries"]) >= 2
 
+    assert_exact(lab, out_dir)
+
+    # a run resuming at the file's parallelism (2 tasks, where the record's
+    # table names 3) takes each key group from the owner the table put it on
+    again = start_run(lab, tmp_path / "out2", gates, "--resume")
+    out, err = again.communicate(timeout=400)
+    assert again.returncode == 0, err[-3000:]
+    resumed = json.loads(out)
+    assert resumed["checkpoints"]["count"] >= 1
+    assert_exact(lab, None)
+
+
+def assert_exact(lab: Lab, out_dir: Path | None) -> None:
+    """The committed state (and the sinks' outputs) equal a failure-free run's."""
     count_state = sr3_json(
         lab, "state", "dump", "--topology", NAME, "--component", "count"
     )
@@ -216,6 +232,8 @@ def test_word_count_and_join_move_key_groups_2_4_1_3_live_with_kills_stay_exact(
         json.dumps([i]): {"amount": AMOUNTS[i], "paid": PAID[i], "joined": 1}
         for i in range(ORDERS)
     }
+    if out_dir is None:
+        return
     last_count: dict[str, int] = {}
     for path in sorted(out_dir.glob("count_sink-*.tsv")):
         for line in path.read_text(encoding="utf-8").splitlines():
