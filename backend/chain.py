@@ -73,6 +73,9 @@ class OwnerChain:
     def __init__(self, policy: ChainPolicy) -> None:
         self.policy = policy
         self._deltas: int | None = None
+        #: deltas the chain may reach before a FULL one while compaction is
+        #: postponed (:meth:`postpone`); 0: not postponed
+        self._postponed = 0
 
     @property
     def deltas(self) -> int | None:
@@ -81,12 +84,29 @@ class OwnerChain:
 
     def next_kind(self) -> Kind:
         """Return what the owner's next snapshot must be."""
+        if self._deltas is not None and self._deltas < self._postponed:
+            return DELTA
         return self.policy.kind(self._deltas)
+
+    def postpone(self) -> None:
+        """Postpone compaction by ``max_deltas`` more deltas, to 4x the bound at most.
+
+        A sender of a live key-group hand-over calls it: its receivers read its
+        chain batch after batch and keep the shards they read; a new base would
+        make them read the whole state again.
+        """
+        if self._deltas is None:
+            return
+        bound = self.policy.max_deltas
+        self._postponed = min(self._deltas + bound, 4 * bound)
 
     def written(self, kind: str) -> None:
         """Record a snapshot taken of ``kind`` (call when it is captured)."""
         self._deltas = 0 if kind == FULL or self._deltas is None else self._deltas + 1
+        if kind == FULL:
+            self._postponed = 0
 
     def restart(self) -> None:
         """Forget the chain (the state was restored or rescaled): next is FULL."""
         self._deltas = None
+        self._postponed = 0

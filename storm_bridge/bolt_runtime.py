@@ -334,6 +334,9 @@ class BoltRuntime:
         dies and the cluster rolls back.
         """
         key_groups = [int(kg) for kg in info.get("key_groups", ())]
+        if action == "postpone":  # a sender: receivers read its chain next
+            self.checkpointer.chain.postpone()
+            return
         if action == "prefetch":
             # while this task processes: read the batch's shards ahead
             if self.prefetcher is None:

@@ -286,9 +286,11 @@ class KeyGroupHandOver:
                 key = (name, move.sender, move.receiver)
                 pairs.setdefault(key, []).append(move.key_group)
         for (name, sender, receiver), kgs in sorted(pairs.items()):
-            rt = self._engine.tasks[self._tasks(name)[receiver]]
+            tasks = self._tasks(name)
             info = {"id": 0, "key_groups": kgs, "source": sender, "epoch": epoch}
-            self._command(rt, "prefetch", info)
+            self._command(self._engine.tasks[tasks[receiver]], "prefetch", info)
+            # the sender's next base would make the receiver read it all again
+            self._command(self._engine.tasks[tasks[sender]], "postpone", {"id": 0})
 
     def _command(self, rt: TaskRuntime, action: str, info: dict[str, Any]) -> None:
         if rt.process is None:

@@ -41,3 +41,16 @@ def test_a_chain_of_one_delta_alternates() -> None:
 def test_a_bound_below_one_names_the_setting() -> None:
     with pytest.raises(ConfigError, match=r"sr3\.checkpoint\.max\.chain\.length=0"):
         ChainPolicy(max_deltas=0)
+
+
+def test_a_sender_of_a_hand_over_postpones_its_compaction_within_a_bound() -> None:
+    chain = OwnerChain(ChainPolicy(max_deltas=2))
+    assert kinds(chain, 2) == ["full", "delta"]
+    chain.postpone()  # allowed up to 1 + 2 deltas
+    assert kinds(chain, 3) == ["delta", "delta", "full"]
+    assert kinds(chain, 1) == ["delta"]
+    seen = []
+    for _ in range(9):  # postponed before every snapshot: 4x the bound at most
+        chain.postpone()
+        seen += kinds(chain, 1)
+    assert seen == ["delta"] * 7 + ["full", "delta"]
