@@ -5,7 +5,8 @@ runs under ``sr3.rebalance.routing = key-groups``: its stateful bolts' tuples
 route by key group through a table, and a rebalance moves key groups in
 batches, one batch an epoch, without restarting the tasks that stay. The test
 rebalances it 2 -> 4 -> 1 -> 3 while it runs, SIGKILLs the receiver during
-the 4 -> 1 hand-over and the sender during the 1 -> 3 one, and checks the
+the 4 -> 1 hand-over, the sender during the 1 -> 3 one and a ring node during
+the join's 1 -> 3 one, and checks the
 final committed state and the sinks' outputs against the true counts. Real
 ZooKeeper, ring node processes, task subprocesses and SIGKILL/SIGSTOP.
 """
@@ -26,7 +27,7 @@ import pytest
 
 from sr3_cli.lab import Lab
 from tests.conftest import WaitUntil
-from tests.e2e.conftest import require_zk, sr3_json
+from tests.e2e.conftest import require_zk, sr3, sr3_json
 from tests.e2e.test_rebalance import (
     AMOUNTS,
     LINES,
@@ -182,8 +183,16 @@ def test_word_count_and_join_move_key_groups_2_4_1_3_live_with_kills_stay_exact(
                 os.kill(sender, signal.SIGKILL)
         third = finished(proc)
         assert third["rollbacks"] >= 1
+        # join 1 -> 3 with a ring node SIGKILLed mid-way (restarted after)
         allow(gates, lines=1200, orders=850, payments=850)
-        finished(rebalance(lab, "join=3"))
+        proc = rebalance(lab, "join=3")
+        wait_until(
+            lambda: phase(lab) in ("holding", "done"), timeout_s=60, what="a batch"
+        )
+        assert phase(lab) == "holding", "the rebalance ended before the node kill"
+        lab.kill_nodes(["node-3"])
+        finished(proc)
+        sr3(lab, "lab", "restart", "node-3")
         final = wait_until(lambda: running(lab), timeout_s=60, what="3 tasks")
         assert counts(final) == {"count": 3, "join": 3}
     finally:
