@@ -29,8 +29,7 @@ starts a standalone master and worker from the pip package for tests and labs.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from spark_bridge.errors import (
     ComponentError,
@@ -39,6 +38,7 @@ from spark_bridge.errors import (
     SparkBridgeError,
     UnsupportedTopologyError,
 )
+from sr3.exports import lazy_exports
 
 if TYPE_CHECKING:
     from spark_bridge.compiler import Plan, build_frame, plan_topology
@@ -71,11 +71,4 @@ _LAZY: Final = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module {__name__!r} has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)

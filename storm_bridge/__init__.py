@@ -8,8 +8,9 @@ them nor streamparse, and confluent-kafka loads only in tasks that use Kafka.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sr3.exports import lazy_exports
 
 if TYPE_CHECKING:
     from storm_bridge.components import ReplayableSpout, StatefulBolt, StateKeyError
@@ -36,9 +37,4 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        msg = f"module 'storm_bridge' has no attribute {name!r}"
-        raise AttributeError(msg)
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -9,8 +9,9 @@ the relay ops without importing the planner or the client-side strategies.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from sr3.exports import lazy_exports
 
 if TYPE_CHECKING:
     from sr3.recovery.base import (
@@ -97,9 +98,4 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        msg = f"module 'sr3.recovery' has no attribute {name!r}"
-        raise AttributeError(msg)
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -10,8 +10,9 @@ confluent-kafka on first use.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from sr3.exports import lazy_exports
 from topology_api.kafka.errors import (
     KafkaBridgeError,
     KafkaOffsetGoneError,
@@ -54,11 +55,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        msg = f"module 'storm_bridge.kafka' has no attribute {name!r}"
-        raise AttributeError(msg)
-    import importlib  # noqa: PLC0415 (lazy export)
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _LAZY)
