@@ -36,7 +36,7 @@ def _cluster_setting(
     """Return ``key`` as the workers will see it: the options', else storm.yaml's."""
     if key in options:
         return options[key]
-    from streamparse.util import get_nimbus_config  # noqa: PLC0415
+    from streamparse.util import get_nimbus_config  # noqa: PLC0415 (only when asked)
 
     # one Thrift call per Nimbus and process: streamparse caches the conf
     return get_nimbus_config(env_config).get(key)

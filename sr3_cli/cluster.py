@@ -175,7 +175,7 @@ def wait_for_members(lab: Lab, count: int, timeout_s: float = 30.0) -> None:
         while time.monotonic() < deadline:
             if len(cluster.membership.members()) >= count:
                 return
-            time.sleep(0.05)
+            time.sleep(0.05)  # a poll interval bounded by the deadline, not a wait
         have = sorted(cluster.membership.members())
     msg = (
         f"only {len(have)} of {count} ring nodes registered ({have}); "

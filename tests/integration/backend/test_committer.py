@@ -101,9 +101,11 @@ def test_a_fixed_component_resumes_only_at_its_committed_task_count(
             owners=("fixed/sink/0", "fixed/sink/1"),
         )
         committer.commit(record)
-        for point in ({"resume": True}, {"start_from": StartPoint(epoch=first)}):
+        for start_from in (None, StartPoint(epoch=first)):
             with pytest.raises(ConfigError) as refused:
-                committer.start(**point, fixed={"sink": (3, why)})  # type: ignore[arg-type]
+                committer.start(
+                    resume=True, start_from=start_from, fixed={"sink": (3, why)}
+                )
             says = str(refused.value)
             assert "'sink' of topology 'fixed'" in says
             assert "with 2 task(s) and would start from it with 3" in says
