@@ -59,7 +59,10 @@ def test_generate_is_seeded_and_keeps_r_minus_1_nodes_up() -> None:
 
 
 def test_a_seeded_campaign_ends_every_schedule_with_the_failure_free_state(
-    lab_factory: Callable[..., Lab], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    lab_factory: Callable[..., Lab],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     lab = lab_factory(nodes=NODES)
     conf = {
@@ -106,8 +109,10 @@ def test_a_seeded_campaign_ends_every_schedule_with_the_failure_free_state(
     # a check that can fail: the same campaign catches a build whose
     # recoveries drop a delta (tasks inherit the switch from the environment).
     # A dropped delta shows once its keys are counted again after the restore,
-    # so this run is longer and its kills land while lines still flow.
-    long_conf = {**conf, "exact.lines": 4000}
+    # so this run is longer and its kills land while lines still flow. Chains
+    # never compact here, so every restore after the first commit has a delta
+    # to drop (with compaction, a kill just after a new base dropped nothing).
+    long_conf = {**conf, "exact.lines": 4000, "sr3.checkpoint.max.chain.length": 10_000}
     ring = RingAccess(lab.config(Sr3Config()))
     try:
         long_clean = run_topology(
@@ -120,22 +125,29 @@ def test_a_seeded_campaign_ends_every_schedule_with_the_failure_free_state(
     # two kills at shares of the run's own length, measured just before at
     # the same load: a kill before the first commit restores nothing to drop,
     # kills closer together than a recovery keep epochs from committing, and a
-    # kill after the spouts ran dry drops an empty delta. (Five kills 1.5 s
-    # apart from 1.5 s restored no committed epoch at load 9 to 12, and the
-    # broken build passed.)
+    # kill after the spouts ran dry drops an empty delta. Where a schedule's
+    # restores dropped nothing (the task logs each drop), the next one kills
+    # later; a schedule that did drop a delta must fail.
     span = max(long_clean.seconds, 5.0)
-    kills = tuple(
-        Fault("kill-task", round(span * share, 2), f"count:{n % 3}")
-        for n, share in enumerate((0.3, 0.6))
-    )
-    broken = run_schedule(
-        lab,
-        TOPOLOGY,
-        Schedule(SEED, SCHEDULES, "local", kills),
-        conf=long_conf,
-        expected=long_expected,
-        expected_outputs=long_clean.outputs,
-        timeout_s=90.0,
-    )
-    assert not broken.passed, "a build that drops a delta passed the campaign"
+    tried = []
+    for shares in ((0.3, 0.6), (0.45, 0.75), (0.55, 0.8)):
+        kills = tuple(
+            Fault("kill-task", round(span * share, 2), f"count:{n % 3}")
+            for n, share in enumerate(shares)
+        )
+        caplog.clear()
+        broken = run_schedule(
+            lab,
+            TOPOLOGY,
+            Schedule(SEED, SCHEDULES, "local", kills),
+            conf=long_conf,
+            expected=long_expected,
+            expected_outputs=long_clean.outputs,
+            timeout_s=90.0,
+        )
+        dropped = "recovery drops delta epoch" in caplog.text
+        tried.append(f"kills at {shares} of {span:.1f} s: dropped={dropped}")
+        if not broken.passed or dropped:
+            break
+    assert not broken.passed, f"a build that drops a delta passed: {tried}"
     assert "keys differ" in broken.reason, broken.reason
