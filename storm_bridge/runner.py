@@ -248,10 +248,6 @@ def run_topology(
             timeout_s,
             start_tables=dict(start.key_groups) if start is not None else {},
         )
-    if options.checkpoints and options.resume:
-        # what the resumed epoch holds of a sink's outputs and its writer did
-        # not write (a Spark driver that died after the commit) goes out first
-        deliver_stopped(topology, conf, ring)
     cluster = LocalCluster(
         topology,
         conf,

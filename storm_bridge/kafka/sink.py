@@ -51,6 +51,7 @@ from topology_api.kafka.writers import (
 __all__ = [
     "KafkaSink",
     "deliver_committed",
+    "deliver_spark_writer",
 ]
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,14 @@ class KafkaSink(StatefulBolt):
                 }
             )
             return
+        if index == 0:
+            # a Spark driver that died between its epoch's commit and its Kafka
+            # transaction left that batch's outputs in the epoch: task 0 writes
+            # them on every Storm engine (real Storm too, where nothing runs
+            # before the tasks), fencing the driver's transactional id
+            deliver_spark_writer(
+                self._settings, ring=ring, topology=topology, component=component
+            )
         self._thread = _delivery_thread(
             ring,
             settings=self._settings,
@@ -249,9 +258,7 @@ def deliver_committed(
     topology = str(conf["topology.name"])
     record = ring.committed(topology)
     writers: list[int | str] = list(range(tasks))
-    spark = writer_name(topology, component, SPARK_WRITER)
-    if record is not None and spark in record.owners:
-        # a Spark run's driver died before writing its last micro-batch
+    if _names_spark_writer(record, topology, component):
         writers.append(SPARK_WRITER)
     fence_writers(settings, [transactional_id(topology, component, w) for w in writers])
     return [
@@ -264,3 +271,36 @@ def deliver_committed(
         )
         for writer in writers
     ]
+
+
+def deliver_spark_writer(
+    settings: SinkSettings, *, ring: Any, topology: str, component: str
+) -> Marker | None:
+    """Write the outputs a Spark driver left in the committed epoch (idempotent).
+
+    A driver SIGKILLed after a micro-batch's epoch committed and before its
+    Kafka transaction left them under ``<topology>/<component>/spark``; the
+    Storm run that takes over writes them with the driver's transactional id,
+    which fences the driver (it must have stopped: engines hand off).
+
+    Returns:
+        The driver's marker after delivery; None when the committed epoch
+        holds nothing of a Spark driver.
+
+    Raises:
+        KafkaException: Kafka failed.
+        SR3Error: ZooKeeper or the ring failed.
+    """
+    record = ring.committed(topology)
+    if not _names_spark_writer(record, topology, component):
+        return None
+    tid = transactional_id(topology, component, SPARK_WRITER)
+    fence_writers(settings, [tid])
+    owner = writer_name(topology, component, SPARK_WRITER)
+    return deliver_owner(settings, ring=ring, record=record, owner=owner, tid=tid)
+
+
+def _names_spark_writer(record: Any, topology: str, component: str) -> bool:
+    """Whether committed ``record`` holds outputs of a Spark run's driver."""
+    owner = writer_name(topology, component, SPARK_WRITER)
+    return record is not None and owner in record.owners

@@ -6,8 +6,10 @@ tasks run as multilang subprocesses of a worker JVM (this virtualenv's
 ``streamparse_run``, so confluent-kafka is importable there). A worker JVM and
 a ring node are SIGKILLed together while it runs; the committed counts must be
 exact and the output topic, read ``read_committed``, must hold each
-``(word, n)`` exactly once. The Kafka broker is the session's shared one
-(``tests/integration/kafka/conftest.py``), not a second copy.
+``(word, n)`` exactly once. A second test hands over from a Spark driver that
+died before writing its last committed batch to Kafka. The Kafka broker is the
+session's shared one (``tests/integration/kafka/conftest.py``), not a second
+copy.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import json
 import random
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,11 +38,16 @@ from tests.integration.kafka.conftest import (
     session_broker,
     topology_file,
 )
+from tests.integration.kafka.test_spark_kafka_crash import (
+    assert_each_output_once,
+    crash_spark_after_commit,
+)
 
 pytestmark = [
     pytest.mark.kafka,
     pytest.mark.zk,
     pytest.mark.apache_storm,
+    pytest.mark.spark,
     pytest.mark.slow,
 ]
 
@@ -108,3 +116,32 @@ def test_kafka_wordcount_on_storm_exactly_once_after_worker_and_node_kills(
     pairs = Counter((r["word"], r["count"]) for r in read_all(bootstrap, counts))
     assert {p: n for p, n in pairs.items() if n > 1} == {}
     assert set(pairs) == {(w, n) for w, t in expected.items() for n in range(1, t + 1)}
+
+
+def test_real_storm_taking_over_from_a_crashed_spark_driver_writes_its_batch(
+    apache_storm: ApacheStormCluster,
+    kafka_broker: KafkaBroker,
+    lab: Lab,
+    ring: RingAccess,
+    tmp_path: Path,
+) -> None:
+    """A Spark driver dies between an epoch's commit and its Kafka transaction;
+    ``sr3 run --engine apache-storm --resume`` takes over and writes that batch."""
+    bootstrap = kafka_broker.bootstrap
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    suffix = random.Random().getrandbits(32)  # noqa: S311 (a topic name)
+    lines = create_topic(admin, f"handoff-lines-{suffix:x}", 2)
+    counts = create_topic(admin, f"handoff-counts-{suffix:x}", 2)
+    text, conf = crash_spark_after_commit(
+        lab, ring, bootstrap, (lines, counts), tmp_path
+    )
+    options = [arg for k, v in conf.items() for arg in ("-o", f"{k}={v}")]
+    proc = sr3_run(
+        [str(FILE), "--lab", str(lab.root), "--until-idle", "--json", "--resume",
+         "--timeout", "120", *options],
+        apache_storm.nimbus,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report: dict[str, Any] = json.loads(proc.stdout)
+    assert report["engine"] == "apache-storm" and report["idle"] is True
+    assert_each_output_once(ring, bootstrap, counts, text)

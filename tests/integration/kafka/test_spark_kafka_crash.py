@@ -50,21 +50,20 @@ def ring(lab: Lab) -> Iterator[RingAccess]:
     access.close()
 
 
-@pytest.mark.parametrize("engine", ["spark", "storm"])
-def test_spark_driver_killed_before_the_kafka_write_loses_no_output_on_resume(
-    engine: str,
-    spark: SparkSession,
-    lab: Lab,
-    ring: RingAccess,
-    kafka_bootstrap: str,
-    new_topic: NewTopicFactory,
-    tmp_path: Path,
-) -> None:
-    lines, counts = new_topic("lines", 2), new_topic("counts", 2)
+def crash_spark_after_commit(
+    lab: Lab, ring: RingAccess, bootstrap: str, topics: tuple[str, str], tmp_path: Path
+) -> tuple[list[str], dict[str, str]]:
+    """Run the word count on a Spark driver SIGKILLed after batch 1's epoch commit.
+
+    ``topics`` are the (empty) input and output topics. Returns the lines
+    produced and the conf of the run; asserts the batch committed and that its
+    outputs did not reach Kafka.
+    """
+    lines, counts = topics
     text = corpus(600, seed=13)
-    produce(kafka_bootstrap, lines, [t.encode() for t in text], partitions=2)
+    produce(bootstrap, lines, [t.encode() for t in text], partitions=2)
     conf = {
-        "sr3.kafka.bootstrap": kafka_bootstrap,
+        "sr3.kafka.bootstrap": bootstrap,
         "sr3.kafka.topics": lines,
         "sr3.kafka.sink.topic": counts,
     }
@@ -95,9 +94,38 @@ def test_spark_driver_killed_before_the_kafka_write_loses_no_output_on_resume(
     assert record.extra.get("batch") == 1, record
     _epoch, state = ring.committed_state("kafka_wordcount", "count")
     committed = {k[0]: v["n"] for k, v in state.items()}
-    seen = {(r["word"], r["count"]) for r in read_all(kafka_bootstrap, counts)}
+    seen = {(r["word"], r["count"]) for r in read_all(bootstrap, counts)}
     owed = {(w, n) for w, t in committed.items() for n in range(1, t + 1)}
     assert seen < owed
+    return text, conf
+
+
+def assert_each_output_once(
+    ring: RingAccess, bootstrap: str, counts: str, text: list[str]
+) -> None:
+    """The committed counts are exact and ``counts`` holds every ``(word, n)`` once."""
+    expected = Counter(w for line in text for w in line.split())
+    _epoch, state = ring.committed_state("kafka_wordcount", "count")
+    assert {k[0]: v["n"] for k, v in state.items()} == dict(expected)
+    pairs = Counter((r["word"], r["count"]) for r in read_all(bootstrap, counts))
+    assert {p: n for p, n in pairs.items() if n > 1} == {}
+    assert set(pairs) == {(w, n) for w, t in expected.items() for n in range(1, t + 1)}
+
+
+@pytest.mark.parametrize("engine", ["spark", "storm"])
+def test_spark_driver_killed_before_the_kafka_write_loses_no_output_on_resume(
+    engine: str,
+    spark: SparkSession,
+    lab: Lab,
+    ring: RingAccess,
+    kafka_bootstrap: str,
+    new_topic: NewTopicFactory,
+    tmp_path: Path,
+) -> None:
+    counts = new_topic("counts", 2)
+    text, conf = crash_spark_after_commit(
+        lab, ring, kafka_bootstrap, (new_topic("lines", 2), counts), tmp_path
+    )
 
     if engine == "spark":
         # resumed from the ring, with a fresh Spark checkpoint
@@ -118,9 +146,4 @@ def test_spark_driver_killed_before_the_kafka_write_loses_no_output_on_resume(
         resumed = run_storm(FILE, ring=ring, options=options)
         assert resumed.idle is True, resumed.errors
 
-    expected = Counter(w for line in text for w in line.split())
-    _epoch, state = ring.committed_state("kafka_wordcount", "count")
-    assert {k[0]: v["n"] for k, v in state.items()} == dict(expected)
-    pairs = Counter((r["word"], r["count"]) for r in read_all(kafka_bootstrap, counts))
-    assert {p: n for p, n in pairs.items() if n > 1} == {}
-    assert set(pairs) == {(w, n) for w, t in expected.items() for n in range(1, t + 1)}
+    assert_each_output_once(ring, kafka_bootstrap, counts, text)
