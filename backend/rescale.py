@@ -15,13 +15,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from backend.owners import OwnerId
 from zk.checkpoints import CommitRecord
 
 if TYPE_CHECKING:
-    from backend.access import RingAccess
+    from backend.restorer import RestoreReport
+    from sr3.state import KeyedState
 
 __all__ = ["Placed", "Resharded", "Route", "candidate_owners", "reshard"]
 
@@ -45,6 +46,21 @@ def candidate_owners(owners: Sequence[str], index: int, tasks: int) -> list[str]
     """
     step = math.gcd(len(owners), tasks)
     return [o for o in owners if OwnerId.parse(o).index % step == index % step]
+
+
+class Restores(Protocol):
+    """What :func:`reshard` reads committed owners through."""
+
+    def restore(
+        self,
+        owner: str,
+        record: CommitRecord | None,
+        *,
+        key_group_count: int,
+        mechanism: str,
+    ) -> tuple[KeyedState, RestoreReport]:
+        """Rebuild ``owner``'s keyed state of the committed epoch."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -82,7 +98,7 @@ class Resharded:
 
 
 def reshard(  # noqa: PLR0913 (what identifies the committed owners and the new tasks)
-    access: RingAccess,
+    access: Restores,
     record: CommitRecord,
     before: Sequence[str],
     *,
@@ -94,7 +110,7 @@ def reshard(  # noqa: PLR0913 (what identifies the committed owners and the new 
     """Read the committed owners ``before`` and place their keys on the new tasks.
 
     Args:
-        access: Ring and ZooKeeper handles.
+        access: What restores an owner (a ring access or its restorer).
         record: The committed epoch the owners are read at.
         before: The component's owners in ``record``.
         key_group_count: G of the component.
