@@ -41,7 +41,7 @@ from spark_bridge.ring import (
 )
 from spark_bridge.ring_owners import stateful_owners
 from sr3.config import Sr3Config
-from topology_api.groupings import IntegerBoxing
+from topology_api.java_hash import IntegerBoxing
 from topology_api.kafka.writers import SPARK_WRITER
 from topology_api.topology import LoadedTopology
 from zk.checkpoints import CommitRecord

@@ -9,7 +9,7 @@ other's committed epoch:
   (Java ``deepHashCode`` of the grouping values modulo the task count), which is
   the task whose Storm snapshot holds it: for a bolt overriding ``state_key``,
   by the route stored with the key's fields (:data:`sr3.key_state.ROUTE_FIELD`,
-  :func:`topology_api.groupings.key_task_index`);
+  :func:`topology_api.java_hash.key_task_index`);
 - spout offsets are recorded by ``<spout>/<task index>``;
 - a ``KafkaSink`` component's outputs of the batch are kept by one more owner,
   ``<topology>/<component>/spark``, written FULL every epoch (the batch's
@@ -67,7 +67,7 @@ from sr3.key_state import ROUTE_FIELD
 from sr3.keygroups import key_group_of_encoded
 from sr3.manifest import Manifest
 from topology_api.contract import overrides_state_key
-from topology_api.groupings import IntegerBoxing, key_task_index
+from topology_api.java_hash import IntegerBoxing, key_task_index
 from topology_api.topology import LoadedTopology
 from zk.checkpoints import CommitRecord
 

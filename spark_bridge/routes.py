@@ -31,11 +31,10 @@ from topology_api.groupings import (
     Grouper,
     GroupingKind,
     GroupingSpec,
-    IntegerBoxing,
     NoneGrouper,
     ShuffleGrouper,
-    fields_task_index,
 )
+from topology_api.java_hash import IntegerBoxing, fields_task_index
 from topology_api.topology import LoadedTopology
 
 __all__ = ["EmitRouter", "routed_task"]

@@ -61,7 +61,7 @@ from spark_bridge.worker import spark_task, topology_of
 from sr3.codec import decode_value, encode_value
 from sr3.config import KEYS, read_setting
 from sr3.key_state import KeyState
-from topology_api.groupings import IntegerBoxing, key_task_index
+from topology_api.java_hash import IntegerBoxing, key_task_index
 from topology_api.topology import LoadedTopology
 
 __all__ = [
@@ -156,7 +156,7 @@ class BoltStageBase:
         """Return the task index Storm's fields grouping picks for ``key``.
 
         ``key`` is the grouping values, or a stateful bolt's state key with its
-        stored ``route`` (:func:`topology_api.groupings.key_task_index`). An
+        stored ``route`` (:func:`topology_api.java_hash.key_task_index`). An
         empty key (a global grouping) is the lowest task, as in Storm.
         """
         return key_task_index(key, route, self.tasks, self.boxing)

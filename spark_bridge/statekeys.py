@@ -6,7 +6,7 @@ values. A bolt that overrides ``state_key`` (``(user, page)`` behind
 ``fields("user")``) stores each key's *route* with its fields
 (:data:`sr3.key_state.ROUTE_FIELD`: ``route_hash`` of the grouping values), so a
 rescale puts the key on the task its tuples go to
-(:func:`topology_api.groupings.key_task_index`). On Spark:
+(:func:`topology_api.java_hash.key_task_index`). On Spark:
 
 - the keying stage (:class:`spark_bridge.keying.KeyStage`) groups such a
   bolt's input by the encoded state key, which the bolt's own ``state_key``
@@ -31,7 +31,7 @@ from spark_bridge.rows import DEAD, ComponentRef, Row
 from spark_bridge.worker import spark_task, topology_of
 from sr3.codec import decode_value, encode_key, encode_value
 from sr3.errors import CodecError
-from topology_api.groupings import IntegerBoxing, key_task_index, route_hash
+from topology_api.java_hash import IntegerBoxing, key_task_index, route_hash
 
 __all__ = ["StateKeys"]
 

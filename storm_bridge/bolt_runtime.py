@@ -37,7 +37,7 @@ from topology_api.barriers import (
     SNAPSHOT_METRIC,
     task_index,
 )
-from topology_api.groupings import IntegerBoxing, key_task_index, route_hash
+from topology_api.java_hash import IntegerBoxing, key_task_index, route_hash
 
 __all__ = ["BoltRuntime", "grouping_fields"]
 

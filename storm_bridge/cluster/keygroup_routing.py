@@ -24,7 +24,8 @@ from sr3.errors import ConfigError
 from sr3.keygroups import decode_table, encode_table, key_group, range_table
 from topology_api.barriers import KEY_GROUP_TABLE_KEY
 from topology_api.contract import overrides_state_key
-from topology_api.groupings import FieldsGrouper, GroupingKind, IntegerBoxing
+from topology_api.groupings import FieldsGrouper, GroupingKind
+from topology_api.java_hash import IntegerBoxing
 from topology_api.topology import LoadedTopology
 
 if TYPE_CHECKING:

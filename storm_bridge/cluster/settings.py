@@ -16,7 +16,7 @@ from typing import Any, Final
 from sr3.config import KEYS, read_setting
 from sr3.errors import ConfigError
 from topology_api.errors import TopologyError
-from topology_api.groupings import IntegerBoxing
+from topology_api.java_hash import IntegerBoxing
 from topology_api.stormconf import (
     COMPONENT_OVERRIDABLE_KEYS,
     STORM_DEFAULTS,

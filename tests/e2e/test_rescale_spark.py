@@ -32,7 +32,7 @@ from storm_bridge.runner import run_topology as run_storm
 from tests.e2e.conftest import require_zk
 from tests.e2e.topologies.state_keys import PAR, expected
 from tests.integration.conftest import running_lab
-from topology_api.groupings import key_task_index, route_hash
+from topology_api.java_hash import key_task_index, route_hash
 from zk.checkpoints import CommitRecord
 
 pytestmark = [pytest.mark.zk, pytest.mark.spark, pytest.mark.storm, pytest.mark.slow]

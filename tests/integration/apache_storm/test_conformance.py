@@ -39,7 +39,8 @@ from storm_bridge.sparse.submit import (
 )
 from storm_bridge.sparse.workers import worker_processes
 from tests.conftest import _wait_until as wait_until
-from topology_api.groupings import IntegerBoxing, PartialKeyGrouper, fields_task_index
+from topology_api.groupings import PartialKeyGrouper
+from topology_api.java_hash import IntegerBoxing, fields_task_index
 from topology_api.topology import load_topology
 from zk.launcher import EmbeddedZooKeeper
 

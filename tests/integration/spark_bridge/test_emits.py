@@ -21,7 +21,7 @@ from spark_bridge import QueryFailedError, final_state, run_topology
 from spark_bridge.context import task_ids
 from storm_bridge.cluster.context import Router
 from tests.integration.spark_bridge.test_dag import emits, sink_rows
-from topology_api.groupings import IntegerBoxing
+from topology_api.java_hash import IntegerBoxing
 from topology_api.topology import load_topology
 
 pytestmark = pytest.mark.spark

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from spark_bridge import UnsupportedTopologyError, final_state, plan_topology
 from sr3.codec import decode_value
 from tests.integration.spark_bridge.test_dag import TOPOLOGIES, emits, run, sink_rows
-from topology_api.groupings import IntegerBoxing, fields_task_index
+from topology_api.java_hash import IntegerBoxing, fields_task_index
 from topology_api.topology import load_topology
 
 pytestmark = pytest.mark.spark

@@ -18,7 +18,7 @@ from storm_bridge.errors import (
     SubprocessTimeoutError,
     TaskExitedError,
 )
-from topology_api.groupings import fields_task_index
+from topology_api.java_hash import fields_task_index
 
 pytestmark = pytest.mark.storm
 

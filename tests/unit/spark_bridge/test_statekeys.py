@@ -23,7 +23,7 @@ from spark_bridge.rows import DEAD, EMIT, RESTORE, STATE, ComponentRef, Routing
 from spark_bridge.stages import KeyStage, is_pseudo_key, unpack
 from sr3.codec import decode_key, decode_value, encode_key, encode_value
 from sr3.key_state import ROUTE_FIELD
-from topology_api.groupings import key_task_index, route_hash
+from topology_api.java_hash import key_task_index, route_hash
 
 TOPOLOGY = Path(__file__).parents[2] / "e2e" / "topologies" / "state_keys.py"
 VISITS = [(3, "home"), (3, "cart"), (-4, "home"), (3, "home"), (17, "help")]

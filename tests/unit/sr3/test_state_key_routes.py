@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sr3.key_state import ROUTE_FIELD
 from sr3.state import KeyedState
-from topology_api.groupings import (
+from topology_api.java_hash import (
     IntegerBoxing,
     fields_task_index,
     key_task_index,

@@ -15,7 +15,7 @@ from storm_bridge.cluster.context import (
     back_edges,
     task_context,
 )
-from topology_api.groupings import IntegerBoxing, fields_task_index
+from topology_api.java_hash import IntegerBoxing, fields_task_index
 from topology_api.topology import LoadedTopology, load_topology
 
 MIXED_CASE = """

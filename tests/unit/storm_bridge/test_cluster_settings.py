@@ -12,7 +12,7 @@ from storm_bridge.cluster.settings import (
     topology_conf,
 )
 from topology_api.errors import TopologyError
-from topology_api.groupings import IntegerBoxing
+from topology_api.java_hash import IntegerBoxing
 
 
 def test_precedence() -> None:

@@ -69,13 +69,11 @@ from topology_api.groupings import (
     GlobalGrouper,
     GroupingKind,
     GroupingSpec,
-    IntegerBoxing,
     NoneGrouper,
     ShuffleGrouper,
-    fields_task_index,
-    java_hash,
     make_grouper,
 )
+from topology_api.java_hash import IntegerBoxing, fields_task_index, java_hash
 
 LONG = IntegerBoxing.LONG
 INTEGER = IntegerBoxing.INTEGER

@@ -17,10 +17,10 @@ import pytest
 from topology_api.groupings import (
     GroupingKind,
     GroupingSpec,
-    IntegerBoxing,
     PartialKeyGrouper,
     make_grouper,
 )
+from topology_api.java_hash import IntegerBoxing
 from topology_api.java_serial import partial_key_fields, serialize_partial_key
 from topology_api.partial_key import (
     PARTIAL_KEY_CLASS,
