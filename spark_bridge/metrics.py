@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from sr3.config import MetricsConfig
-from sr3.metrics import FEED_INTERVAL_S, RunMetrics, RunPublisher
+from sr3.metrics import RunMetrics
+from sr3.metrics_serving import FEED_INTERVAL_S, RunPublisher
 
 __all__ = ["FEED_INTERVAL_S", "SparkMetricsFeed"]
 

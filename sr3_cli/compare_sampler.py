@@ -2,7 +2,7 @@
 
 Every run (``sr3 run``, local cluster or Spark) serves ``sr3_tuples_total`` per
 component and lists its endpoint in the lab's targets dir as
-``run-<topology>-<pid>.json`` (:func:`sr3.metrics.write_target`).
+``run-<topology>-<pid>.json`` (:func:`sr3.metrics_serving.write_target`).
 :class:`TupleSampler` finds it there and reads the counters every
 :data:`SAMPLE_S`; :func:`per_second` turns the samples into tuples/s.
 """
@@ -34,7 +34,7 @@ class TupleSampler:
     """Samples ``sr3_tuples_total`` per component from a run's metrics endpoint.
 
     The run lists its endpoint in ``targets`` as ``run-<topology>-<pid>.json``
-    (:func:`sr3.metrics.write_target`); the sampler finds it there.
+    (:func:`sr3.metrics_serving.write_target`); the sampler finds it there.
     """
 
     def __init__(

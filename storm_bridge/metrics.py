@@ -16,7 +16,8 @@ from typing import Any
 
 from backend.lazy import LAZY_FETCH
 from sr3.config import Sr3Config
-from sr3.metrics import FEED_INTERVAL_S, RunMetrics, RunPublisher
+from sr3.metrics import RunMetrics
+from sr3.metrics_serving import FEED_INTERVAL_S, RunPublisher
 from storm_bridge.cluster import LocalCluster
 from storm_bridge.cluster.checkpoints import Coordinator
 

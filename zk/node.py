@@ -24,7 +24,8 @@ from pathlib import Path
 from sr3.client import ClientPool
 from sr3.config import Sr3Config
 from sr3.errors import AuthenticationError, ConfigError, StorageError
-from sr3.metrics import Endpoint, NodeMetrics, serve
+from sr3.metrics import NodeMetrics
+from sr3.metrics_serving import Endpoint, serve
 from sr3.ports import NodeInfo
 from sr3.recovery import RelayFaults, RelayOps
 from sr3.repair import RepairCoordinator, Scrubber

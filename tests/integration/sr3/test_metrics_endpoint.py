@@ -8,7 +8,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from sr3.errors import ConfigError
-from sr3.metrics import NodeMetrics, serve
+from sr3.metrics import NodeMetrics
+from sr3.metrics_serving import serve
 
 
 def test_an_endpoint_serves_its_registry_until_closed() -> None:

@@ -9,7 +9,7 @@ from unittest.mock import MagicMock
 import pytest
 
 import sr3_cli.commands  # noqa: F401 - first: sr3_cli's modules import each other
-from sr3.metrics import Endpoint, write_target
+from sr3.metrics_serving import Endpoint, write_target
 from sr3_cli.daemons import prometheus
 from sr3_cli.daemons.prometheus import PrometheusServer, targets_dir
 from sr3_cli.lab import Lab
