@@ -12,7 +12,7 @@ runs, exactly once. Its hand-over is one epoch long (see ``docs/rebalance.md``):
   tuples sent to it are held (per task), so its state stays the state it
   snapshots for ``e``. Every other task keeps processing.
 * SWITCHING: when ``e`` commits, no epoch opens; the component's task list
-  changes (:func:`~topology_api.rebalance_plan.plan_moves`): retired tasks
+  changes (:class:`~.task_lists.TaskLists`): retired tasks
   stop, kept tasks restart, new tasks start, and each restores from ``e``
   the keys its fields grouping routes to it over the new count
   (:meth:`backend.access.RingAccess.restore_task`). The commit record's owners
@@ -45,8 +45,8 @@ from storm_bridge.cluster.keygroup_rebalance import KeyGroupHandOver
 from storm_bridge.cluster.keygroup_routing import TABLE_CONF_KEY, table_conf
 from storm_bridge.cluster.rebalance_state import Phase, Rebalance
 from storm_bridge.cluster.rollbacks import is_stateful_bolt
-from storm_bridge.cluster.settings import TaskSettings
-from storm_bridge.cluster.tasks import TaskRuntime, TaskState
+from storm_bridge.cluster.task_lists import TaskLists
+from storm_bridge.cluster.tasks import TaskRuntime
 from storm_bridge.errors import ClusterStateError
 from storm_bridge.messages import SYSTEM_COMPONENT
 from topology_api.contract import fixed_parallelism
@@ -55,7 +55,6 @@ from topology_api.rebalance_plan import (
     RebalanceRequestError,
     TaskMoves,
     check_request,
-    plan_moves,
 )
 
 __all__ = ["Phase", "Rebalance", "Rebalancer"]
@@ -84,6 +83,7 @@ class Rebalancer:
         self._engine = engine
         self._coordinator = coordinator
         self._clock = clock
+        self._task_lists = TaskLists(engine, coordinator)
         #: Every rebalance of this run, oldest first.
         self.history: list[Rebalance] = []
         self._holding: dict[int, float] = {}
@@ -223,7 +223,7 @@ class Rebalancer:
                 ),
                 clock=self._clock,
                 grow=self._grow,
-                retire=self._retire_above,
+                retire=self._task_lists.retire_above,
             )
         else:
             self._kg = None
@@ -365,32 +365,10 @@ class Rebalancer:
 
     def _switch(self, rebalance: Rebalance) -> None:
         """Change the task lists of the rebalanced components (no epoch is open)."""
-        engine = self._engine
-        supervisor = engine.supervisor
-        self._moves = {}
-        for name, (_before, after) in rebalance.targets.items():
-            current = engine.router.component_tasks(name)
-            next_id = max(engine.task_to_component) + 1
-            moves = plan_moves(current, after, next_id)
-            self._moves[name] = moves
-            template = engine.tasks[current[0]]
-            for task_id in moves.retire:
-                self._retire(engine.tasks[task_id])
-            for task_id in moves.add:
-                conf = dict(template.conf)
-                engine.task_to_component[task_id] = name
-                engine.tasks[task_id] = TaskRuntime(
-                    task_id, template.component, conf, TaskSettings.from_conf(conf)
-                )
-        engine.router.retask()
-        self._coordinator.retask()
-        if engine.local is not None:
-            engine.local.retask(t for m in self._moves.values() for t in m.after)
+        self._moves = self._task_lists.replace(
+            {name: after for name, (_before, after) in rebalance.targets.items()}
+        )
         for moves in self._moves.values():
-            for task_id in moves.keep:
-                supervisor.recycle(engine.tasks[task_id])
-            for task_id in moves.add:
-                supervisor.spawn(engine.tasks[task_id])
             self._restoring.update(moves.after)
         logger.info(
             "rebalance %s: epoch %s committed, tasks now %s",
@@ -400,58 +378,9 @@ class Rebalancer:
         )
 
     def _grow(self, name: str, count: int) -> list[int]:
-        """Start ``count`` new tasks of ``name`` (between epochs); return their ids.
-
-        They own no key group yet: each restores nothing and starts processing
-        once key groups move to it.
-        """
-        engine = self._engine
-        current = engine.router.component_tasks(name)
-        next_id = max(engine.task_to_component) + 1
-        moves = plan_moves(current, len(current) + count, next_id)
-        template = engine.tasks[current[0]]
-        table = table_conf(engine.router.key_groups[name])
-        for task_id in moves.add:
-            conf = {**template.conf, TABLE_CONF_KEY: table}
-            engine.task_to_component[task_id] = name
-            engine.tasks[task_id] = TaskRuntime(
-                task_id, template.component, conf, TaskSettings.from_conf(conf)
-            )
-        self._retask(moves.after)
-        for task_id in moves.add:
-            engine.supervisor.spawn(engine.tasks[task_id])
-        return list(moves.add)
-
-    def _retire_above(self, name: str, count: int) -> None:
-        """Stop the tasks of ``name`` from index ``count`` on (they own nothing)."""
-        engine = self._engine
-        moves = plan_moves(
-            engine.router.component_tasks(name),
-            count,
-            max(engine.task_to_component) + 1,
-        )
-        for task_id in moves.retire:
-            self._retire(engine.tasks[task_id])
-        self._retask(moves.after)
-
-    def _retask(self, after: tuple[int, ...]) -> None:
-        engine = self._engine
-        engine.router.retask()
-        self._coordinator.retask()
-        if engine.local is not None:
-            engine.local.retask(after)
-
-    def _retire(self, rt: TaskRuntime) -> None:
-        engine = self._engine
-        if rt.process is not None:
-            rt.process.kill()
-        engine.flow.drop_task(rt)
-        engine.router.reset_task(rt.task_id)
-        if rt.state is not TaskState.STOPPED:
-            rt.move(TaskState.STOPPED)
-        rt.process = None
-        del engine.tasks[rt.task_id]
-        del engine.task_to_component[rt.task_id]
+        """Start ``count`` tasks of ``name`` owning no key group yet."""
+        table = table_conf(self._engine.router.key_groups[name])
+        return self._task_lists.grow(name, count, {TABLE_CONF_KEY: table})
 
     def _restored(self, rt: TaskRuntime, params: Any) -> None:
         kg = self._handing_over()
