@@ -12,34 +12,30 @@ from __future__ import annotations
 
 import importlib.util
 import io
-import json
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from streamparse import Topology
-from streamparse.dsl.bolt import JavaBoltSpec, ShellBoltSpec
-from streamparse.dsl.spout import JavaSpoutSpec, ShellSpoutSpec
 from streamparse.thrift import StormTopology
 from thriftpy2.protocol import TBinaryProtocol
 from thriftpy2.transport import TMemoryBuffer
 
+from topology_api.component_specs import (
+    ComponentInfo,
+    component_info,
+    validate_components,
+)
 from topology_api.contract import fixed_parallelism, is_stateful_class
 from topology_api.errors import TopologyError
-from topology_api.groupings import GroupingKind, GroupingSpec
-from topology_api.java_serial import partial_key_fields
-from topology_api.partial_key import PARTIAL_KEY_CLASS
 
 __all__ = [
     "STREAMPARSE_RUN",
-    "ComponentInfo",
-    "InputInfo",
     "LoadedTopology",
-    "OutputStream",
     "load_topology",
     "read_thrift",
     "thrift_bytes",
@@ -47,85 +43,8 @@ __all__ = [
 
 #: The command streamparse gives every Python component.
 STREAMPARSE_RUN: Final = "streamparse_run"
-_SYSTEM_PREFIX: Final = "__"
 #: A streamparse project's component directory, beside ``topologies/``.
 _PROJECT_SRC: Final = "src"
-_THRIFT_GROUPING_KINDS: Final = {
-    "fields": GroupingKind.FIELDS,
-    "shuffle": GroupingKind.SHUFFLE,
-    "all": GroupingKind.ALL,
-    "none": GroupingKind.NONE,
-    "direct": GroupingKind.DIRECT,
-    "custom_object": GroupingKind.CUSTOM_OBJECT,
-    "custom_serialized": GroupingKind.CUSTOM_SERIALIZED,
-    "local_or_shuffle": GroupingKind.LOCAL_OR_SHUFFLE,
-}
-
-
-@dataclass(frozen=True)
-class OutputStream:
-    """A stream a component declares.
-
-    Attributes:
-        name: Stream id.
-        fields: Output field names.
-        direct: Whether tuples reach subscribers only by direct emits.
-    """
-
-    name: str
-    fields: tuple[str, ...]
-    direct: bool = False
-
-
-@dataclass(frozen=True)
-class InputInfo:
-    """One subscription of a bolt: a source component's stream and its grouping.
-
-    Attributes:
-        source: Component id emitting the stream.
-        stream: Stream id.
-        grouping: How the stream's tuples are spread over the bolt's tasks.
-    """
-
-    source: str
-    stream: str
-    grouping: GroupingSpec
-
-
-@dataclass(frozen=True)
-class ComponentInfo:
-    """A spout or bolt of a topology.
-
-    Attributes:
-        name: Component id.
-        kind: ``spout`` or ``bolt``.
-        component_cls: The Python class (streamparse ``Spout``/``Bolt`` subclass).
-        command: Executable Storm runs (``streamparse_run`` for Python components).
-        script: Its single argument, ``module.Class`` for Python components.
-        par: Parallelism hint (executors; here one process per task).
-        tasks: Number of tasks (``topology.tasks`` of the component conf, else ``par``).
-        config: Component-specific Storm conf.
-        outputs: Declared streams by id.
-        inputs: Subscriptions (bolts only).
-        stateful: Whether the class declares itself stateful.
-    """
-
-    name: str
-    kind: Literal["spout", "bolt"]
-    component_cls: type
-    command: str
-    script: str
-    par: int
-    tasks: int
-    config: Mapping[str, Any]
-    outputs: Mapping[str, OutputStream]
-    inputs: tuple[InputInfo, ...] = ()
-    stateful: bool = False
-
-    @property
-    def class_path(self) -> str:
-        """``module.Class`` of the component class."""
-        return f"{self.component_cls.__module__}.{self.component_cls.__name__}"
 
 
 @dataclass(frozen=True)
@@ -260,126 +179,6 @@ def _find_topology_class(
     return chosen[0]
 
 
-def _java_arg(arg: Any) -> Any:
-    """The one value a Thrift ``JavaObjectArg`` union sets."""
-    values = [v for v in vars(arg).values() if v is not None]
-    return values[0] if values else None
-
-
-def _grouping_spec(grouping: Any) -> GroupingSpec:
-    for attr, kind in _THRIFT_GROUPING_KINDS.items():
-        value = getattr(grouping, attr, None)
-        if value is not None:
-            if kind is GroupingKind.CUSTOM_OBJECT:
-                args = tuple(_java_arg(a) for a in value.args_list or ())
-                return GroupingSpec(kind, java_class=value.full_class_name,
-                                    java_args=args)  # fmt: skip
-            if kind is GroupingKind.CUSTOM_SERIALIZED:
-                fields = partial_key_fields(bytes(value))
-                if fields is not None:
-                    return GroupingSpec(kind, fields, java_class=PARTIAL_KEY_CLASS)
-            fields = tuple(value) if kind is GroupingKind.FIELDS else ()
-            return GroupingSpec(kind, fields)
-    msg = f"grouping {grouping!r} sets no Storm grouping type"
-    raise TopologyError(msg)
-
-
-def _resolve_par(spec: Any, environment: str | None) -> int:
-    par = spec.par
-    if isinstance(par, dict):
-        if environment is None or environment not in par:
-            msg = (
-                f"component {spec.name!r} gives parallelism per environment {par}; "
-                "pick one with -e/--environment (environment= from Python)"
-            )
-            raise TopologyError(msg)
-        par = par[environment]
-    return int(par)
-
-
-def _component(
-    spec: Any, environment: str | None, stateful: Callable[[type], bool]
-) -> ComponentInfo:
-    name = spec.name
-    if isinstance(spec, JavaBoltSpec | JavaSpoutSpec):
-        msg = (
-            f"component {name!r} is a Java component; the local cluster runs shell ones"
-        )
-        raise TopologyError(msg)
-    if not isinstance(spec, ShellBoltSpec | ShellSpoutSpec):
-        msg = f"component {name!r} is neither a shell spout nor a shell bolt"
-        raise TopologyError(msg)
-    if name.startswith(_SYSTEM_PREFIX):
-        msg = f"component id {name!r} is reserved: ids starting with '__' are Storm's"
-        raise TopologyError(msg)
-    kind: Literal["spout", "bolt"] = (
-        "spout" if isinstance(spec, ShellSpoutSpec) else "bolt"
-    )
-    config = (
-        json.loads(spec.config)
-        if isinstance(spec.config, str)
-        else dict(spec.config or {})
-    )
-    par = _resolve_par(spec, environment)
-    shell = spec.component_object.shell
-    outputs = {
-        name: OutputStream(name, tuple(info.output_fields), bool(info.direct))
-        for name, info in spec.outputs.items()
-    }
-    inputs = tuple(
-        InputInfo(stream_id.componentId, stream_id.streamId, _grouping_spec(grouping))
-        for stream_id, grouping in spec.inputs.items()
-    )
-    return ComponentInfo(
-        name=spec.name,
-        kind=kind,
-        component_cls=spec.component_cls,
-        command=shell.execution_command,
-        script=shell.script,
-        par=par,
-        tasks=int(config.get("topology.tasks") or par),
-        config=config,
-        outputs=outputs,
-        inputs=inputs,
-        stateful=stateful(spec.component_cls),
-    )
-
-
-def _validate(components: Mapping[str, ComponentInfo], path: Path) -> None:
-    for comp in components.values():
-        _check_ids(comp, path)
-        for sub in comp.inputs:
-            source = components.get(sub.source)
-            stream = source.outputs.get(sub.stream) if source else None
-            where = f"{path}: component {comp.name!r} subscribes to"
-            if stream is None:
-                msg = (
-                    f"{where} stream {sub.stream!r} of {sub.source!r}, "
-                    "which does not declare it"
-                )
-                raise TopologyError(msg)
-            if stream.direct != (sub.grouping.kind is GroupingKind.DIRECT):
-                nature = "direct" if stream.direct else "regular"
-                msg = (
-                    f"{where} {nature} stream {sub.stream!r} of {sub.source!r} with a "
-                    f"{sub.grouping.kind.value} grouping; direct streams need "
-                    "Grouping.DIRECT and only direct streams may use it"
-                )
-                raise TopologyError(msg)
-
-
-def _check_ids(comp: ComponentInfo, path: Path) -> None:
-    """Refuse stream ids Nimbus refuses: Storm reserves those starting with ``__``."""
-    for stream in comp.outputs:
-        if stream.startswith(_SYSTEM_PREFIX):
-            msg = (
-                f"{path}: stream id {stream!r} of component {comp.name!r} is "
-                "reserved: ids starting with '__' are Storm's (Nimbus rejects the "
-                "topology); rename the stream"
-            )
-            raise TopologyError(msg)
-
-
 def load_topology(
     path: str | Path,
     *,
@@ -430,7 +229,7 @@ def load_topology(
         module = _import_file(resolved, resolved.stem)
     topology_class = _find_topology_class(module, resolved, class_name)
     components = {
-        spec.name: _component(spec, environment, stateful)
+        spec.name: component_info(spec, environment, stateful)
         for spec in topology_class.specs  # type: ignore[attr-defined]
     }
     for name, tasks in (parallelism or {}).items():
@@ -441,7 +240,7 @@ def load_topology(
             )
             raise TopologyError(msg)
         components[name] = replace(components[name], par=tasks, tasks=tasks)
-    _validate(components, resolved)
+    validate_components(components, resolved)
     return LoadedTopology(
         name=resolved.stem,
         path=resolved,

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from typing import Final
 
+from topology_api.component_specs import ComponentInfo, InputInfo
 from topology_api.contract import StatefulComponent, overrides_state_key
 from topology_api.errors import TopologyError
 from topology_api.groupings import GroupingKind
 from topology_api.partial_key import PARTIAL_KEY_CLASS
-from topology_api.topology import ComponentInfo, InputInfo, LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = ["check_runnable"]
 

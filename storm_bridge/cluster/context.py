@@ -13,10 +13,11 @@ from typing import Any
 
 from storm_bridge.cluster.keygroup_routing import KeyGroupGrouper
 from storm_bridge.errors import StormBridgeError
+from topology_api.component_specs import ComponentInfo
 from topology_api.groupings import DirectGrouper, Grouper, GroupingKind, make_grouper
 from topology_api.java_hash import IntegerBoxing
 from topology_api.stormconf import ACKER_COMPONENT, assign_task_ids, task_context
-from topology_api.topology import ComponentInfo, LoadedTopology
+from topology_api.topology import LoadedTopology
 
 __all__ = [
     "ACKER_COMPONENT",

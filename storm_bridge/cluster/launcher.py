@@ -14,7 +14,8 @@ from pathlib import Path
 from storm_bridge.cluster.process import ProcessEvent, TaskProcess
 from storm_bridge.cluster.tasks import TaskRuntime
 from storm_bridge.multilang import Serializer
-from topology_api.topology import STREAMPARSE_RUN, ComponentInfo, LoadedTopology
+from topology_api.component_specs import ComponentInfo
+from topology_api.topology import STREAMPARSE_RUN, LoadedTopology
 
 __all__ = ["Launcher", "component_argv"]
 

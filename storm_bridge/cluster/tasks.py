@@ -24,7 +24,7 @@ from storm_bridge.cluster.process import TaskProcess
 from storm_bridge.cluster.settings import TaskSettings
 from storm_bridge.errors import ClusterStateError
 from storm_bridge.messages import TICK_STREAM
-from topology_api.topology import ComponentInfo
+from topology_api.component_specs import ComponentInfo
 
 __all__ = ["SpoutTuple", "TaskRuntime", "TaskState", "TimerQueue"]
 

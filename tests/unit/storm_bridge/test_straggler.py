@@ -22,7 +22,7 @@ from storm_bridge.straggler import (
     TaskSample,
     verdict,
 )
-from topology_api.topology import ComponentInfo
+from topology_api.component_specs import ComponentInfo
 
 SETTINGS = StragglerSettings(
     StragglerPolicy.DUPLICATE, lag_s=5.0, rate_ratio=0.2, queue_min=100

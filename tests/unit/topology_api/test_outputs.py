@@ -13,6 +13,7 @@ import pytest
 
 from sr3.errors import ConfigError
 from storm_bridge.components import BARRIER_STREAM
+from topology_api.component_specs import ComponentInfo, InputInfo, OutputStream
 from topology_api.groupings import GroupingKind, GroupingSpec
 from topology_api.outputs import (
     KEY_FIELDS_KEY,
@@ -23,13 +24,7 @@ from topology_api.outputs import (
     output_streams,
     sink_components,
 )
-from topology_api.topology import (
-    ComponentInfo,
-    InputInfo,
-    LoadedTopology,
-    OutputStream,
-    load_topology,
-)
+from topology_api.topology import LoadedTopology, load_topology
 
 SHUFFLE = GroupingSpec(GroupingKind.SHUFFLE)
 
