@@ -13,22 +13,18 @@ helpers it holds.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from backend.collector import ChainCollector
 from backend.committed import CommittedReader, CommittedState
-from backend.lazy import LoadStats
-from backend.rescale import Route
-from backend.restorer import RestoreReport, StateRestorer
-from backend.shard_cache import ShardCache
+from backend.restorer import StateRestorer
 from sr3.client import ClientPool
 from sr3.config import Sr3Config
 from sr3.manifest import Manifest
 from sr3.replication import LiveMembers, ReplicatedStore
 from sr3.snapshot import GcReport, SnapshotReader, SnapshotWriter, WriteReport
-from sr3.state import KeyedState
 from zk.checkpoints import CommitRecord, ZkCheckpointStore
 from zk.client import ZkSession, connect
 from zk.manifests import ZkManifestStore
@@ -37,7 +33,6 @@ from zk.savepoints import ZkSavepointStore
 
 __all__ = [
     "CommitRecord",
-    "RestoreReport",
     "RingAccess",
     "config_from_conf",
 ]
@@ -131,87 +126,6 @@ class RingAccess:
             CoordinationError: ZooKeeper failed.
         """
         return self.checkpoints.committed(topology)
-
-    def restore(
-        self,
-        owner: str,
-        record: CommitRecord | None,
-        *,
-        key_group_count: int,
-        mechanism: str,
-    ) -> tuple[KeyedState, RestoreReport]:
-        """Rebuild ``owner``'s keyed state of the committed epoch.
-
-        See :meth:`backend.restorer.StateRestorer.restore`.
-        """
-        return self.restorer.restore(
-            owner, record, key_group_count=key_group_count, mechanism=mechanism
-        )
-
-    def restore_lazily(
-        self,
-        owner: str,
-        record: CommitRecord | None,
-        *,
-        key_group_count: int,
-        mechanism: str,
-        on_loaded: Callable[[LoadStats], None] | None = None,
-    ) -> tuple[KeyedState, RestoreReport]:
-        """Return ``owner``'s committed state deferred: its key groups come later.
-
-        See :meth:`backend.restorer.StateRestorer.restore_lazily`.
-        """
-        return self.restorer.restore_lazily(
-            owner,
-            record,
-            key_group_count=key_group_count,
-            mechanism=mechanism,
-            on_loaded=on_loaded,
-        )
-
-    def restore_task(  # noqa: PLR0913 (what identifies a task and its restore)
-        self,
-        *,
-        topology: str,
-        component: str,
-        index: int,
-        tasks: int,
-        record: CommitRecord | None,
-        key_group_count: int,
-        mechanism: str,
-        route: Route,
-        lazy: bool = False,
-        on_loaded: Callable[[LoadStats], None] | None = None,
-    ) -> tuple[KeyedState, RestoreReport]:
-        """Restore task ``index`` of ``tasks`` of a stateful component.
-
-        See :meth:`backend.restorer.StateRestorer.restore_task`.
-        """
-        return self.restorer.restore_task(
-            topology=topology,
-            component=component,
-            index=index,
-            tasks=tasks,
-            record=record,
-            key_group_count=key_group_count,
-            mechanism=mechanism,
-            route=route,
-            lazy=lazy,
-            on_loaded=on_loaded,
-        )
-
-    def read_key_groups(
-        self,
-        owner: str,
-        epoch: int,
-        key_groups: Iterable[int],
-        cache: ShardCache | None = None,
-    ) -> tuple[list[dict[int, bytes | memoryview]], int]:
-        """Read only ``key_groups`` of ``owner``'s chain at ``epoch``.
-
-        See :meth:`backend.restorer.StateRestorer.read_key_groups`.
-        """
-        return self.restorer.read_key_groups(owner, epoch, key_groups, cache)
 
     def committed_state(
         self, topology: str, component: str

@@ -9,7 +9,7 @@ between two tuples, :meth:`~OwnerCheckpointer.write` writes them (on any
 thread), and :meth:`~OwnerCheckpointer.confirm` forgets what a written
 snapshot held. A restore reads the committed epoch; when the component had
 another task count then, the task takes the keys its grouping routes to it
-(:meth:`backend.access.RingAccess.restore_task`).
+(:meth:`backend.restorer.StateRestorer.restore_task`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from backend.shard_cache import ShardCache
 from sr3.state import KeyedState
 
 if TYPE_CHECKING:
-    from backend.access import RestoreReport, RingAccess
+    from backend.access import RingAccess
     from backend.lazy import LoadStats
+    from backend.restorer import RestoreReport
     from sr3.snapshot import WriteReport
 
 __all__ = ["Capture", "OwnerCheckpointer"]
@@ -100,10 +101,11 @@ class OwnerCheckpointer:
     ) -> RestoreReport | None:
         """Install the committed epoch's state of this task; the next snapshot is FULL.
 
-        With ``lazy`` the state is deferred (:meth:`RingAccess.restore_lazily`):
-        it returns before the key groups arrived, each is fetched when first
-        needed, and ``on_loaded`` is called once all have arrived. The next
-        snapshot, being FULL, first waits for the rest.
+        With ``lazy`` the state is deferred
+        (:meth:`~backend.restorer.StateRestorer.restore_lazily`): it returns
+        before the key groups arrived, each is fetched when first needed, and
+        ``on_loaded`` is called once all have arrived. The next snapshot, being
+        FULL, first waits for the rest.
 
         Returns:
             What the restore read (None: no ring, the state stays empty).
@@ -119,7 +121,7 @@ class OwnerCheckpointer:
             return None
         if self.table is not None:
             self.state, report = restore_assigned(
-                access,
+                access.restorer,
                 topology=self.owner.topology,
                 component=self.owner.component,
                 index=self.owner.index,
@@ -130,7 +132,7 @@ class OwnerCheckpointer:
                 on_loaded=on_loaded,
             )
             return report
-        self.state, report = access.restore_task(
+        self.state, report = access.restorer.restore_task(
             topology=self.owner.topology,
             component=self.owner.component,
             index=self.owner.index,
@@ -159,7 +161,7 @@ class OwnerCheckpointer:
             return 0
         sender = OwnerId(self.owner.topology, self.owner.component, source)
         size = install_key_groups(
-            access, self.state, str(sender), epoch, key_groups, self.shards
+            access.restorer, self.state, str(sender), epoch, key_groups, self.shards
         )
         self.state.write_whole(key_groups)
         return size
@@ -181,7 +183,7 @@ class OwnerCheckpointer:
         if access is None:
             return 0
         sender = OwnerId(self.owner.topology, self.owner.component, source)
-        _layers, size = access.read_key_groups(
+        _layers, size = access.restorer.read_key_groups(
             str(sender), epoch, key_groups, self.shards
         )
         return size

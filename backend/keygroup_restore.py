@@ -26,8 +26,8 @@ from sr3.keygroups import decode_table
 from sr3.state import KeyedState
 
 if TYPE_CHECKING:
-    from backend.access import RestoreReport, RingAccess
     from backend.lazy import LoadStats
+    from backend.restorer import RestoreReport, StateRestorer
     from backend.shard_cache import ShardCache
     from zk.checkpoints import CommitRecord
 
@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 
 def install_key_groups(  # noqa: PLR0913 (what a hand-over reads)
-    access: RingAccess,
+    restorer: StateRestorer,
     state: KeyedState,
     owner: str,
     epoch: int,
@@ -54,7 +54,7 @@ def install_key_groups(  # noqa: PLR0913 (what a hand-over reads)
         CoordinationError: ZooKeeper failed.
     """
     wanted = sorted(set(key_groups))
-    layers, size = access.read_key_groups(owner, epoch, wanted, cache)
+    layers, size = restorer.read_key_groups(owner, epoch, wanted, cache)
     state.drop_key_groups(wanted)
     for layer in layers:
         state.install(layer)
@@ -62,7 +62,7 @@ def install_key_groups(  # noqa: PLR0913 (what a hand-over reads)
 
 
 def restore_assigned(  # noqa: PLR0913 (what identifies a task and its restore)
-    access: RingAccess,
+    restorer: StateRestorer,
     *,
     topology: str,
     component: str,
@@ -86,7 +86,7 @@ def restore_assigned(  # noqa: PLR0913 (what identifies a task and its restore)
         CoordinationError: ZooKeeper failed.
         ConfigError: the record's table does not fit ``table``'s G.
     """
-    from backend.access import RestoreReport  # noqa: PLC0415 - ring clients on demand
+    from backend.restorer import RestoreReport  # noqa: PLC0415 - ring clients on demand
 
     groups = len(table)
     owner = owner_name(topology, component, index)
@@ -95,14 +95,14 @@ def restore_assigned(  # noqa: PLR0913 (what identifies a task and its restore)
     before = None if stored is None else decode_table(stored, groups)
     if record is None or not committed or before == list(table):
         if lazy:
-            return access.restore_lazily(
+            return restorer.restore_lazily(
                 owner,
                 record,
                 key_group_count=groups,
                 mechanism=mechanism,
                 on_loaded=on_loaded,
             )
-        return access.restore(
+        return restorer.restore(
             owner, record, key_group_count=groups, mechanism=mechanism
         )
     started = time.perf_counter()
@@ -114,7 +114,7 @@ def restore_assigned(  # noqa: PLR0913 (what identifies a task and its restore)
         # written under Storm's fields grouping: every owner may hold any key
         # group, so each is read and filtered
         for old in committed:
-            part, report = access.restore(
+            part, report = restorer.restore(
                 old, record, key_group_count=groups, mechanism=mechanism
             )
             size += report.bytes_read
@@ -129,7 +129,7 @@ def restore_assigned(  # noqa: PLR0913 (what identifies a task and its restore)
             sources.setdefault(before[kg], []).append(kg)
         own = sources.pop(index, [])
         if own and owner in record.owners:
-            state, report = access.restore(
+            state, report = restorer.restore(
                 owner, record, key_group_count=groups, mechanism=mechanism
             )
             size += report.bytes_read
@@ -138,7 +138,7 @@ def restore_assigned(  # noqa: PLR0913 (what identifies a task and its restore)
         for source, kgs in sources.items():
             name = owner_name(topology, component, source)
             if name in record.owners:
-                size += install_key_groups(access, state, name, record.epoch, kgs)
+                size += install_key_groups(restorer, state, name, record.epoch, kgs)
         how = (
             f"key groups by table: {len(own)} kept, "
             f"{sum(len(k) for k in sources.values())} from {len(sources)} owners"

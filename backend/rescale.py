@@ -6,7 +6,7 @@ tuple by the hash of its grouping values modulo the task count, not by key
 group ranges, so every old owner is read and each key placed by ``route(key,
 stored_route)`` (the engine's grouping; ``stored_route`` is the key's route
 when it differs from the key, :data:`sr3.key_state.ROUTE_FIELD`). Storm's tasks
-each keep their own keys (:meth:`backend.access.RingAccess.restore_task`);
+each keep their own keys (:meth:`backend.restorer.StateRestorer.restore_task`);
 the Spark engine rewrites every task at once.
 """
 

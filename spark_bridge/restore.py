@@ -141,7 +141,7 @@ class _RestoreReader(DataSourceStreamReader):
         access = RingAccess(config_from_conf(conf))
         try:
             record = CommitRecord(epoch=self._epoch, owners=(partition.name,))
-            state, report = access.restore(
+            state, report = access.restorer.restore(
                 partition.name,
                 record,
                 key_group_count=partition.key_groups,

@@ -390,7 +390,7 @@ class BatchCommitter:
         owners = self._by_component[component]
         out: dict[str, dict[bytes, Any]] = {o.name: {} for o in owners}
         found = reshard(
-            self._access,
+            self._access.restorer,
             CommitRecord(epoch=epoch, owners=tuple(before)),
             before,
             key_group_count=owners[0].key_groups,
@@ -419,7 +419,7 @@ class BatchCommitter:
         groups: Mapping[int, tuple[dict[bytes, Any], list[bytes]]],
     ) -> dict[int, bytes]:
         record = CommitRecord(epoch=base.epoch, owners=(owner.name,))
-        state, _report = self._access.restore(
+        state, _report = self._access.restorer.restore(
             owner.name, record, key_group_count=owner.key_groups, mechanism="star"
         )
         state.install(

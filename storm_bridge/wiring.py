@@ -5,6 +5,7 @@ Kept as storm_bridge's import point: a stateful task subprocess opens a
 globally committed epoch and to write its snapshots.
 """
 
-from backend.access import CommitRecord, RestoreReport, RingAccess, config_from_conf
+from backend.access import CommitRecord, RingAccess, config_from_conf
+from backend.restorer import RestoreReport
 
 __all__ = ["CommitRecord", "RestoreReport", "RingAccess", "config_from_conf"]

@@ -15,7 +15,7 @@ runs, exactly once. Its hand-over is one epoch long (see ``docs/rebalance.md``):
   changes (:class:`~.task_lists.TaskLists`): retired tasks
   stop, kept tasks restart, new tasks start, and each restores from ``e``
   the keys its fields grouping routes to it over the new count
-  (:meth:`backend.access.RingAccess.restore_task`). The commit record's owners
+  (:meth:`backend.restorer.StateRestorer.restore_task`). The commit record's owners
   are the ownership version of each epoch: a rollback restores the ownership
   that matches the state it restores.
 * DONE: the held tuples go, rerouted over the new tasks, and epochs resume.

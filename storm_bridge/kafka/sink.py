@@ -215,7 +215,7 @@ def _delivery_thread(  # noqa: PLR0913 (what one task's delivery needs)
     topology = owner.split("/", 1)[0]
 
     def restore(record: Any) -> Iterable[tuple[tuple[Any, ...], Mapping[str, Any]]]:
-        state, _report = ring.restore(
+        state, _report = ring.restorer.restore(
             owner, record, key_group_count=key_groups, mechanism=RESTORE_MECHANISM
         )
         return list(state.items())

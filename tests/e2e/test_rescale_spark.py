@@ -87,7 +87,7 @@ def assert_placed(ring: RingAccess, component: str, tasks: int, where: str) -> N
     for owner in owners:
         index = int(owner.rpartition("/")[2])
         groups = ring.manifests.manifest(owner, record.epoch).key_group_count
-        state, _report = ring.restore(
+        state, _report = ring.restorer.restore(
             owner,
             CommitRecord(epoch=record.epoch, owners=(owner,)),
             key_group_count=groups,

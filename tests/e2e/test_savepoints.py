@@ -82,7 +82,7 @@ def restored(ring: RingAccess, record: CommitRecord) -> dict[str, int]:
     found: dict[str, int] = {}
     for owner in record.owners:
         groups = ring.manifests.manifest(owner, record.epoch).key_group_count
-        keyed, _report = ring.restore(
+        keyed, _report = ring.restorer.restore(
             owner, record, key_group_count=groups, mechanism="star"
         )
         for key, _route, fields in keyed.routed_items():

@@ -58,7 +58,7 @@ def deliver_owner(
         if record is None or owner not in record.owners:
             return delivery.read_marker()
         groups = int(ring.manifests.manifest(owner, record.epoch).key_group_count)
-        state, _report = ring.restore(
+        state, _report = ring.restorer.restore(
             owner, record, key_group_count=groups, mechanism=RESTORE_MECHANISM
         )
         return delivery.deliver(record.epoch, snapshot_outputs(state.items()))

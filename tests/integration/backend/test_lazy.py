@@ -106,10 +106,12 @@ def test_lazy_and_eager_restores_give_the_same_state(lab: Lab) -> None:
             stats.append(got)
             arrived.set()
 
-        lazy, report = ring.restore_lazily(
+        lazy, report = ring.restorer.restore_lazily(
             OWNER, record, key_group_count=G, mechanism="auto", on_loaded=loaded
         )
-        eager, _ = ring.restore(OWNER, record, key_group_count=G, mechanism="auto")
+        eager, _ = ring.restorer.restore(
+            OWNER, record, key_group_count=G, mechanism="auto"
+        )
         assert report.used == LAZY_FETCH
         assert report.shards > 1
         assert arrived.wait(60), "the background load never finished"
@@ -125,7 +127,7 @@ def test_a_restore_with_nothing_committed_is_empty_and_not_deferred(
 ) -> None:
     ring = _open(lab)
     try:
-        state, report = ring.restore_lazily(
+        state, report = ring.restorer.restore_lazily(
             OWNER, None, key_group_count=G, mechanism="auto"
         )
     finally:
@@ -227,7 +229,7 @@ def test_a_lazy_restore_reports_the_structure_of_its_background_load(
             stats.append(got)
             arrived.set()
 
-        state, report = ring.restore_lazily(
+        state, report = ring.restorer.restore_lazily(
             OWNER,
             record,
             key_group_count=G,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.access import RestoreReport
 from backend.keygroup_restore import restore_assigned
+from backend.restorer import RestoreReport
 from sr3.keygroups import encode_table, range_table
 from sr3.state import KeyedState
 from zk.checkpoints import CommitRecord
