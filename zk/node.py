@@ -28,7 +28,8 @@ from sr3.metrics import NodeMetrics
 from sr3.metrics_serving import Endpoint, serve
 from sr3.ports import NodeInfo
 from sr3.recovery import RelayFaults, RelayOps
-from sr3.repair import RepairCoordinator, Scrubber
+from sr3.repair import RepairCoordinator
+from sr3.scrubber import Scrubber
 from sr3.server import NodeServer, announce_ready
 from sr3.storage import ReplicaStore
 from zk.client import connect
