@@ -24,7 +24,8 @@ from pyspark.sql import SparkSession
 
 from sr3_cli import compare
 from sr3_cli.compare import CompareRequest, compare_engines, verdict
-from sr3_cli.compare_report import HEADER_PX, PLOT_H, PLOT_W, PLOTS, write_report
+from sr3_cli.compare_plots import PLOT_H, PLOT_W, PLOTS
+from sr3_cli.compare_report import HEADER_PX, write_report
 from sr3_cli.main import main
 from storm_bridge.runner import TaskKill
 from tests.integration.conftest import running_lab
