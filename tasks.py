@@ -84,21 +84,47 @@ def pre_submit(
     refuses a ``sr3.checkpoint.mode=native`` topology whose workers would get
     no ``sr3.zk.hosts``: their state would silently stay in memory.
 
+    Also refuses a bolt whose task count is fixed (``KafkaSink``) at another
+    count than the committed epoch its tasks would start from.
+
     Raises:
         FileNotFoundError: this virtualenv has no ``streamparse_run``.
         ValueError: native mode without ``sr3.zk.hosts``.
+        ConfigError: a fixed-count bolt at another count than committed.
         SubmitError: native mode and this virtualenv has no ``sr3_component_run``.
     """
     from storm_bridge.sparse.hook import fence_sparse_submit  # noqa: PLC0415
 
     _adopt_cluster_mode(env_config, options)
     _check_ring(env_name, env_config, options)
+    _check_fixed_counts(topology_name, env_name, env_config, options)
     local = env_config.get(VIRTUALENV_KEY) == SUBMITTER
     if local:
         _run_from_submitter(topology_name, env_name, options)
     fenced = fence_sparse_submit(topology_name, options, local=local)
     if fenced:
         print(f"{topology_name}: generation field on {', '.join(sorted(fenced))}")
+
+
+def _check_fixed_counts(
+    topology_name: str,
+    env_name: str,
+    env_config: dict[str, Any],
+    options: dict[str, Any],
+) -> None:
+    """Refuse a fixed-count bolt (``KafkaSink``) at another count than committed."""
+    from storm_bridge.sparse.hook import (  # noqa: PLC0415
+        check_fixed_counts,
+        fixed_components,
+        submitted_topology,
+    )
+
+    fixed = fixed_components(submitted_topology(), env_name)
+    if not fixed:
+        return
+    keys = ("sr3.zk.hosts", "sr3.zk.chroot")
+    conf = {k: v for k in keys if (v := _cluster_setting(env_config, options, k))}
+    check_fixed_counts(topology_name, conf, fixed)
 
 
 def _run_from_submitter(

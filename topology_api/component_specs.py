@@ -11,7 +11,7 @@ stream with a regular grouping or the reverse), naming the file and the fix.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -19,6 +19,7 @@ from typing import Any, Final, Literal
 from streamparse.dsl.bolt import JavaBoltSpec, ShellBoltSpec
 from streamparse.dsl.spout import JavaSpoutSpec, ShellSpoutSpec
 
+from topology_api.contract import fixed_parallelism
 from topology_api.errors import TopologyError
 from topology_api.groupings import GroupingKind, GroupingSpec
 from topology_api.java_serial import partial_key_fields
@@ -29,6 +30,7 @@ __all__ = [
     "InputInfo",
     "OutputStream",
     "component_info",
+    "fixed_counts",
     "validate_components",
 ]
 
@@ -246,3 +248,16 @@ def _check_ids(comp: ComponentInfo, path: Path) -> None:
                 "topology); rename the stream"
             )
             raise TopologyError(msg)
+
+
+def fixed_counts(components: Iterable[ComponentInfo]) -> dict[str, tuple[int, str]]:
+    """``{component: (tasks, why)}`` of stateful bolts whose count is fixed.
+
+    See :attr:`~topology_api.contract.StatefulComponent.sr3_fixed_parallelism`.
+    """
+    found = {}
+    for c in components:
+        reason = fixed_parallelism(c.component_cls) if c.stateful else None
+        if reason is not None:
+            found[c.name] = (c.tasks, reason)
+    return found

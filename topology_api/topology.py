@@ -28,9 +28,10 @@ from thriftpy2.transport import TMemoryBuffer
 from topology_api.component_specs import (
     ComponentInfo,
     component_info,
+    fixed_counts,
     validate_components,
 )
-from topology_api.contract import fixed_parallelism, is_stateful_class
+from topology_api.contract import is_stateful_class
 from topology_api.errors import TopologyError
 
 __all__ = [
@@ -87,12 +88,7 @@ class LoadedTopology:
 
         See :attr:`~topology_api.contract.StatefulComponent.sr3_fixed_parallelism`.
         """
-        found = {}
-        for c in self.components.values():
-            reason = fixed_parallelism(c.component_cls) if c.stateful else None
-            if reason is not None:
-                found[c.name] = (c.tasks, reason)
-        return found
+        return fixed_counts(self.components.values())
 
     def task_problem(self, component: str, index: int) -> str | None:
         """Why task ``component:index`` is not one of this topology's (None: it is).

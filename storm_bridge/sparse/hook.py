@@ -25,13 +25,14 @@ fenced by the rollback quiet time alone); without native mode nothing changes.
 from __future__ import annotations
 
 import sys
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from streamparse.dsl.topology import Topology, TopologyType
 
+from sr3.errors import ConfigError
 from storm_bridge.generation_field import LAUNCHER
 from storm_bridge.messages import GENERATION_FIELD_KEY
 from storm_bridge.native import MODE_KEY, NATIVE
@@ -40,9 +41,13 @@ from storm_bridge.sparse.submit import (
     declare_generation_field,
     shell_components,
 )
+from topology_api.component_specs import component_info, fixed_counts
+from topology_api.contract import fixed_parallelism, is_stateful_class
 from topology_api.topology import STREAMPARSE_RUN
 
 __all__ = [
+    "check_fixed_counts",
+    "fixed_components",
     "fence_generations",
     "fence_sparse_submit",
     "launcher_path",
@@ -153,3 +158,66 @@ def fence_sparse_submit(
         )
         raise SubmitError(msg)
     return fence_generations(submitted_topology(), options, launcher=launcher)
+
+
+def fixed_components(
+    topology_class: type[Topology], environment: str | None
+) -> dict[str, tuple[int, str]]:
+    """``{component: (tasks, why)}`` of the bolts whose task count is fixed.
+
+    Bolts that keep their state per task (``sr3_fixed_parallelism``, e.g.
+    ``KafkaSink``), at the task count ``environment`` gives them.
+    """
+    # only Python bolts can be stateful: Java components (which the local
+    # cluster cannot describe) are left out before anything is read
+    candidates = [
+        spec
+        for spec in topology_class.specs
+        if isinstance(cls := getattr(spec, "component_cls", None), type)
+        and is_stateful_class(cls)
+        and fixed_parallelism(cls) is not None
+    ]
+    return fixed_counts(
+        component_info(spec, environment, is_stateful_class) for spec in candidates
+    )
+
+
+def check_fixed_counts(
+    topology_name: str,
+    conf: Mapping[str, Any],
+    fixed: Mapping[str, tuple[int, str]],
+) -> None:
+    """Refuse to submit a fixed-count bolt at another count than its committed epoch.
+
+    Tasks of a topology with a ring (``sr3.zk.hosts`` in ``conf``) start from
+    its committed epoch; a bolt of ``fixed`` (:func:`fixed_components`) must
+    then have as many tasks as that epoch was written with, as
+    ``sr3 run --resume`` checks.
+
+    Raises:
+        ConfigError: a count differs (naming both, the reason and the fix).
+        CoordinationError: ZooKeeper is unreachable.
+    """
+    if not fixed or not conf.get("sr3.zk.hosts"):
+        return
+    # ring clients only for a topology that has such a bolt and a ring
+    from backend.access import RingAccess  # noqa: PLC0415
+    from backend.committer import check_fixed  # noqa: PLC0415
+
+    ring = RingAccess.from_conf(conf)
+    if ring is None:  # pragma: no cover - sr3.zk.hosts checked above
+        return
+    try:
+        record = ring.committed(topology_name)
+    finally:
+        ring.close()
+    if record is None:
+        return
+    try:
+        check_fixed(record, topology_name, fixed)
+    except ConfigError as exc:
+        msg = (
+            f"{exc} (sparse submit: the tasks start from the committed epoch "
+            "whenever the topology has one)"
+        )
+        raise ConfigError(msg) from exc
