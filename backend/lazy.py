@@ -1,7 +1,7 @@
 """A lazy restore: the task processes at once, its key groups arrive as needed.
 
 :class:`ChainLoader` holds one owner's committed chain (a base and its deltas,
-as the eager restore reads it) and is the :class:`~sr3.state.KeyGroupLoader`
+as the eager restore reads it) and is the :class:`~sr3.state_blobs.KeyGroupLoader`
 of a deferred :class:`~sr3.state.KeyedState`. In the background, the
 planner's transfer (star, line or tree, :class:`~sr3.recovery.PlannedTransfer`)
 brings the chain and hands over each key group as its last piece arrives;

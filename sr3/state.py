@@ -24,92 +24,36 @@ includes its changes again, so a failed checkpoint loses nothing.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from sr3.codec import (
     BlobKind,
     blob_kind,
     decode_key,
-    decode_key_group_raw,
     encode_key,
     encode_key_group_delta_raw,
     encode_key_group_raw,
-    encode_value,
 )
 from sr3.errors import CodecError, StateError
 from sr3.key_state import ROUTE_FIELD, Group, KeyState
 from sr3.keygroups import key_group_of_encoded
+from sr3.state_blobs import (
+    EMPTY_FULL,
+    Blob,
+    KeyGroupLoader,
+    StateStats,
+    fold,
+    fold_into,
+    unencodable,
+)
 
 # KeyState lives in sr3.key_state; it is re-exported here because
 # storm_bridge/stateful.py and storm_bridge/kafka/sink.py import it from this
 # module (it is the type of a bolt's ``self.state``).
 __all__ = ["KeyGroupLoader", "KeyState", "KeyedState", "StateStats"]
 
-Blob = bytes | memoryview
-
-
-class KeyGroupLoader(Protocol):
-    """Where a deferred state's key groups come from (see :meth:`KeyedState.defer`).
-
-    Both methods return key groups whose blobs have all arrived, each with its
-    blobs oldest first (a base, then deltas); a key group is returned once.
-    """
-
-    def take(self, key_group: int) -> Mapping[int, list[Blob]]:
-        """Return ``key_group`` (fetched now if need be) and any others arrived.
-
-        Raises:
-            RecoveryError, ShardNotFoundError: the key group cannot be read.
-        """
-        ...
-
-    def take_all(self) -> Mapping[int, list[Blob]]:
-        """Return every key group not returned yet, waiting for them.
-
-        Raises:
-            RecoveryError, ShardNotFoundError: a key group cannot be read.
-        """
-        ...
-
-
-_EMPTY_FULL = encode_key_group_raw({})
-
-
-@dataclass(frozen=True)
-class StateStats:
-    """Counters of a :class:`KeyedState`.
-
-    Attributes:
-        decoded_key_groups: Key groups held as Python objects.
-        encoded_key_groups: Key groups still held as blobs (never touched).
-        decoded_keys: Keys in the decoded key groups.
-        dirty_key_groups: Key groups with changes not yet confirmed by ``mark_clean``.
-        decodes: Key groups decoded since creation (lazy install's cost).
-        deferred_key_groups: Key groups still to come from the ring (a lazy
-            restore, see :meth:`KeyedState.defer`).
-    """
-
-    decoded_key_groups: int
-    encoded_key_groups: int
-    decoded_keys: int
-    dirty_key_groups: int
-    decodes: int
-    deferred_key_groups: int = 0
-
-
-def _fold(blobs: Iterable[Blob]) -> Group:
-    """Fold a base and deltas, oldest first, into one key group (no key decoding)."""
-    entries: Group = {}
-    for blob in blobs:
-        part = decode_key_group_raw(blob)
-        if part.kind is BlobKind.FULL:
-            entries = part.entries
-            continue
-        for key in part.deletes:
-            entries.pop(key, None)
-        entries.update(part.entries)
-    return entries
+# KeyGroupLoader and StateStats, in sr3.state_blobs, are part of this module's
+# interface (the loader a deferred state takes, the counters it returns).
 
 
 class KeyedState:
@@ -262,7 +206,7 @@ class KeyedState:
             self._live.pop(kg, None)
             self._captured.pop(kg, None)
         elif kg in self._decoded:
-            self._decoded[kg] = _fold_into(self._decoded[kg], blob)
+            self._decoded[kg] = fold_into(self._decoded[kg], blob)
         else:
             self._encoded.setdefault(kg, []).append(blob)
         if not lazy and kg in self._encoded:
@@ -341,7 +285,7 @@ class KeyedState:
                 out[kg] = self._encode(group, None)
         for kg, pending in self._encoded.items():
             blob = self._compact(kg, pending)
-            if blob != _EMPTY_FULL:
+            if blob != EMPTY_FULL:
                 out[kg] = blob
         return dict(sorted(out.items()))
 
@@ -359,7 +303,7 @@ class KeyedState:
         if group is not None:
             return self._encode(group, None)
         pending = self._encoded.get(kg)
-        return _EMPTY_FULL if pending is None else self._compact(kg, pending)
+        return EMPTY_FULL if pending is None else self._compact(kg, pending)
 
     def items(self) -> Iterator[tuple[tuple[Any, ...], dict[str, Any]]]:
         """Yield every ``(key, {field: value})``, in key-group order.
@@ -383,7 +327,7 @@ class KeyedState:
         for kg in self.key_groups_present():
             group = self._decoded.get(kg)
             if group is None:
-                group = _fold(self._encoded[kg])
+                group = fold(self._encoded[kg])
             for encoded, stored in group.items():
                 fields = dict(stored)
                 route = fields.pop(ROUTE_FIELD, None)
@@ -437,7 +381,7 @@ class KeyedState:
         group: Group = {}
         if pending is not None:
             try:
-                group = _fold(pending)
+                group = fold(pending)
             except CodecError as exc:
                 msg = f"key group {kg} could not be decoded: {exc}"
                 raise CodecError(msg) from exc
@@ -449,7 +393,7 @@ class KeyedState:
     def _compact(self, kg: int, pending: list[Blob]) -> bytes:
         if len(pending) == 1 and blob_kind(pending[0]) is BlobKind.FULL:
             return bytes(pending[0])
-        blob = encode_key_group_raw(_fold(pending))
+        blob = encode_key_group_raw(fold(pending))
         self._encoded[kg] = [blob]
         return blob
 
@@ -460,30 +404,4 @@ class KeyedState:
                 return encode_key_group_raw(upserts)
             return encode_key_group_delta_raw(upserts, deletes)
         except CodecError as exc:
-            raise _unencodable(upserts) from exc
-
-
-def _fold_into(group: Group, delta: Blob) -> Group:
-    part = decode_key_group_raw(delta)
-    for key in part.deletes:
-        group.pop(key, None)
-    group.update(part.entries)
-    return group
-
-
-def _unencodable(entries: Group) -> StateError:
-    """Name the first key and field whose value msgpack cannot encode."""
-    for encoded, fields in entries.items():
-        for name, value in fields.items():
-            try:
-                encode_value(name)
-                encode_value(value)
-            except CodecError:
-                msg = (
-                    f"state of key {decode_key(encoded)!r} field {name!r} holds a "
-                    f"{type(value).__name__}, which cannot be snapshotted; store "
-                    "str, bytes, int, float, bool, None, list or dict values"
-                )
-                return StateError(msg)
-    msg = "state could not be encoded, though every field encodes on its own"
-    return StateError(msg)
+            raise unencodable(upserts) from exc

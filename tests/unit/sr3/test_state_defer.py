@@ -7,7 +7,8 @@ from collections.abc import Mapping
 import pytest
 
 from sr3.errors import StateError
-from sr3.state import Blob, KeyedState
+from sr3.state import KeyedState
+from sr3.state_blobs import Blob
 
 G = 16
 
