@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,16 @@ def read_all(
         pytest.fail(f"reading {topic} did not reach its end within {timeout_s} s")
     finally:
         consumer.close()
+
+
+def assert_each_count_once(
+    bootstrap: str, topic: str, expected: Mapping[str, int]
+) -> None:
+    """A word count's output ``topic`` (read ``read_committed``) holds every
+    ``(word, n)`` of ``expected``'s counts exactly once, and nothing else."""
+    pairs = Counter((r["word"], r["count"]) for r in read_all(bootstrap, topic))
+    assert {p: n for p, n in pairs.items() if n > 1} == {}
+    assert set(pairs) == {(w, n) for w, t in expected.items() for n in range(1, t + 1)}
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from sr3_cli.lab import Lab
 from storm_bridge.kafka import KafkaTopicMissingError
 from tests.integration.kafka.conftest import (
     NewTopicFactory,
+    assert_each_count_once,
     produce,
     read_all,
     topology_file,
@@ -202,9 +203,7 @@ def test_spark_waits_for_a_broker_down_at_start_and_during_a_run(
     assert outcome, "the Spark run did not end once its query stopped"
     assert isinstance(outcome[0], dict), outcome[0]
     expected = Counter(w for line in first + second for w in line.split())
-    pairs = Counter((r["word"], r["count"]) for r in read_all(kafka_bootstrap, counts))
-    assert {p: n for p, n in pairs.items() if n > 1} == {}
-    assert set(pairs) == {(w, n) for w, t in expected.items() for n in range(1, t + 1)}
+    assert_each_count_once(kafka_bootstrap, counts, expected)
 
 
 def test_spark_sends_invalid_records_to_the_dead_letter_topic(

@@ -30,6 +30,7 @@ from storm_bridge.runner import RunOptions
 from storm_bridge.runner import run_topology as run_storm
 from tests.integration.kafka.conftest import (
     NewTopicFactory,
+    assert_each_count_once,
     produce,
     read_all,
     topology_file,
@@ -107,9 +108,7 @@ def assert_each_output_once(
     expected = Counter(w for line in text for w in line.split())
     _epoch, state = ring.committed_state("kafka_wordcount", "count")
     assert {k[0]: v["n"] for k, v in state.items()} == dict(expected)
-    pairs = Counter((r["word"], r["count"]) for r in read_all(bootstrap, counts))
-    assert {p: n for p, n in pairs.items() if n > 1} == {}
-    assert set(pairs) == {(w, n) for w, t in expected.items() for n in range(1, t + 1)}
+    assert_each_count_once(bootstrap, counts, expected)
 
 
 @pytest.mark.parametrize("engine", ["spark", "storm"])

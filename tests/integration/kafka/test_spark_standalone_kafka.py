@@ -25,8 +25,8 @@ from spark_bridge.standalone import StandaloneCluster
 from sr3_cli.lab import Lab
 from tests.integration.kafka.conftest import (
     NewTopicFactory,
+    assert_each_count_once,
     produce,
-    read_all,
     topology_file,
 )
 from tests.integration.kafka.test_kafka_wordcount import corpus
@@ -129,6 +129,4 @@ def test_kafka_wordcount_survives_a_killed_executor_exactly_once(
     assert report["final_state"]["count"] == {
         json.dumps([w]): {"n": n} for w, n in sorted(expected.items())
     }
-    pairs = Counter((r["word"], r["count"]) for r in read_all(kafka_bootstrap, counts))
-    assert {p: n for p, n in pairs.items() if n > 1} == {}
-    assert set(pairs) == {(w, n) for w, t in expected.items() for n in range(1, t + 1)}
+    assert_each_count_once(kafka_bootstrap, counts, expected)
