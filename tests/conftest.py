@@ -13,11 +13,13 @@ a time, and start once.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Final, TypeVar
 
 import pytest
@@ -29,6 +31,19 @@ from spark_bridge.kafka_jars import spark_kafka_jars
 REPO_ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 WaitUntil = Callable[..., Any]
+
+
+def load_module(path: Path, name: str) -> ModuleType:
+    """Import the Python file ``path`` as a fresh module named ``name``.
+
+    Not put in ``sys.modules``: a test reads a topology's parts (its corpus,
+    its expected results) without the import a task of the topology does.
+    """
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _wait_until(

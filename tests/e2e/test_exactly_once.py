@@ -7,7 +7,6 @@ word must be the true count.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
@@ -22,6 +21,7 @@ import pytest
 
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
+from tests.conftest import load_module
 from tests.e2e.conftest import require_zk
 from tests.integration.conftest import running_lab
 
@@ -35,12 +35,7 @@ NODES = 3
 
 
 def _corpus(lines: int) -> list[str]:
-    spec = importlib.util.spec_from_file_location(
-        "exact_parts_for_test", TOPOLOGIES / "exact_parts.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(TOPOLOGIES / "exact_parts.py", "exact_parts_for_test")
     return list(module.corpus(lines))
 
 
@@ -225,12 +220,7 @@ def test_a_stopped_run_resumes_exactly_once(
 
 
 def _load_example(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(
-        f"{name}_for_test", EXAMPLES / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(EXAMPLES / f"{name}.py", f"{name}_for_test")
     return module
 
 

@@ -12,7 +12,6 @@ same task during its replay, and an upstream task killed with its downstream.
 
 from __future__ import annotations
 
-import importlib.util
 import random
 from collections import Counter
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from typing import Any
 import pytest
 
 from sr3_cli.lab import Lab
+from tests.conftest import load_module
 from tests.e2e.conftest import require_zk, sr3_json
 from tests.integration.conftest import running_lab
 
@@ -46,12 +46,7 @@ QUIET_SPAN_S = {"exact_wc": 6.0, "join_merge": 6.0}
 
 
 def _module(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(
-        f"{name}_for_local_recovery", TOPOLOGIES / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(TOPOLOGIES / f"{name}.py", f"{name}_for_local_recovery")
     return module
 
 

@@ -16,7 +16,6 @@ in docs/storm.md, "Conformance with Apache Storm").
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -39,6 +38,7 @@ from storm_bridge.sparse.submit import (
 )
 from storm_bridge.sparse.workers import worker_processes
 from tests.conftest import _wait_until as wait_until
+from tests.conftest import load_module
 from topology_api.groupings import PartialKeyGrouper
 from topology_api.java_hash import IntegerBoxing, fields_task_index
 from topology_api.topology import load_topology
@@ -61,10 +61,7 @@ _RUN_TIMEOUT_S = 120
 
 
 def _probe() -> Any:
-    spec = importlib.util.spec_from_file_location("conformance_expected", PROBE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(PROBE, "conformance_expected")
     return module
 
 

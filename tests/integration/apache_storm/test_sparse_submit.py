@@ -10,7 +10,6 @@ SIGKILLed. Bad input ends with an error naming the fix. Nothing here skips.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -32,6 +31,7 @@ from storm_bridge.apache import ApacheStormCluster
 from storm_bridge.sparse.submit import NimbusSession
 from storm_bridge.sparse.workers import worker_processes
 from storm_bridge.wiring import RingAccess
+from tests.conftest import load_module
 from tests.integration.conftest import WaitUntil, running_lab
 from zk.epoch_control import Phase
 from zk.epochs import ZkEpochStore
@@ -161,10 +161,7 @@ SBT = REPO / "tests" / "integration" / "storm_bridge" / "topologies"
 
 
 def _module(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"{path.stem}_expected", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(path, f"{path.stem}_expected")
     return module
 
 

@@ -10,7 +10,6 @@ in 2 of 7 runs before trees were rolled back instead of replayed by the spout.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +21,7 @@ from sr3.config import Sr3Config
 from sr3_cli.lab import Lab
 from storm_bridge.runner import RunOptions, RunReport, TaskKill, run_topology
 from storm_bridge.wiring import RingAccess
+from tests.conftest import load_module
 from tests.integration.conftest import running_lab
 
 pytestmark = [pytest.mark.zk, pytest.mark.storm, pytest.mark.slow]
@@ -41,10 +41,7 @@ CONF: dict[str, Any] = {
 
 
 def _topology_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sbt_orders_expected", TOPOLOGY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(TOPOLOGY, "sbt_orders_expected")
     return module
 
 

@@ -8,7 +8,6 @@ commit record in ZooKeeper, written with two sink task owners. The real
 
 from __future__ import annotations
 
-import importlib.util
 import uuid
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 
 from sr3.config import ZkConfig
 from sr3.errors import ConfigError
+from tests.conftest import load_module
 from zk.checkpoints import CommitRecord, ZkCheckpointStore
 from zk.client import ZkSession
 
@@ -50,10 +50,7 @@ class Sinking(Topology):
 def _topology(tmp_path: Path) -> Any:
     path = tmp_path / f"sinking_{uuid.uuid4().hex[:8]}.py"
     path.write_text(TOPOLOGY)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(path, path.stem)
     return module.Sinking
 
 

@@ -8,7 +8,6 @@ real ``sparse submit`` is in tests/integration/apache_storm/test_generation_fiel
 
 from __future__ import annotations
 
-import importlib.util
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from streamparse.util import set_topology_serializer
 from storm_bridge.messages import GENERATION_FIELD_KEY, HIDDEN_GENERATION_FIELD
 from storm_bridge.sparse.hook import fence_generations, fence_sparse_submit
 from storm_bridge.sparse.submit import SubmitError
+from tests.conftest import load_module
 
 G = HIDDEN_GENERATION_FIELD
 LAUNCHER = "/venvs/wc/bin/sr3_component_run"
@@ -55,10 +55,7 @@ def _topology(tmp_path: Path) -> Any:
     """A fresh topology class (with a Java bolt) from a file of its own."""
     path = tmp_path / f"fenced_{uuid.uuid4().hex[:8]}.py"
     path.write_text(TOPOLOGY)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_module(path, path.stem)
     return module.Fenced
 
 
