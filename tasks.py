@@ -113,7 +113,7 @@ def _check_fixed_counts(
     options: dict[str, Any],
 ) -> None:
     """Refuse a fixed-count bolt (``KafkaSink``) at another count than committed."""
-    from storm_bridge.sparse.hook import (  # noqa: PLC0415
+    from storm_bridge.sparse.hook import (  # noqa: PLC0415 (loaded when sparse submit calls)
         check_fixed_counts,
         fixed_components,
         submitted_topology,

@@ -201,8 +201,8 @@ def check_fixed_counts(
     if not fixed or not conf.get("sr3.zk.hosts"):
         return
     # ring clients only for a topology that has such a bolt and a ring
-    from backend.access import RingAccess  # noqa: PLC0415
-    from backend.committer import check_fixed  # noqa: PLC0415
+    from backend.access import RingAccess  # noqa: PLC0415 (ring clients on demand)
+    from backend.committer import check_fixed  # noqa: PLC0415 (with them)
 
     ring = RingAccess.from_conf(conf)
     if ring is None:  # pragma: no cover - sr3.zk.hosts checked above

@@ -58,7 +58,7 @@ def _pre_submit(
     cls: Any, env: str, zk_config: ZkConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import tasks  # noqa: PLC0415 (the project's streamparse hooks)
-    from storm_bridge.sparse import hook  # noqa: PLC0415
+    from storm_bridge.sparse import hook  # noqa: PLC0415 (patched per test)
 
     monkeypatch.setattr(hook, "submitted_topology", lambda: cls)
     options = {

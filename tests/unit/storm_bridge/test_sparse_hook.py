@@ -142,7 +142,7 @@ def nimbus_yaml() -> Any:
 
 def _pre_submit(cls: Any, options: dict[str, Any], monkeypatch: Any) -> None:
     import tasks  # noqa: PLC0415 (the project's streamparse hooks)
-    from storm_bridge.sparse import hook  # noqa: PLC0415
+    from storm_bridge.sparse import hook  # noqa: PLC0415 (patched per test)
 
     monkeypatch.setattr(hook, "submitted_topology", lambda: cls)
     tasks.pre_submit("wc", "prod", {"nimbus": "nimbus.invalid:6627"}, options)
