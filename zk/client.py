@@ -53,6 +53,13 @@ logger = logging.getLogger(__name__)
 # Reconnect fast: a short session timeout is useless if reconnects back off to 60 s.
 _RETRY_DELAY_S = 0.05
 _RETRY_MAX_DELAY_S = 0.5
+#: How long one connect attempt waits for the server's reply, about. kazoo
+#: waits session timeout / number of hosts, and a ZooKeeper that is starting
+#: accepts connections it never answers (3.8.0 here: a client that connected
+#: 0.3 s before the server served waited its whole 30 s session, then found the
+#: session expired). So each host is listed several times: an attempt gives up
+#: after about this long and the next one reaches the server in time.
+_CONNECT_REPLY_S = 2.5
 E_NO_AUTH = (
     "{what}: ZooKeeper denied access to znode {path}; the znode's ACL names another "
     "digest user. Set sr3.zk.digest to the user:password that created it, or use "
@@ -322,10 +329,22 @@ def _start(client: Any, config: ZkConfig, hosts: str, what: str) -> None:
         raise CoordinationError(msg) from exc
 
 
+def _attempt_hosts(hosts: str, session_timeout_s: float) -> str:
+    """Return ``hosts`` with each listed as often as keeps one connect attempt short.
+
+    kazoo waits ``session_timeout_s / len(hosts)`` for a server's reply to a
+    connect; listing each host ``k`` times divides that wait by ``k`` (a host
+    that refuses connections costs nothing extra). See ``_CONNECT_REPLY_S``.
+    """
+    listed = [h.strip() for h in hosts.split(",") if h.strip()]
+    copies = max(1, int(session_timeout_s / (len(listed) * _CONNECT_REPLY_S)))
+    return ",".join(listed * copies)
+
+
 def _ensure_chroot(config: ZkConfig, hosts: str, *, create: bool = True) -> None:
     acl, auth = _security(config)
     client = KazooClient(
-        hosts=hosts,
+        hosts=_attempt_hosts(hosts, config.session_timeout_s),
         timeout=config.session_timeout_s,
         auth_data=auth,
         connection_retry=_retry(max_tries=-1, deadline=None),
@@ -388,7 +407,7 @@ def connect(
     _ensure_chroot(config, hosts, create=create)
     acl, auth = _security(config)
     client = KazooClient(
-        hosts=hosts + config.chroot,
+        hosts=_attempt_hosts(hosts, config.session_timeout_s) + config.chroot,
         timeout=config.session_timeout_s,
         default_acl=acl,
         auth_data=auth,

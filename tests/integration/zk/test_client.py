@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -135,3 +136,34 @@ def test_listeners_see_expiry_and_the_new_session(
         assert seen[-1] is SessionState.CONNECTED
     zk_session.remove_listener(listener)
     zk_session.remove_listener(listener)  # no error the second time
+
+
+def test_a_request_after_a_restart_is_answered_though_the_first_reconnect_hung(
+    tmp_path: Path,
+) -> None:
+    # A ZooKeeper that is starting accepts connections it never answers (3.8.0:
+    # a client that reconnected 0.3 s before the server served waited its whole
+    # 30 s session for the reply; the run's next request failed as
+    # "unreachable" and the session expired). A socket that accepts the
+    # client's reconnect and stays silent stands in for that moment; then the
+    # real server starts on the port.
+    server = EmbeddedZooKeeper(tmp_path / "zk")
+    server.start()
+    config = ZkConfig(
+        hosts=server.hosts, session_timeout_s=30.0, connect_timeout_s=10.0
+    )
+    try:
+        with connect(config) as session:
+            sid = session.session_id
+            session.client.create("/mine", b"", ephemeral=True)
+            server.stop()
+            with socket.create_server(("127.0.0.1", server.port)) as silent:
+                silent.settimeout(10.0)
+                hung, _ = silent.accept()  # the client's reconnect: never answered
+            with hung:
+                server.start()
+                # one request waits connect_timeout_s (10 s) for its reply
+                assert session.children("/") == ["mine"]
+            assert session.session_id == sid
+    finally:
+        server.stop()
