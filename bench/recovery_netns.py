@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from sr3.client import ClientPool  # noqa: E402
 from sr3.config import NodeConfig, RecoveryConfig, parse_size  # noqa: E402
 from sr3.manifest import Manifest, ShardMeta  # noqa: E402
+from sr3.net import free_port  # noqa: E402
 from sr3.ports import NodeInfo  # noqa: E402
 from sr3.recovery import Recoverer, RecoveryContext  # noqa: E402
 from sr3_cli import netns  # noqa: E402
@@ -148,12 +149,6 @@ def _raw_sender(port_out: Any, total: int) -> None:
                 sent += n
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((ROOT_IP, 0))
-        return int(s.getsockname()[1])
-
-
 # --- the parent: snapshots, workers, healing -------------------------------------
 
 
@@ -180,7 +175,7 @@ def run_netns(
     try:
         with shaped_link(), open_cluster(ring.lab.config()) as cluster:
             members = cluster.membership.members()
-            routes = {n: (_free_port(), info.port) for n, info in members.items()}
+            routes = {n: (free_port(ROOT_IP), info.port) for n, info in members.items()}
             proxy = ctx.Process(
                 target=_proxy_main,
                 args=(list(routes.values()), ONE_WAY_DELAY_S),

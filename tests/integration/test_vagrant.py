@@ -19,7 +19,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from sr3.net import free_port
 from storm_bridge.apache.nimbus import NimbusClient, NimbusUnreachableError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -149,13 +149,6 @@ def test_shellcheck_flags_a_broken_script(tmp_path: Path) -> None:
 # --- the provisioning scripts on loopback -----------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class _Host:
     """One "VM" of the lab on loopback: its own /etc/sr3 and /var/lib/sr3 in tmp."""
 
@@ -225,18 +218,18 @@ class _Host:
 
 @pytest.fixture
 def hosts(tmp_path: Path) -> Iterator[dict[str, _Host]]:
-    zk_port = _free_port()
+    zk_port = free_port()
     common = {
         "SR3_HOST_IP": "127.0.0.1",
         "SR3_ZK": f"127.0.0.1:{zk_port}",
         "SR3_ZK_PORT": str(zk_port),
         "SR3_NIMBUS": "127.0.0.1",
-        "SR3_NIMBUS_PORT": str(_free_port()),
-        "SR3_SUPERVISOR_PORT": str(_free_port()),
+        "SR3_NIMBUS_PORT": str(free_port()),
+        "SR3_SUPERVISOR_PORT": str(free_port()),
         "SR3_STORM_SLOTS": "1",
-        "SR3_STORM_SLOT_BASE": str(_free_port()),
+        "SR3_STORM_SLOT_BASE": str(free_port()),
         "SR3_STORM_HEAP_MB": "256",
-        "SR3_NODE_PORT": str(_free_port()),
+        "SR3_NODE_PORT": str(free_port()),
         "SR3_SPARK_MASTER": "spark://127.0.0.1:7077",
     }
     made = {name: _Host(tmp_path / name, common) for name in ("zk", "nimbus", "worker")}

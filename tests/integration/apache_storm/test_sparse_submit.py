@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 
 from sr3.config import Sr3Config
+from sr3.net import free_port
 from sr3_cli.lab import Lab
 from storm_bridge.apache import ApacheStormCluster
 from storm_bridge.sparse.submit import NimbusSession
@@ -127,12 +127,6 @@ def ring_options(lab: Lab) -> list[str]:
     return [arg for key, value in pairs.items() for arg in ("-o", f"{key}={value}")]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_sr3_run_on_storm_exact_after_a_task_kill(
     apache_storm: ApacheStormCluster, ring_lab: Lab, ring: RingAccess
 ) -> None:
@@ -213,7 +207,7 @@ def test_a_tree_failing_without_a_restart_does_not_double_count_on_storm(
 def test_unreachable_nimbus_names_the_fix(ring_lab: Lab) -> None:
     proc = sr3_run(
         [str(WORDCOUNT), "--lab", str(ring_lab.root), "--until-idle"],
-        f"127.0.0.1:{_free_port()}",
+        f"127.0.0.1:{free_port()}",
     )
     assert proc.returncode != 0
     assert "is not reachable" in proc.stderr
