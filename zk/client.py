@@ -53,13 +53,16 @@ logger = logging.getLogger(__name__)
 # Reconnect fast: a short session timeout is useless if reconnects back off to 60 s.
 _RETRY_DELAY_S = 0.05
 _RETRY_MAX_DELAY_S = 0.5
-#: How long one connect attempt waits for the server's reply, about. kazoo
-#: waits session timeout / number of hosts, and a ZooKeeper that is starting
-#: accepts connections it never answers (3.8.0 here: a client that connected
-#: 0.3 s before the server served waited its whole 30 s session, then found the
-#: session expired). So each host is listed several times: an attempt gives up
-#: after about this long and the next one reaches the server in time.
+#: How long one connect attempt waits for the server's reply: at most this,
+#: and at most a third of the session, so a hung attempt leaves time for the
+#: next one before the session expires. kazoo waits session timeout / number of
+#: hosts, and ZooKeeper 3.8.0 leaves connections made while it starts open and
+#: unanswered ("ZooKeeperServer not running", then a NullPointerException in
+#: its close: about 1 restart in 10 under load here). A client that connected
+#: then waited its whole session and came back to an expired one.
 _CONNECT_REPLY_S = 2.5
+#: ... but not below this: a reply slower than it is a server too slow to use.
+_CONNECT_REPLY_MIN_S = 0.2
 E_NO_AUTH = (
     "{what}: ZooKeeper denied access to znode {path}; the znode's ACL names another "
     "digest user. Set sr3.zk.digest to the user:password that created it, or use "
@@ -337,7 +340,9 @@ def _attempt_hosts(hosts: str, session_timeout_s: float) -> str:
     that refuses connections costs nothing extra). See ``_CONNECT_REPLY_S``.
     """
     listed = [h.strip() for h in hosts.split(",") if h.strip()]
-    copies = max(1, int(session_timeout_s / (len(listed) * _CONNECT_REPLY_S)))
+    per_host_s = session_timeout_s / len(listed)
+    wait_s = max(_CONNECT_REPLY_MIN_S, min(_CONNECT_REPLY_S, session_timeout_s / 3))
+    copies = max(1, round(per_host_s / wait_s))
     return ",".join(listed * copies)
 
 
@@ -348,6 +353,9 @@ def _ensure_chroot(config: ZkConfig, hosts: str, *, create: bool = True) -> None
         timeout=config.session_timeout_s,
         auth_data=auth,
         connection_retry=_retry(max_tries=-1, deadline=None),
+        # a connection lost mid-request (ZooKeeper restarting while a task
+        # starts) is retried until the session is back, as in connect()
+        command_retry=_retry(max_tries=-1, deadline=config.connect_timeout_s),
     )
     what = f"{'create' if create else 'look up'} chroot {config.chroot}"
     _start(client, config, hosts, what)
@@ -355,7 +363,7 @@ def _ensure_chroot(config: ZkConfig, hosts: str, *, create: bool = True) -> None
         # Parents are shared by every cluster on the ensemble, so only the
         # chroot itself carries this cluster's digest ACL.
         parent = config.chroot.rpartition("/")[0]
-        if client.exists(config.chroot) is not None:
+        if client.retry(client.exists, config.chroot) is not None:
             return
         if not create:
             msg = (
@@ -365,8 +373,9 @@ def _ensure_chroot(config: ZkConfig, hosts: str, *, create: bool = True) -> None
             )
             raise CoordinationError(msg)
         if parent:
-            client.ensure_path(parent, acl=OPEN_ACL_UNSAFE)
-        client.create(config.chroot, b"", acl=acl)
+            client.retry(client.ensure_path, parent, acl=OPEN_ACL_UNSAFE)
+        # a retried create whose first attempt landed finds the znode: fine
+        client.retry(client.create, config.chroot, b"", acl=acl)
     except NodeExistsError:
         logger.debug("chroot %s was created concurrently", config.chroot)
     except KazooException as exc:
