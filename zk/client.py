@@ -53,16 +53,18 @@ logger = logging.getLogger(__name__)
 # Reconnect fast: a short session timeout is useless if reconnects back off to 60 s.
 _RETRY_DELAY_S = 0.05
 _RETRY_MAX_DELAY_S = 0.5
-#: How long one connect attempt waits for the server's reply: at most this,
-#: and at most a third of the session, so a hung attempt leaves time for the
-#: next one before the session expires. kazoo waits session timeout / number of
-#: hosts, and ZooKeeper 3.8.0 leaves connections made while it starts open and
-#: unanswered ("ZooKeeperServer not running", then a NullPointerException in
-#: its close: about 1 restart in 10 under load here). A client that connected
-#: then waited its whole session and came back to an expired one.
+#: How long one connect attempt waits for the server's reply, about. kazoo
+#: waits session timeout / number of hosts, and ZooKeeper 3.8.0 leaves
+#: connections made while it starts open and unanswered ("ZooKeeperServer not
+#: running", then a NullPointerException in its close: about 1 restart in 10
+#: under load here). A client that connected then waited its whole session and
+#: came back to an expired one. So each host is listed several times: an
+#: attempt gives up after about this long and the next one reaches the server.
+#: Sessions shorter than two of these keep one listing: the copies make a
+#: dropped client reconnect at once, without the retry's back-off (a session
+#: cloned by a test's expiry trick was then taken back before the clone could
+#: close it), and a 2 s session barely outlives a restart anyway.
 _CONNECT_REPLY_S = 2.5
-#: ... but not below this: a reply slower than it is a server too slow to use.
-_CONNECT_REPLY_MIN_S = 0.2
 E_NO_AUTH = (
     "{what}: ZooKeeper denied access to znode {path}; the znode's ACL names another "
     "digest user. Set sr3.zk.digest to the user:password that created it, or use "
@@ -340,9 +342,7 @@ def _attempt_hosts(hosts: str, session_timeout_s: float) -> str:
     that refuses connections costs nothing extra). See ``_CONNECT_REPLY_S``.
     """
     listed = [h.strip() for h in hosts.split(",") if h.strip()]
-    per_host_s = session_timeout_s / len(listed)
-    wait_s = max(_CONNECT_REPLY_MIN_S, min(_CONNECT_REPLY_S, session_timeout_s / 3))
-    copies = max(1, round(per_host_s / wait_s))
+    copies = max(1, int(session_timeout_s / (len(listed) * _CONNECT_REPLY_S)))
     return ",".join(listed * copies)
 
 
