@@ -167,7 +167,10 @@ def test_storm_hands_off_to_spark_and_spark_back_to_storm(
     record = ring.committed("wordcount")
     assert record is not None
     assert record.owners, "the Storm run committed no epoch with state"
-    assert max(record.offsets.values()) < lines - 2, partial
+    # None: a spout that had emitted nothing by that commit (a loaded machine's
+    # first epoch may come first; seen in CI)
+    emitted = [o for o in record.offsets.values() if o is not None]
+    assert max(emitted, default=-1) < lines - 2, partial
 
     on_spark = spark_run(
         spark,
