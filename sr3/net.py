@@ -21,7 +21,7 @@ import socket
 import threading
 from pathlib import Path
 
-__all__ = ["ephemeral_ports", "free_port"]
+__all__ = ["bindable", "ephemeral_ports", "free_port"]
 
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 #: Linux's default ``ip_local_port_range``, used when it cannot be read.
@@ -61,9 +61,21 @@ def _nth(spans: list[range], index: int) -> int:
     raise IndexError(msg)
 
 
-def _bindable(host: str, port: int) -> bool:
-    """Whether ``port`` binds on ``host`` now (no SO_REUSEADDR: TIME_WAIT counts)."""
+def bindable(host: str, port: int, *, ignore_time_wait: bool = False) -> bool:
+    """Whether a TCP server could bind ``host``:``port`` now.
+
+    Args:
+        host: Address to bind ("0.0.0.0" for a server listening on every address).
+        port: The port.
+        ignore_time_wait: Bind with SO_REUSEADDR, as ZooKeeper does, so TIME_WAIT
+            leftovers of an earlier run do not count as taken.
+
+    Raises:
+        OSError: ``host`` is not an address of this machine.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        if ignore_time_wait:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
@@ -99,7 +111,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         with _lock:
             if port in _handed_out:
                 continue
-        if _bindable(host, port):
+        if bindable(host, port):
             with _lock:
                 _handed_out.add(port)
             return port

@@ -24,7 +24,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sr3.errors import CoordinationError, ZooKeeperMissingError
-from sr3.net import free_port
+from sr3.net import bindable, free_port
 
 __all__ = ["DEFAULT_JAR", "EmbeddedZooKeeper", "port_taken"]
 
@@ -56,14 +56,8 @@ _STOP_TIMEOUT_S = 10.0
 
 def port_taken(port: int) -> bool:
     """Return whether something listens on 127.0.0.1:``port``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # Like ZooKeeper itself, ignore TIME_WAIT leftovers of our previous run.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-    return False
+    # Like ZooKeeper itself, ignore TIME_WAIT leftovers of our previous run.
+    return not bindable("127.0.0.1", port, ignore_time_wait=True)
 
 
 def _alive(pid: int) -> bool:

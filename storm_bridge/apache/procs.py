@@ -6,12 +6,11 @@ import contextlib
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-from sr3.net import free_port
+from sr3.net import bindable, free_port
 
 __all__ = ["cmdline", "cwd", "free_port", "pids", "port_free", "terminate_all"]
 
@@ -20,12 +19,7 @@ logger = logging.getLogger(__name__)
 
 def port_free(port: int) -> bool:
     """Whether ``port`` can be bound on every address (as Storm's servers do)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("0.0.0.0", port))  # noqa: S104 (Storm's servers bind every address)
-        except OSError:
-            return False
-    return True
+    return bindable("0.0.0.0", port)  # noqa: S104 (Storm's servers bind every address)
 
 
 def cmdline(pid: int) -> list[str]:

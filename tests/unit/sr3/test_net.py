@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sr3 import net
-from sr3.net import ephemeral_ports, free_port
+from sr3.net import bindable, ephemeral_ports, free_port
 
 
 def test_ports_handed_to_daemons_are_never_ephemeral_ports() -> None:
@@ -46,3 +46,29 @@ def test_the_ephemeral_range_is_the_kernels() -> None:
     text = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text()
     low, high = (int(v) for v in text.split())
     assert ephemeral_ports() == range(low, high + 1)
+
+
+def test_a_listening_port_is_not_bindable_in_either_mode() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        assert not bindable("127.0.0.1", port)
+        assert not bindable("127.0.0.1", port, ignore_time_wait=True)
+    assert bindable("127.0.0.1", port)
+
+
+def test_a_time_wait_leftover_counts_only_when_asked() -> None:
+    # the side that closes first keeps TIME_WAIT: here the accepted socket
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()
+        client.recv(1)  # the FIN arrived
+        client.close()
+    assert bindable("127.0.0.1", port, ignore_time_wait=True)
+    assert not bindable("127.0.0.1", port)
+
+
+def test_an_address_not_of_this_machine_is_an_error_not_a_taken_port() -> None:
+    with pytest.raises(OSError, match="assign"):
+        bindable("192.0.2.1", 10000)
