@@ -26,7 +26,15 @@ machine pays):
 ``git worktree add --detach /tmp/sr3-main main``), interleaved with this one's
 so that load from elsewhere hits both alike, and adds the after/before ratio.
 
+``--before-no-bytecode`` makes "before" this commit without bytecode caches: a
+fresh export of HEAD run with ``PYTHONDONTWRITEBYTECODE=1``, as these machines'
+environment sets it, so every process compiles the project's modules again
+(the standard library's and the virtualenv's caches, written when they were
+installed, still load). "after" is this tree with caches written, as ``make``
+runs it.
+
     .venv/bin/python bench/cli_startup.py --repeat 15 --before /tmp/sr3-main
+    .venv/bin/python bench/cli_startup.py --repeat 10 --before-no-bytecode
 
 Writes ``bench/results/cli_startup.{json,md,png}``.
 """
@@ -93,9 +101,13 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _wall(argv: list[str], tree: Path) -> tuple[float, float]:
-    """Run ``argv`` in ``tree``; return its wall and CPU seconds."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def _env(tree: Path, extra: dict[str, str]) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(tree), **extra}
+
+
+def _wall(argv: list[str], tree: Path, extra: dict[str, str]) -> tuple[float, float]:
+    """Run ``argv`` in ``tree`` with ``extra`` env; return its wall and CPU seconds."""
+    env = _env(tree, extra)
     cpu = _children_cpu()
     started = time.perf_counter()
     proc = subprocess.run(argv, cwd=tree, env=env, capture_output=True, check=False)
@@ -106,8 +118,8 @@ def _wall(argv: list[str], tree: Path) -> tuple[float, float]:
     return elapsed, _children_cpu() - cpu
 
 
-def _parser_build(tree: Path) -> float:
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def _parser_build(tree: Path, extra: dict[str, str]) -> float:
+    env = _env(tree, extra)
     out = subprocess.run(
         [sys.executable, "-c", _PARSER_PROBE],
         cwd=tree,
@@ -119,8 +131,14 @@ def _parser_build(tree: Path) -> float:
     return float(out.strip())
 
 
-def measure(trees: dict[str, Path], repeat: int) -> dict[str, Any]:
-    """Return every command's run times per tree, rounds interleaved."""
+def measure(
+    trees: dict[str, Path], repeat: int, envs: dict[str, dict[str, str]] | None = None
+) -> dict[str, Any]:
+    """Return every command's run times per tree, rounds interleaved.
+
+    ``envs`` adds environment variables per tree label.
+    """
+    extra = {label: (envs or {}).get(label, {}) for label in trees}
     with tempfile.TemporaryDirectory(prefix="sr3-cli-startup-") as tmp:
         commands = _commands(tmp)
         names = [
@@ -131,16 +149,17 @@ def measure(trees: dict[str, Path], repeat: int) -> dict[str, Any]:
         runs: dict[str, dict[str, list[float]]] = {
             label: {name: [] for name in names} for label in trees
         }
-        for tree in trees.values():  # warm-up, not counted: byte-compiles a tree
+        for label, tree in trees.items():  # warm-up, not counted: byte-compiles
             for argv in commands.values():
-                _wall(argv, tree)
+                _wall(argv, tree, extra[label])
         for _ in range(repeat):
             for label, tree in trees.items():
                 for name, argv in commands.items():
-                    wall, cpu = _wall(argv, tree)
+                    wall, cpu = _wall(argv, tree, extra[label])
                     runs[label][name].append(wall)
                     runs[label][name + CPU].append(cpu)
-                runs[label][names[len(commands)]].append(_parser_build(tree))
+                build = _parser_build(tree, extra[label])
+                runs[label][names[len(commands)]].append(build)
     pooled = [t for by_name in runs.values() for t in by_name[BASELINE]]
     pooled_cpu = [t for by_name in runs.values() for t in by_name[BASELINE + CPU]]
     return {
@@ -148,6 +167,7 @@ def measure(trees: dict[str, Path], repeat: int) -> dict[str, Any]:
         "baseline_s": statistics.median(pooled),
         "baseline_cpu_s": statistics.median(pooled_cpu),
         "trees": {label: str(tree) for label, tree in trees.items()},
+        "env": extra,
         "load_after": os.getloadavg()[0],
         "runs": runs,
         "median_s": {
@@ -166,8 +186,10 @@ def markdown(r: dict[str, Any]) -> str:
     if before is not None:
         head += " before: median s | before: x python -c pass | after / before |"
         rule += " ---: | ---: | ---: |"
+    envs = {label: env for label, env in r.get("env", {}).items() if env}
+    sides = "".join(f" {label}: {env}." for label, env in sorted(envs.items()))
     lines = [
-        f"Medians of {r['repeat']} runs, rounds interleaved; load average "
+        f"Medians of {r['repeat']} runs, rounds interleaved;{sides} load average "
         f"{r['load_after']:.1f} at the end (2 cores). x python -c pass: against "
         f"its median over every tree's runs, {base:.3f} s wall and "
         f"{r['baseline_cpu_s']:.3f} s CPU ([cpu] rows).",
@@ -212,6 +234,15 @@ def plot(r: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
+def _export_head(into: Path) -> Path:
+    """Write HEAD's files (no ``__pycache__``) under ``into``; return it."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "HEAD"], capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=15, help="runs of each (15)")
@@ -222,14 +253,26 @@ def main() -> None:
         metavar="DIR",
         help="another checkout to measure alongside this one (as main's)",
     )
+    parser.add_argument(
+        "--before-no-bytecode",
+        action="store_true",
+        help="before: HEAD exported afresh, run with PYTHONDONTWRITEBYTECODE=1",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON, not Markdown")
     args = parser.parse_args()
+    if args.before is not None and args.before_no_bytecode:
+        parser.error("--before and --before-no-bytecode: choose one")
     trees = {"after": ROOT}
-    if args.before is not None:
-        if not (args.before / "sr3_cli" / "main.py").is_file():
-            parser.error(f"--before {args.before}: no sr3 checkout there (sr3_cli/)")
-        trees["before"] = args.before.resolve()
-    result = measure(trees, args.repeat)
+    envs = {"after": {"PYTHONDONTWRITEBYTECODE": ""}}
+    with tempfile.TemporaryDirectory(prefix="sr3-no-bytecode-") as export:
+        if args.before is not None:
+            if not (args.before / "sr3_cli" / "main.py").is_file():
+                parser.error(f"--before {args.before}: no sr3 checkout (sr3_cli/)")
+            trees["before"] = args.before.resolve()
+        elif args.before_no_bytecode:
+            trees["before"] = _export_head(Path(export))
+            envs["before"] = {"PYTHONDONTWRITEBYTECODE": "1"}
+        result = measure(trees, args.repeat, envs)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "cli_startup.json").write_text(json.dumps(result, indent=2) + "\n")
     text = markdown(result)
