@@ -34,7 +34,7 @@ test: setup lint typecheck imports  ## Everything CI runs: lint, types, layers, 
 test-soak: setup  ## The soak tier: chaos campaigns on Storm and Spark clusters, repeated schedules (not in CI; about 16 min)
 	$(BIN)/pytest -q -m soak --durations=30 tests
 
-test-all: setup lint typecheck imports  ## make test and the soak tier in one session (not in CI; about 90 min)
+test-all: setup lint typecheck imports  ## make test and the soak tier in one session (not in CI; about 65 min)
 	$(BIN)/pytest -q $(XDIST) --durations=30 tests
 
 ci: test  ## Exactly what .ci/run runs (CI: yes)
