@@ -23,6 +23,7 @@ from storm_bridge.cluster.dispatch import Dispatcher
 from storm_bridge.cluster.duplicates import Stragglers
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.flow import TupleFlow
+from storm_bridge.cluster.forkserver import ForkServer
 from storm_bridge.cluster.keygroup_routing import encoded_tables, install_tables
 from storm_bridge.cluster.launcher import Launcher
 from storm_bridge.cluster.local_wiring import attach_local_recovery
@@ -160,7 +161,12 @@ class Engine:
         )
         pid_dir = work_dir / "pids"
         pid_dir.mkdir(parents=True, exist_ok=True)
-        launcher = Launcher(topology, serializer, bin_dir, pid_dir, env, sink, clock)
+        self._forks: ForkServer | None = None
+        if options.fork_tasks and (bin_dir / "python").exists():
+            self._forks = ForkServer(bin_dir, str(topology.path.parent), env)
+        launcher = Launcher(
+            topology, serializer, bin_dir, pid_dir, env, sink, clock, self._forks
+        )
         self.supervisor = Supervisor(
             launcher=launcher,
             task_to_component=self.task_to_component,
@@ -245,6 +251,8 @@ class Engine:
         self.timers.clear()
         self.stragglers.stop()
         self.supervisor.stop(self.tasks, grace_s)
+        if self._forks is not None:
+            self._forks.close()
 
     def kill_task(self, task_id: int) -> None:
         """SIGKILL a task's subprocess, as a crash would; it is then restarted."""

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from storm_bridge.cluster.forkserver import ForkServer
 from storm_bridge.cluster.process import ProcessEvent, TaskProcess
 from storm_bridge.cluster.tasks import TaskRuntime
 from storm_bridge.multilang import Serializer
@@ -49,6 +50,7 @@ class Launcher:
         env: Subprocess environment.
         sink: Where the pipe readers post events (thread-safe).
         clock: Monotonic clock in seconds.
+        forks: The fork server Python tasks are forked from (None: exec each).
     """
 
     topology: LoadedTopology
@@ -58,6 +60,7 @@ class Launcher:
     env: Mapping[str, str]
     sink: Callable[[ProcessEvent], None]
     clock: Callable[[], float]
+    forks: ForkServer | None = None
 
     def process(self, rt: TaskRuntime, incarnation: int | None = None) -> TaskProcess:
         """Return an unstarted subprocess for the task's next incarnation.
@@ -80,4 +83,5 @@ class Launcher:
             incarnation=rt.incarnation if incarnation is None else incarnation,
             sink=self.sink,
             clock=self.clock,
+            forks=self.forks,
         )

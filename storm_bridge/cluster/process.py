@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Final, Literal
 
+from storm_bridge.cluster.forkserver import ForkedChild, ForkServer, ForkServerDown
 from storm_bridge.errors import MultilangProtocolError
 from storm_bridge.multilang import Serializer
 
@@ -115,6 +116,7 @@ class TaskProcess:
         incarnation: int,
         sink: Callable[[ProcessEvent], None],
         clock: Callable[[], float] = time.monotonic,
+        forks: ForkServer | None = None,
     ) -> None:
         self.component = component
         self.task_id = task_id
@@ -127,7 +129,8 @@ class TaskProcess:
         self._clock = clock
         self._outbox = Outbox()
         self._stderr_tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._forks = forks
+        self._proc: subprocess.Popen[bytes] | ForkedChild | None = None
         self._threads: list[threading.Thread] = []
 
     @property
@@ -143,18 +146,23 @@ class TaskProcess:
     def start(self) -> None:
         """Spawn the subprocess and its pipe threads.
 
+        A ``streamparse_run`` the fork server serves is forked from it; anything
+        else, or anything while the server is down, is executed.
+
         Raises:
             OSError: the command cannot be executed.
         """
-        self._proc = subprocess.Popen(
-            self._argv,
-            cwd=self._cwd,
-            env=self._env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-        )
+        self._proc = self._forked()
+        if self._proc is None:
+            self._proc = subprocess.Popen(
+                self._argv,
+                cwd=self._cwd,
+                env=self._env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
         stdin, stdout, stderr = self._proc.stdin, self._proc.stdout, self._proc.stderr
         if stdin is None or stdout is None or stderr is None:  # pragma: no cover
             msg = "subprocess pipes were not created"
@@ -171,6 +179,20 @@ class TaskProcess:
             )
             thread.start()
             self._threads.append(thread)
+
+    def _forked(self) -> ForkedChild | None:
+        if self._forks is None or not self._forks.serves(self._argv):
+            return None
+        try:
+            return self._forks.spawn(self._argv, self._cwd, self._env)
+        except ForkServerDown as exc:
+            logger.debug(
+                "component %s task %s: executed, not forked (%s)",
+                self.component,
+                self.task_id,
+                exc,
+            )
+            return None
 
     def send(self, message: object, *, urgent: bool = False) -> None:
         """Encode and queue a message for the subprocess."""

@@ -166,6 +166,10 @@ class ClusterOptions:
         restart_backoff_max_s: Upper bound of that delay (default 5).
         max_events: Bound of the event log (default 10000), for ``log`` and
             ``metrics`` events and for the others apart.
+        fork_tasks: Start ``streamparse_run`` tasks by forking one pre-imported
+            interpreter per cluster (default True;
+            :mod:`storm_bridge.cluster.forkserver`), which saves each start
+            most of its CPU. False executes each, as Storm's supervisor does.
 
     Raises:
         ConfigError: a duration or bound is not positive.
@@ -178,6 +182,7 @@ class ClusterOptions:
     restart_backoff_s: float = 0.1
     restart_backoff_max_s: float = 5.0
     max_events: int = 10_000
+    fork_tasks: bool = True
 
     def __post_init__(self) -> None:
         positive = {

@@ -64,18 +64,21 @@ def _state_of(pid: int) -> tuple[int, str, str] | None:
 
 
 def counting_tasks(run_pid: int) -> list[int]:
-    """Pids of the run's live counting-task subprocesses."""
-    pids = []
+    """Pids of the run's live counting-task processes (forked or executed)."""
+    processes = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        found = _state_of(int(entry))
-        if found is None:
-            continue
-        ppid, state, cmdline = found
-        if ppid == run_pid and state != "Z" and "wordcount.Count" in cmdline:
-            pids.append(int(entry))
-    return sorted(pids)
+        if entry.isdigit():
+            found = _state_of(int(entry))
+            if found is not None:
+                processes[int(entry)] = found
+    # the run's children and theirs (tasks forked by its fork server)
+    ours = {pid for pid, (ppid, _state, _cmd) in processes.items() if ppid == run_pid}
+    ours |= {pid for pid, (ppid, _state, _cmd) in processes.items() if ppid in ours}
+    return sorted(
+        pid
+        for pid in ours
+        if processes[pid][1] != "Z" and "wordcount.Count" in processes[pid][2]
+    )
 
 
 def wait_until(predicate: Callable[[], bool], what: str) -> None:
