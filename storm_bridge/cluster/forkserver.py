@@ -110,51 +110,68 @@ class ForkServer:
 
     def __init__(self, bin_dir: Path, cwd: str, env: Mapping[str, str]) -> None:
         self._bin_dir = bin_dir
+        self._cwd = cwd
+        self._env = dict(env)
         self._script = str(bin_dir / STREAMPARSE_RUN)
         self._lock = threading.Lock()
         self._exits: dict[int, int] = {}
         self._exited = threading.Condition()
         self._replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self._ready = threading.Event()
+        self._started = False
         self._up = False
         self._closed = False
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self._sock = ours
-        try:
-            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                [
-                    str(bin_dir / "python"),
-                    "-m",
-                    "storm_bridge.cluster.zygote",
-                    str(theirs.fileno()),
-                ],
-                cwd=cwd,
-                env=dict(env),
-                # pipes, as a task's streams are: Python's stdio objects, made
-                # at the server's start, learn once whether they can seek
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(theirs.fileno(),),
-                start_new_session=True,
+        self._sock: socket.socket | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start the server process (it imports while the caller goes on).
+
+        Idempotent; :meth:`spawn` starts it if nobody did. A server that cannot
+        start leaves every task to be executed.
+        """
+        with self._lock:
+            if self._started or self._closed:
+                return
+            self._started = True
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self._sock = ours
+            try:
+                self._proc = subprocess.Popen(
+                    [
+                        str(self._bin_dir / "python"),
+                        "-m",
+                        "storm_bridge.cluster.zygote",
+                        str(theirs.fileno()),
+                    ],
+                    cwd=self._cwd,
+                    env=self._env,
+                    # pipes, as a task's streams are: Python's stdio objects,
+                    # made at the server's start, learn once whether they seek
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                logger.warning("fork server not started (%s); tasks are exec'd", exc)
+                self._ready.set()
+                return
+            finally:
+                theirs.close()
+            self._reader = threading.Thread(
+                target=self._read, args=(ours,), name="storm-forkserver", daemon=True
             )
-        except OSError as exc:
-            logger.warning("fork server not started (%s); tasks are exec'd", exc)
-            self._proc = None
-            self._ready.set()
-        finally:
-            theirs.close()
-        self._reader = threading.Thread(
-            target=self._read, name="storm-forkserver", daemon=True
-        )
-        self._reader.start()
-        if self._proc is not None and self._proc.stderr is not None:
-            threading.Thread(
-                target=self._drain,
-                args=(self._proc.stderr,),
-                name="storm-forkserver-stderr",
-                daemon=True,
-            ).start()
+            self._reader.start()
+            if self._proc.stderr is not None:
+                threading.Thread(
+                    target=self._drain,
+                    args=(self._proc.stderr,),
+                    name="storm-forkserver-stderr",
+                    daemon=True,
+                ).start()
 
     def serves(self, argv: Sequence[str]) -> bool:
         """Whether ``argv`` is a ``streamparse_run`` this server can fork."""
@@ -168,7 +185,9 @@ class ForkServer:
         Raises:
             ForkServerDown: the server is not up; exec the task instead.
         """
-        if not self._ready.wait(_READY_TIMEOUT_S) or not self._up:
+        self.start()
+        sock = self._sock
+        if not self._ready.wait(_READY_TIMEOUT_S) or not self._up or sock is None:
             msg = "fork server is not running"
             raise ForkServerDown(msg)
         stdin_r, stdin_w = os.pipe()
@@ -180,7 +199,7 @@ class ForkServer:
         try:
             with self._lock:
                 try:
-                    socket.send_fds(self._sock, [request.encode()], list(theirs))
+                    socket.send_fds(sock, [request.encode()], list(theirs))
                     reply = self._replies.get(timeout=_REPLY_TIMEOUT_S)
                 except (OSError, queue.Empty) as exc:
                     msg = f"fork request failed: {exc}"
@@ -223,9 +242,11 @@ class ForkServer:
 
     def close(self) -> None:
         """Stop the server (its children run on until their stdin closes)."""
-        self._closed = True
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
+        with self._lock:
+            self._closed = True
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
         if self._proc is not None:
             try:
                 self._proc.wait(timeout=5.0)
@@ -235,8 +256,11 @@ class ForkServer:
             for pipe in (self._proc.stdin, self._proc.stdout):
                 if pipe is not None:
                     pipe.close()
-        self._reader.join(5.0)
-        self._sock.close()
+        if self._reader is not None:
+            self._reader.join(5.0)
+        if self._sock is not None:
+            self._sock.close()
+        self._ready.set()
 
     @staticmethod
     def _drain(stderr: IO[bytes]) -> None:
@@ -255,11 +279,11 @@ class ForkServer:
             return False
         return True
 
-    def _read(self) -> None:
+    def _read(self, sock: socket.socket) -> None:
         try:
             while True:
                 try:
-                    data = self._sock.recv(_MAX_PACKET)
+                    data = sock.recv(_MAX_PACKET)
                 except OSError:
                     data = b""
                 if not data:
