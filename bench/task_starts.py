@@ -16,9 +16,12 @@ alternating order (ABBA...), ``--repeat`` clusters each:
   answered a tuple would otherwise wait 0.1 s, doubling, before its restart);
 * **CPU**: user + system seconds of every process the cluster started (its
   tasks, and the fork server with the tasks it forked), from the cluster's start
-  to its stop, measured as reaped children's usage.
+  to its stop, measured as reaped children's usage;
+* **steady processing**: a second cluster per round counts ``--sentences``
+  sentences of 12 words, seconds from its start until idle, to check that
+  forked tasks process as fast as executed ones.
 
-    .venv/bin/python bench/task_starts.py --repeat 6 --kills 5
+    .venv/bin/python bench/task_starts.py --repeat 6 --kills 5 --sentences 3000
 
 Writes ``bench/results/task_starts.{json,md,png}``.
 """
@@ -48,6 +51,7 @@ TOPOLOGIES = ROOT / "tests" / "integration" / "storm_bridge" / "topologies"
 FILE = TOPOLOGIES / "sbt_wordcount.py"
 MODES = {"forked": True, "executed": False}
 SENTENCES = ["the cow jumped over the moon"] * 50
+LONG = "the quick brown fox jumps over the lazy dog again and again"
 
 
 def _children_cpu() -> float:
@@ -101,12 +105,33 @@ def one_cluster(fork: bool, kills: int) -> dict[str, Any]:
     }
 
 
-def measure(repeat: int, kills: int) -> dict[str, Any]:
+def steady(fork: bool, sentences: int) -> float:
+    """Seconds a cluster takes to count ``sentences`` sentences, start to idle."""
+    cluster = LocalCluster(
+        FILE,
+        {"sbt.sentences": [LONG] * sentences, "sbt.out_dir": tempfile.mkdtemp()},
+        options=ClusterOptions(fork_tasks=fork),
+        seed=1,
+    )
+    t0 = time.perf_counter()
+    try:
+        cluster.start(timeout_s=120)
+        if not cluster.run_until_idle(600):
+            msg = f"{FILE.name} did not go idle counting {sentences} sentences"
+            raise SystemExit(msg)
+    finally:
+        cluster.stop()
+    return time.perf_counter() - t0
+
+
+def measure(repeat: int, kills: int, sentences: int) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in MODES}
     order = list(MODES)
     for i in range(repeat):
         for mode in order if i % 2 == 0 else list(reversed(order)):
-            runs[mode].append(one_cluster(MODES[mode], kills))
+            run = one_cluster(MODES[mode], kills)
+            run["steady_s"] = steady(MODES[mode], sentences)
+            runs[mode].append(run)
             print(f"run {i + 1}/{repeat} {mode}: {runs[mode][-1]}", file=sys.stderr)
     summary: dict[str, dict[str, float]] = {}
     for mode, done in runs.items():
@@ -116,11 +141,13 @@ def measure(repeat: int, kills: int) -> dict[str, Any]:
             "restart_p50_s": statistics.median(restarts),
             "restart_max_s": max(restarts),
             "cpu_s": statistics.median(run["cpu_s"] for run in done),
+            "steady_s": statistics.median(run["steady_s"] for run in done),
         }
     return {
         "topology": "sbt_wordcount (6 tasks)",
         "repeat": repeat,
         "kills_per_cluster": kills,
+        "sentences": sentences,
         "median": summary,
         "runs": runs,
     }
@@ -134,6 +161,7 @@ def markdown(result: dict[str, Any]) -> str:
         "restart_p50_s": "killed task back, p50 (s)",
         "restart_max_s": "killed task back, max (s)",
         "cpu_s": "CPU of the cluster's processes (s)",
+        "steady_s": f"{result['sentences']:,} sentences counted (s)",
     }
     for key, label in labels.items():
         forked, executed = med["forked"][key], med["executed"][key]
@@ -158,11 +186,12 @@ def plot(result: dict[str, Any], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415 (only when plotting)
 
-    fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+    fig, axes = plt.subplots(1, 4, figsize=(14, 3.6))
     panels = [
         ("start_s", "cluster start (s)"),
         ("restart_s", "killed task back (s)"),
         ("cpu_s", "CPU per cluster (s)"),
+        ("steady_s", f"{result['sentences']:,} sentences (s)"),
     ]
     for ax, (key, title) in zip(axes, panels, strict=True):
         data = []
@@ -184,9 +213,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeat", type=int, default=6, help="clusters per mode (6)")
     parser.add_argument("--kills", type=int, default=5, help="kills per cluster (5)")
+    parser.add_argument(
+        "--sentences", type=int, default=3000, help="steady run's sentences (3000)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON, not Markdown")
     args = parser.parse_args()
-    result = measure(args.repeat, args.kills)
+    result = measure(args.repeat, args.kills, args.sentences)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "task_starts.json").write_text(json.dumps(result, indent=2) + "\n")
     text = markdown(result)

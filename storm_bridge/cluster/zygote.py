@@ -25,6 +25,7 @@ Nothing here writes to the server's stdout: a child's streams must start empty.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -176,6 +177,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     sock = socket.socket(fileno=int(args[0]))
     failed = _preload()
     _claim_title_space()
+    # the preloaded modules' objects live as long as a task: keep the cyclic
+    # collector of every child from walking them (and from copying their pages)
+    gc.freeze()
     _send(
         sock,
         {"ready": os.getpid(), "failed": failed, "threads": threading.active_count()},
