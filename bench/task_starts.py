@@ -41,10 +41,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sr3_cli.output import table  # noqa: E402
-from storm_bridge.cluster.events import ClusterEvent, EventKind  # noqa: E402
-from storm_bridge.cluster.local import LocalCluster  # noqa: E402
-from storm_bridge.cluster.settings import ClusterOptions  # noqa: E402
+from sr3_cli.output import table  # noqa: E402 (after the sys.path insert above)
+from storm_bridge.cluster.events import ClusterEvent, EventKind  # noqa: E402 (after the sys.path insert above)
+from storm_bridge.cluster.local import LocalCluster  # noqa: E402 (after the sys.path insert above)
+from storm_bridge.cluster.settings import ClusterOptions  # noqa: E402 (after the sys.path insert above)
 
 RESULTS = ROOT / "bench" / "results"
 TOPOLOGIES = ROOT / "tests" / "integration" / "storm_bridge" / "topologies"
@@ -92,7 +92,7 @@ def one_cluster(fork: bool, kills: int) -> dict[str, Any]:
             cluster.kill_task(task)
             cluster.wait_for(lambda c, n=ready: len(_ready(c, task)) > n, timeout_s=60)
             restarts.append(time.perf_counter() - t1)
-            time.sleep(0.2)
+            time.sleep(0.2)  # let the new process settle before the next kill
         if cluster.errors() and len(cluster.errors()) != kills:
             msg = f"errors other than the {kills} kills: {cluster.errors()}"
             raise SystemExit(msg)

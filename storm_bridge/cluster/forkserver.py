@@ -202,7 +202,9 @@ class ForkServer:
                     socket.send_fds(sock, [request.encode()], list(theirs))
                     reply = self._replies.get(timeout=_REPLY_TIMEOUT_S)
                 except (OSError, queue.Empty) as exc:
-                    msg = f"fork request failed: {exc}"
+                    # a late reply would answer the next request: fork no more
+                    self._up = False
+                    msg = f"fork request failed: {exc!r}; tasks are exec'd from now on"
                     raise ForkServerDown(msg) from exc
         except ForkServerDown:
             for fd in ours:
@@ -273,9 +275,7 @@ class ForkServer:
     def _alive(pid: int) -> bool:
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:  # pragma: no cover - a reused pid of another user
+        except (ProcessLookupError, PermissionError):  # gone, or a reused pid
             return False
         return True
 

@@ -16,6 +16,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -71,8 +72,8 @@ def server(topology_dir: Path) -> Iterator[ForkServer]:
     forks.close()
 
 
-def _hello(child_stdout: object) -> dict[str, object]:
-    line = child_stdout.readline()  # type: ignore[attr-defined]
+def _hello(child_stdout: IO[bytes]) -> dict[str, object]:
+    line = child_stdout.readline()
     return dict(json.loads(line))
 
 
