@@ -4,11 +4,14 @@
 ``PYTHONPATH`` before the JVM starts, so Python workers import ``spark_bridge``
 and the venv's pandas. Tests must not stop the session.
 
-``make test TEST_WORKERS=2`` runs the suite on two xdist workers (``--dist
-loadgroup``; CI runs it serially): every test of a machine-wide shared service
-(the Spark session, the Apache Storm cluster and its ``_build/`` jar, the
-network-namespace lab) is put in one group, so those run on one worker, one at
-a time, and start once.
+``make test`` runs the suite on two xdist workers (``--dist loadgroup``;
+``TEST_WORKERS=1`` runs it serially). Tests of a shared JVM service are kept
+in two groups, each run on one worker, one test at a time: ``storm`` (the
+Apache Storm cluster, the ``sparse`` jar build in the repository's ``_build/``,
+and the network-namespace lab, whose namespaces and bridge have machine-wide
+names) and ``spark`` (the ``local[2]`` session and the standalone cluster).
+Each service starts once, on the worker of its group; the other worker runs
+the rest meanwhile.
 """
 
 from __future__ import annotations
@@ -71,14 +74,29 @@ def wait_until() -> WaitUntil:
 settings.register_profile("sr3", deadline=None)
 settings.load_profile("sr3")
 
-#: Tests that start a JVM service shared per session (the Spark session, the
-#: Apache Storm cluster and the ``sparse`` jar build in ``_build/``) run on one
-#: xdist worker, so each service starts once and builds never race.
-_JVM_GROUP: Final = "jvm"
-_JVM_MARKERS: Final = frozenset({"spark", "apache_storm", "netns"})
-_JVM_FIXTURES: Final = frozenset(
-    {"spark", "apache_storm", "storm_cluster_factory", "standalone_session"}
+#: The xdist groups, first match wins: (group, markers, fixtures). A test of
+#: the Storm cluster or the netns lab runs on the ``storm`` group's worker (one
+#: ``_build/`` at a time, one set of namespace names); one of the Spark session
+#: or the standalone cluster on the ``spark`` group's worker, so each service
+#: starts once.
+_GROUPS: Final = (
+    (
+        "storm",
+        frozenset({"apache_storm", "netns"}),
+        frozenset({"apache_storm", "storm_cluster_factory"}),
+    ),
+    ("spark", frozenset({"spark"}), frozenset({"spark", "standalone_session"})),
 )
+
+
+def _group_of(item: pytest.Item) -> str | None:
+    """Return the xdist group ``item`` belongs to, or None (any worker)."""
+    marked = {m.name for m in item.iter_markers()}
+    fixtures = set(getattr(item, "fixturenames", ()))
+    for group, markers, needs in _GROUPS:
+        if marked & markers or fixtures & needs:
+            return group
+    return None
 
 
 #: Seconds spent per test module (setup, call and teardown), for the summary.
@@ -121,7 +139,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def pytest_collection_modifyitems(
     config: pytest.Config, items: list[pytest.Item]
 ) -> None:
-    """Put every test of a shared JVM service in one ``--dist loadgroup`` group.
+    """Put every test of a shared JVM service in its ``--dist loadgroup`` group.
 
     pytest-xdist 3.8 names a test's group by setting ``item._nodeid`` to
     ``<nodeid>@<group>``, which pytest 9 no longer reads (its ``nodeid`` comes
@@ -131,12 +149,11 @@ def pytest_collection_modifyitems(
     """
     loadgroup = bool(getattr(config.option, "loadgroup", False))  # set on workers
     for item in items:
-        marked = {m.name for m in item.iter_markers()} & _JVM_MARKERS
-        fixtures = set(getattr(item, "fixturenames", ())) & _JVM_FIXTURES
-        if marked or fixtures:
-            item.add_marker(pytest.mark.xdist_group(_JVM_GROUP))
+        group = _group_of(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
             if loadgroup and "@" not in item.nodeid:
-                item._id = f"{item.nodeid}@{_JVM_GROUP}"  # type: ignore[assignment]  # noqa: SLF001
+                item._id = f"{item.nodeid}@{group}"  # type: ignore[assignment]  # noqa: SLF001
 
 
 @pytest.fixture(scope="session")
