@@ -226,8 +226,16 @@ def main() -> None:
     parser.add_argument(
         "--name", default="local_recovery", help="results file stem in bench/results"
     )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for every run (e.g. sr3.ring.max.shard.bytes=1MiB)",
+    )
     args = parser.parse_args()
-    fill_conf = {"lr.fill": args.fill, "lr.value.bytes": args.value_bytes}
+    fill_conf: dict[str, Any] = dict(kv.split("=", 1) for kv in args.conf)
+    fill_conf.update({"lr.fill": args.fill, "lr.value.bytes": args.value_bytes})
     results: dict[str, Any] = {"args": vars(args), "overhead": {}, "failure": {}}
     with bench_lab(3) as lab, tempfile.TemporaryDirectory() as tmp:
         fill_s = 0.0
