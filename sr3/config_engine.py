@@ -130,6 +130,9 @@ class StormConfig(_Section):
             tasks, see docs/rebalance.md).
         rebalance_batch_key_groups: ``sr3.rebalance.batch.key.groups``, key
             groups a key-groups rebalance moves per epoch (default 16).
+        fork_tasks: ``sr3.local.fork.tasks``, local cluster: fork each Python
+            task from a pre-imported interpreter (default True), or execute
+            ``streamparse_run`` for each, as Storm's supervisor does (False).
 
     Raises:
         ConfigError: a value is outside its key's accepted values.
@@ -139,6 +142,7 @@ class StormConfig(_Section):
     integer_boxing: str = "long"
     rebalance_routing: str = "fields"
     rebalance_batch_key_groups: int = 16
+    fork_tasks: bool = True
     idle_quiet_s: float = 2.0
 
 

@@ -236,6 +236,11 @@ _ROWS: Final = (
         INT, 16, _TOPOLOGY, "Local cluster, key-groups routing: key groups "
         "sr3 rebalance moves per epoch (each pauses only during its batch).",
         low=1),
+    Key("sr3.local.fork.tasks", "storm", "fork_tasks", BOOL, True, _TOPOLOGY,
+        "Local cluster: start each Python task by forking one pre-imported "
+        "interpreter, a fork server (true), or execute streamparse_run for each, "
+        "as Storm's supervisor does (false; about 4x the CPU per start, "
+        "bench/task_starts.py)."),
     Key("sr3.idle.quiet.s", "storm", "idle_quiet_s", STORM_SECONDS, 2.0,
         _COMPONENT, "Spouts: how long next must emit nothing before the spout "
         "counts as dry for sr3 run --until-idle.", low=0.0,

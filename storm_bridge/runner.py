@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from backend.committer import EpochCommitter, StartPoint
-from sr3.config import CheckpointConfig
+from sr3.config import CheckpointConfig, StormConfig
 from sr3.errors import SR3Error
-from storm_bridge.cluster import EventKind, LocalCluster
+from storm_bridge.cluster import ClusterOptions, EventKind, LocalCluster
 from storm_bridge.cluster.commits import CheckpointSettings
 from storm_bridge.cluster.engine import checked_confs
 from storm_bridge.errors import CheckpointError, StormBridgeError
@@ -211,6 +211,7 @@ def run_topology(
             {"sr3.zk.hosts": config.zk.hosts, "sr3.zk.chroot": config.zk.chroot}
         )
     settings = CheckpointConfig.from_mapping({**topology.config, **conf})
+    local = StormConfig.from_mapping({**topology.config, **conf})
     interval_s, timeout_s = settings.interval_s, settings.timeout_s
     # refuse a bad conf value before the run replaces the committed state
     checked_confs(topology, conf, get_serializer(options.serializer))
@@ -255,6 +256,7 @@ def run_topology(
         env={"SR3_NODE_SECRET": config.node.secret},
         checkpoint=checkpoint,
         clock=clock,
+        options=ClusterOptions(fork_tasks=local.fork_tasks),
     )
     run = RunSession(cluster, ring, kill_node, clock)
     if options.until_idle:

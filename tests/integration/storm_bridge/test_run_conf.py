@@ -61,3 +61,66 @@ def test_bad_conf_values_are_refused_with_the_committed_state_intact(
         after = sr3(lab, *dump)
         assert after.returncode == 0, after.stderr
         assert after.stdout == before.stdout, override
+
+
+#: A spout that emits once and a bolt that writes its parent process's command
+#: line into ``probe.out``: who started the task.
+PARENTS = """
+import os
+from streamparse import Bolt, Spout, Topology
+
+
+class OnceSpout(Spout):
+    outputs = ["n"]
+
+    def initialize(self, conf, ctx):
+        self.left = 1
+
+    def next_tuple(self):
+        if self.left:
+            self.left -= 1
+            self.emit([1])
+
+
+class ParentBolt(Bolt):
+    outputs = []
+
+    def initialize(self, conf, ctx):
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            parent = f.read().replace(b"\\0", b" ").decode()
+        with open(os.path.join(conf["probe.out"], str(os.getpid())), "w") as f:
+            f.write(parent)
+
+    def process(self, tup):
+        pass
+
+
+class Parents(Topology):
+    once_spout = OnceSpout.spec()
+    parent_bolt = ParentBolt.spec(inputs=[once_spout], par=2)
+"""
+
+
+@pytest.mark.parametrize(
+    ("override", "parent"),
+    [
+        ((), "storm_bridge.cluster.zygote"),
+        (("-o", "sr3.local.fork.tasks=false"), "sr3_cli"),
+    ],
+    ids=["forked", "executed"],
+)
+def test_sr3_local_fork_tasks_chooses_who_starts_the_tasks(
+    lab: Lab, tmp_path: Path, override: tuple[str, ...], parent: str
+) -> None:
+    topology = tmp_path / "parents.py"
+    topology.write_text(PARENTS)
+    out = tmp_path / "out"
+    out.mkdir()
+    run = sr3(
+        lab, "run", str(topology), "--until-idle", "--no-checkpoints",
+        "-o", f"probe.out={out}", "-o", "sr3.idle.quiet.s=0.2", *override,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    parents = [p.read_text() for p in out.iterdir()]
+    assert len(parents) == 2, parents
+    assert all(parent in p for p in parents), parents

@@ -54,6 +54,7 @@ DEFAULTS: dict[str, Any] = {
     "sr3.storm.json.integer.boxing": "long",
     "sr3.rebalance.routing": "fields",
     "sr3.rebalance.batch.key.groups": 16,
+    "sr3.local.fork.tasks": True,
     "sr3.idle.quiet.s": 2.0,
     "sr3.output.key.fields": None,
     "sr3.on.error": "fail",
