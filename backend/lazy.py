@@ -52,8 +52,9 @@ class LoadStats:
         bytes_read: Payload bytes received, by the transfer (merged pieces
             as sent) and shard by shard (a shard the transfer and a tuple
             both brought counts twice).
-        on_demand: Shards fetched on the task's thread because a tuple needed
-            them before the background brought them.
+        on_demand: Shard reads on the task's thread because a tuple needed
+            them before the background brought them (one key group's bytes of
+            a shard, or the whole shard when it records no span).
         loaded_s: Seconds from the loader's start until every shard arrived.
         transfer: The structure the background transfer ran (star, line or
             tree; empty: none was planned, or planning failed).
@@ -157,6 +158,12 @@ class ChainLoader:
         return sum(meta.size for meta in self._metas.values())
 
     @property
+    def bytes_read(self) -> int:
+        """Payload bytes received so far (as :attr:`LoadStats.bytes_read` counts)."""
+        with self._cond:
+            return self._bytes
+
+    @property
     def on_demand_shards(self) -> int:
         """Shards fetched on the task's thread so far (a tuple needed them)."""
         return self._on_demand
@@ -190,7 +197,7 @@ class ChainLoader:
         """
         with self._cond:
             whole = key_group in self._whole
-        if not whole:
+        if not whole and not self._fetch_key_group(key_group):
             try:
                 self._ensure(self._chains.get(key_group, []), demanded=True)
             except RecoveryError:
@@ -199,6 +206,51 @@ class ChainLoader:
                         raise
         with self._cond:
             return self._hand_out()
+
+    def _fetch_key_group(self, kg: int) -> bool:
+        """Read ``kg``'s blobs alone from each shard of its chain (in parallel).
+
+        Only the key group's bytes travel, not its shards' (a delta's shard
+        holds many key groups): the first tuple of a restored task waits for
+        its own state only. Shards already here give their blob. False: a
+        shard records no span for it, or a read failed; the caller then
+        fetches the whole shards.
+        """
+        chain = self._chains.get(kg, [])
+        if not chain or any(self._metas[sid].span(kg) is None for sid in chain):
+            return False
+        with self._cond:
+            have = {
+                sid: self._arrived[sid][kg]
+                for sid in chain
+                if kg in self._arrived.get(sid, {})
+            }
+        wanted = [sid for sid in chain if sid not in have]
+        try:
+            read = list(
+                self._pool().map(
+                    lambda sid: self._store.get_key_group(self._metas[sid], kg), wanted
+                )
+            )
+        except Exception as exc:  # the whole shards are the fallback
+            logger.warning(
+                "lazy restore: key group %d not read alone (%s); reading its shards",
+                kg,
+                exc,
+            )
+            return False
+        blobs = dict(zip(wanted, read, strict=True))
+        with self._cond:
+            self._on_demand += len(wanted)
+            self._bytes += sum(len(blob) for blob in read)
+            if kg not in self._whole:  # else the background brought it meanwhile
+                for sid in have:
+                    del self._arrived[sid][kg]
+                self._deliver_locked(
+                    kg, [have[sid] if sid in have else blobs[sid] for sid in chain]
+                )
+        self._maybe_finish()
+        return True
 
     def take_all(self) -> dict[int, list[Blob]]:
         """Return every key group not handed out yet, waiting for the background.
@@ -270,13 +322,17 @@ class ChainLoader:
     def _deliver(self, kg: int, blobs: list[Blob]) -> None:
         """Take a key group the transfer brought whole (unless it is already here)."""
         with self._cond:
-            if kg in self._whole or kg not in self._chains:
-                return
-            self._whole.add(kg)
-            self._delivered[kg] = blobs
-            self._complete.append(kg)
-            self._cond.notify_all()
+            self._deliver_locked(kg, blobs)
         self._maybe_finish()
+
+    def _deliver_locked(self, kg: int, blobs: list[Blob]) -> None:
+        """Take ``kg`` whole from ``blobs`` unless it already is (under the lock)."""
+        if kg in self._whole or kg not in self._chains:
+            return
+        self._whole.add(kg)
+        self._delivered[kg] = blobs
+        self._complete.append(kg)
+        self._cond.notify_all()
 
     def _ensure(self, sids: list[str], *, demanded: bool) -> None:
         """Make sure ``sids`` arrived: fetch those nobody fetches, wait for the rest.

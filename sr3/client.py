@@ -91,6 +91,28 @@ class NodeClient(MultiGetClient):
         """
         return self._payload(self._call("get", shard_id), self._where("get", shard_id))
 
+    def get_range(self, shard_id: str, offset: int, length: int, crc: int) -> bytes:
+        """Return ``length`` payload bytes from ``offset``, checked against ``crc``.
+
+        One key group's blob, as the shard's metadata spans it.
+
+        Raises:
+            ShardNotFoundError: the node holds no replica of the shard.
+            ChecksumError: the received bytes are not the ones the span names.
+            ProtocolError: the range is not inside the payload.
+            NodeUnavailableError: the node cannot be reached.
+        """
+        where = self._where("get", shard_id)
+        reply = self._call("get", shard_id, {"offset": offset, "length": length})
+        data: bytes = reply_field(reply, "data", bytes, where)
+        if len(data) != length or crc32(data) != crc:
+            msg = (
+                f"{where}: bytes {offset}..{offset + length} fail crc32 {crc:#010x}; "
+                "read another replica"
+            )
+            raise ChecksumError(msg)
+        return data
+
     def stream(
         self, shard_id: str, chunk_bytes: int | None = None
     ) -> Generator[bytes, None, None]:

@@ -23,6 +23,7 @@ from sr3.errors import CodecError
 from sr3.shard import (
     SHARD_VERSION,
     DecodedShard,
+    blob_spans,
     decode_shard,
     encode_shard,
     pack_shards,
@@ -37,6 +38,7 @@ __all__ = [
     "KeyGroupBlob",
     "apply_delta",
     "blob_kind",
+    "blob_spans",
     "decode_key",
     "decode_key_group",
     "decode_key_group_raw",

@@ -36,6 +36,10 @@ class ShardMeta:
         key_groups: Key groups encoded in it.
         kind: ``"full"`` (replaces the key groups) or ``"delta"`` (upserts and deletes).
         holders: Ring nodes holding a replica, preference-list order first.
+        spans: Where each key group's blob lies in the payload, aligned with
+            ``key_groups``: ``(offset, length, crc32)``, so one key group can
+            be read and checked alone (:meth:`span`). Empty in shards written
+            before spans were recorded: those are read whole.
     """
 
     shard_id: str
@@ -46,6 +50,19 @@ class ShardMeta:
     key_groups: tuple[int, ...] = ()
     kind: str = "full"
     holders: tuple[str, ...] = ()
+    spans: tuple[tuple[int, int, int], ...] = ()
+
+    def span(self, key_group: int) -> tuple[int, int, int] | None:
+        """Return ``(offset, length, crc32)`` of ``key_group``'s blob, or None.
+
+        None: the shard records no spans, or does not hold ``key_group``.
+        """
+        if len(self.spans) != len(self.key_groups):
+            return None
+        try:
+            return self.spans[self.key_groups.index(key_group)]
+        except ValueError:
+            return None
 
     def with_holders(self, holders: Sequence[str]) -> ShardMeta:
         """Return a copy with ``holders`` replaced."""
@@ -62,6 +79,7 @@ class ShardMeta:
             "key_groups": list(self.key_groups),
             "kind": self.kind,
             "holders": list(self.holders),
+            **({"spans": [list(span) for span in self.spans]} if self.spans else {}),
         }
 
     @classmethod
@@ -81,6 +99,9 @@ class ShardMeta:
                 key_groups=tuple(int(k) for k in raw.get("key_groups", ())),
                 kind=str(raw.get("kind", "full")),
                 holders=tuple(str(h) for h in raw.get("holders", ())),
+                spans=tuple(
+                    (int(o), int(n), int(c)) for o, n, c in raw.get("spans", ())
+                ),
             )
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"malformed shard metadata {dict(raw)!r}: {exc}"

@@ -209,6 +209,46 @@ class ReplicatedStore:
         )
         raise ShardNotFoundError(msg)
 
+    def get_key_group(self, shard: ShardMeta, key_group: int) -> bytes:
+        """Read one key group's blob of a shard from the first live holder.
+
+        Only the blob's bytes travel (``shard.span``), checked against the
+        crc32 the span records. A holder whose bytes fail it is reported
+        corrupt (the scrubber repairs it) and the next one is tried.
+
+        Raises:
+            ShardNotFoundError: no live holder served the blob, or the shard
+                records no span for ``key_group`` (read it whole instead).
+        """
+        span = shard.span(key_group)
+        if span is None:
+            msg = (
+                f"shard {shard.shard_id} records no span of key group {key_group}; "
+                "read the shard whole"
+            )
+            raise ShardNotFoundError(msg)
+        offset, length, crc = span
+        _, live = self.ring()
+        errors: list[str] = []
+        for node_id in self.read_order(shard, live):
+            try:
+                with self._pool.client(live[node_id]) as client:
+                    return client.get_range(shard.shard_id, offset, length, crc)
+            except ChecksumError as exc:
+                logger.warning(
+                    "corrupt replica of %s on %s: %s", shard.shard_id, node_id, exc
+                )
+                report_corrupt(self._pool, live[node_id], shard.shard_id)
+                errors.append(f"{node_id}: corrupt")
+            except StorageError as exc:
+                errors.append(f"{node_id}: {exc}")
+        msg = (
+            f"no live holder served key group {key_group} of shard "
+            f"{shard.shard_id} (holders {list(shard.holders)}: "
+            f"{'; '.join(errors) or 'none live'}); restart the holders"
+        )
+        raise ShardNotFoundError(msg)
+
     def read_order(self, shard: ShardMeta, live: Mapping[str, NodeInfo]) -> list[str]:
         """Return the live holders of ``shard`` in the order reads should try them."""
         return [h for h in shard.holders if h in live]

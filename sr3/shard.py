@@ -19,11 +19,13 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sr3.checksum import crc32
 from sr3.errors import ChecksumError, CodecError
 
 __all__ = [
     "SHARD_VERSION",
     "DecodedShard",
+    "blob_spans",
     "decode_shard",
     "encode_shard",
     "pack_shards",
@@ -167,6 +169,28 @@ def _index(body: memoryview, shard_id: str) -> DecodedShard:
         groups[kg] = body[pos : pos + length]
         pos += length
     return DecodedShard(owner, epoch, kind, groups)
+
+
+def blob_spans(
+    data: bytes | memoryview, key_groups: Mapping[int, bytes | memoryview]
+) -> dict[int, tuple[int, int, int]]:
+    """Return each key group's ``(offset, length, crc32)`` in an encoded shard.
+
+    ``data`` is what :func:`encode_shard` returned for ``key_groups``; offsets
+    count from the start of ``data``. The crc32 of each blob is computed here,
+    so a reader of one blob checks it end to end.
+    """
+    order = sorted(key_groups)
+    view = memoryview(data).cast("B")
+    owner_len = _HEAD.unpack_from(view, _PRELUDE.size)[0]
+    pos = _PRELUDE.size + _HEAD.size + owner_len + 12 * len(order)
+    spans: dict[int, tuple[int, int, int]] = {}
+    for kg in order:
+        blob = key_groups[kg]
+        length = len(blob)
+        spans[kg] = (pos, length, crc32(blob))
+        pos += length
+    return spans
 
 
 def pack_shards(

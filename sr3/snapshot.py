@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sr3.checksum import crc32
-from sr3.codec import encode_shard
+from sr3.codec import blob_spans, encode_shard
 from sr3.errors import ConfigError, StorageError
 from sr3.manifest import Manifest, ShardMeta, shard_id_for
 from sr3.ports import DropGuard, ManifestStore, NodeInfo
@@ -309,6 +309,7 @@ class SnapshotWriter:
         ) as pool:
             for seq, batch in enumerate(self._batches(key_groups)):
                 data = encode_shard(owner, epoch, kind, batch)
+                spans = blob_spans(data, batch)
                 meta = ShardMeta(
                     shard_id=shard_id_for(owner, epoch, seq),
                     owner=owner,
@@ -317,6 +318,7 @@ class SnapshotWriter:
                     crc32=crc32(data),
                     key_groups=tuple(batch),
                     kind=kind,
+                    spans=tuple(spans[kg] for kg in batch),
                 )
                 while len(pending) >= self._in_flight:
                     done.append(pending.pop(0).result())

@@ -293,6 +293,27 @@ def test_flipped_byte_on_disk_is_reported(node: Node) -> None:
         assert client.get(SHARD) == DATA
 
 
+def test_a_range_read_sends_those_bytes_only_and_checks_them(node: Node) -> None:
+    offset, length = 1024 * 1024 + 5, 300_000
+    part = DATA[offset : offset + length]
+    with node.client() as client:
+        assert client.get_range(SHARD, offset, length, zlib.crc32(part)) == part
+        assert client.get_range(SHARD, len(DATA), 0, 0) == b""
+        with pytest.raises(ProtocolError, match="not inside its 3145745-byte payload"):
+            client.get_range(SHARD, len(DATA) - 10, 11, 0)
+        with pytest.raises(ProtocolError, match="not inside"):
+            client.get_range(SHARD, -1, 10, 0)
+        with pytest.raises(ChecksumError, match="fail crc32"):
+            client.get_range(SHARD, offset, length, zlib.crc32(part) ^ 1)
+        corrupt_file(node, SHARD)  # a byte 1000 from the end flips
+        tail = len(DATA) - 2000
+        with pytest.raises(ChecksumError, match="read another replica"):
+            client.get_range(SHARD, tail, 2000, zlib.crc32(DATA[tail:]))
+        # the bytes before the flip are intact and still served
+        assert client.get_range(SHARD, offset, length, zlib.crc32(part)) == part
+        assert client.ping() == "n1"
+
+
 def test_wrong_secret_is_refused(node: Node) -> None:
     wrong = NodeConfig(secret="not-the-secret")  # noqa: S106 - a test secret
     with pytest.raises(AuthenticationError, match="sr3.node.secret"):

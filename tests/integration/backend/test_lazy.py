@@ -12,6 +12,7 @@ import pytest
 from backend.access import RingAccess
 from backend.lazy import LAZY_FETCH, ChainLoader, LoadStats
 from sr3.config import Sr3Config
+from sr3.keygroups import key_group
 from sr3.recovery import PlannedTransfer, Recoverer, RecoveryContext
 from sr3.recovery.base import EventHook
 from sr3.recovery.pieces import Assembly, Blob
@@ -90,6 +91,38 @@ def test_a_key_is_served_before_the_rest_of_the_chain_arrives(lab: Lab) -> None:
         rebuilt = KeyedState(G)
         rebuilt.install(full)
         assert _rows(rebuilt) == {**expected, ("k1",): {"v": "written while loading"}}
+    finally:
+        ring.close()
+
+
+def test_a_tuple_waits_for_its_own_key_groups_bytes_only(lab: Lab) -> None:
+    ring = _open(lab)
+    try:
+        _write_chain(ring)
+        manifest = ring.manifests.manifest(OWNER, 2)
+        metas = ring.manifests.shards(OWNER)
+        loader = ChainLoader(ring.store, manifest, metas)
+        state = KeyedState(G)
+        state.defer(loader.key_groups, loader)
+        assert state.for_key(("k7",))["v"] == "changed 7"
+        kg = key_group(("k7",), G)
+        holding = [
+            metas[sid] for sid in manifest.shard_ids if kg in metas[sid].key_groups
+        ]
+        assert len(holding) == 2  # the base and the delta
+        spans = [meta.span(kg) for meta in holding]
+        own = sum(span[1] for span in spans if span is not None)
+        assert None not in spans
+        # only the key group's blobs travelled, not the shards that hold them
+        assert loader.bytes_read == own < sum(meta.size for meta in holding)
+        assert loader.on_demand_shards == 2
+        # shards recorded before spans existed are read whole, with the same result
+        old = {sid: replace(meta, spans=()) for sid, meta in metas.items()}
+        whole = ChainLoader(ring.store, manifest, old)
+        again = KeyedState(G)
+        again.defer(whole.key_groups, whole)
+        assert again.for_key(("k7",))["v"] == "changed 7"
+        assert whole.bytes_read == sum(meta.size for meta in holding)
     finally:
         ring.close()
 

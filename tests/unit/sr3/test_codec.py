@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from sr3 import codec
 from sr3.codec import BlobKind
 from sr3.errors import ChecksumError, CodecError
+from sr3.manifest import ShardMeta
 
 scalars = st.one_of(
     st.none(),
@@ -175,6 +177,28 @@ def test_shard_round_trip(
     assert {kg: bytes(view) for kg, view in shard.key_groups.items()} == blobs
     again = codec.decode_shard(memoryview(bytearray(data)))
     assert again.key_groups.keys() == shard.key_groups.keys()
+
+
+@given(st.text(max_size=30), st.sampled_from(["full", "delta"]), blob_maps)
+def test_blob_spans_locate_each_key_groups_bytes_and_travel_in_metadata(
+    owner: str, kind: str, blobs: dict[int, bytes]
+) -> None:
+    data = codec.encode_shard(owner, 4, kind, blobs)
+    spans = codec.blob_spans(data, blobs)
+    for kg, (offset, length, crc) in spans.items():
+        assert data[offset : offset + length] == blobs[kg]
+        assert crc == zlib.crc32(blobs[kg])
+    order = tuple(sorted(blobs))
+    meta = ShardMeta(
+        "o@4#0", owner, 4, len(data), zlib.crc32(data), key_groups=order,
+        kind=kind, spans=tuple(spans[kg] for kg in order),
+    )  # fmt: skip
+    again = ShardMeta.from_dict(meta.to_dict())
+    assert again == meta
+    assert all(again.span(kg) == spans[kg] for kg in order)
+    assert again.span(2**32) is None
+    older = ShardMeta.from_dict({**meta.to_dict(), "spans": []})
+    assert older.spans == () and all(older.span(kg) is None for kg in order)
 
 
 @settings(max_examples=200)
