@@ -244,8 +244,10 @@ class ChainLoader:
             self._on_demand += len(wanted)
             self._bytes += sum(len(blob) for blob in read)
             if kg not in self._whole:  # else the background brought it meanwhile
-                for sid in have:
-                    del self._arrived[sid][kg]
+                # a shard the background brought meanwhile holds kg's blob too:
+                # drop it, or that shard's buffer would stay referenced
+                for sid in chain:
+                    self._arrived.get(sid, {}).pop(kg, None)
                 self._deliver_locked(
                     kg, [have[sid] if sid in have else blobs[sid] for sid in chain]
                 )
