@@ -13,7 +13,8 @@ A run may also start from an earlier record (:class:`StartPoint`: a savepoint,
 see :mod:`zk.savepoints`, or an epoch whose manifests still exist): the
 committer *rewinds*, committing a new epoch above every published one that
 carries the earlier record's offsets and owners, its owners' manifests copied
-to the new epoch; the run then resumes from it as ``--resume`` does.
+to the new epoch; the run then resumes from it as ``--resume`` does. The
+record a start point names is looked up and checked in :mod:`backend.start_records`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from backend.owners import OwnerId, component_owners, topology_owners
+from backend.owners import component_owners, topology_owners
+from backend.start_records import (
+    check_restorable,
+    epoch_record,
+    missing_owners,
+    savepoint_record,
+)
 from sr3.errors import ConfigError, CoordinationError
 from zk.checkpoints import CommitRecord
 from zk.savepoints import Savepoint
@@ -52,32 +59,6 @@ E_RACED = (
     "topology {topology!r}: epoch {epoch} was collected while savepoint {name!r} "
     "was taken (a newer epoch committed meanwhile; missing: {missing}); nothing "
     "was kept: run sr3 savepoint create again"
-)
-E_UNKNOWN = (
-    "topology {topology!r} has no savepoint {name!r}; its savepoints: {known} "
-    "(sr3 savepoint list {topology})"
-)
-E_OTHER_TOPOLOGY = (
-    "savepoint {name!r} belongs to topology {others}, not to {topology!r} (the "
-    "topology file's stem); a savepoint restores only the topology it was taken "
-    "of: run that topology's file, or take a savepoint of {topology!r}"
-)
-E_COLLECTED = (
-    "epoch {epoch} of topology {topology!r} cannot be restored: its manifests "
-    "were collected (or it never committed); restorable epochs: {known}. Pass "
-    "one of them to --from-epoch, take savepoints (sr3 savepoint create) to "
-    "keep an epoch, or set sr3.checkpoint.retain=N to keep the last N commits"
-)
-E_MISSING = (
-    "{what} of topology {topology!r} cannot be restored: the manifests of epoch "
-    "{epoch} are gone for {missing}; choose another savepoint or epoch "
-    "(sr3 savepoint list {topology})"
-)
-E_RENAMED = (
-    "{what} of topology {topology!r} holds the state of stateful component(s) "
-    "{old} that the topology file no longer has (its stateful components: "
-    "{new}); rename the component back, or start without {what} to begin "
-    "from empty state"
 )
 
 E_FIXED = (
@@ -165,11 +146,6 @@ def next_epoch(access: RingAccess, topology: str) -> int:
     return floor + 1
 
 
-def _missing(access: RingAccess, record: CommitRecord) -> list[str]:
-    """Return the owners of ``record`` whose manifest of its epoch is gone."""
-    return [o for o in record.owners if record.epoch not in access.manifests.epochs(o)]
-
-
 def take_savepoint(
     access: RingAccess, topology: str, name: str | None = None
 ) -> Savepoint:
@@ -192,7 +168,7 @@ def take_savepoint(
     point = access.savepoints.create(topology, name, record)
     # pinned now; the epoch's manifests must still be there (a newer commit's
     # collection may have dropped them between the read and the pin)
-    missing = _missing(access, record)
+    missing = missing_owners(access, record)
     if missing:
         access.savepoints.delete(topology, name)
         msg = E_RACED.format(
@@ -201,52 +177,6 @@ def take_savepoint(
         raise ConfigError(msg)
     logger.info("savepoint %s of %s pins epoch %s", name, topology, record.epoch)
     return point
-
-
-def _restorable(access: RingAccess, topology: str) -> str:
-    """Name the epochs of ``topology`` a run can start from (for messages)."""
-    known = []
-    record = access.checkpoints.committed(topology)
-    if record is not None:
-        known.append(f"{record.epoch} (committed)")
-    known += [
-        f"{p.record.epoch} (savepoint {p.name!r})"
-        for p in access.savepoints.savepoints(topology)
-    ]
-    known += [
-        f"{r.epoch} (retained)"
-        for r in access.checkpoints.retained(topology)
-        if record is None or r.epoch != record.epoch
-    ]
-    return ", ".join(known) or "none"
-
-
-def _savepoint_record(access: RingAccess, topology: str, name: str) -> CommitRecord:
-    point = access.savepoints.get(topology, name)
-    if point is not None:
-        return point.record
-    others = [t for t in access.savepoints.topologies_with(name) if t != topology]
-    if others:
-        owners = " or ".join(repr(t) for t in others)
-        msg = E_OTHER_TOPOLOGY.format(name=name, others=owners, topology=topology)
-        raise ConfigError(msg)
-    names = [repr(p.name) for p in access.savepoints.savepoints(topology)]
-    known = ", ".join(names) or "none"
-    raise ConfigError(E_UNKNOWN.format(topology=topology, name=name, known=known))
-
-
-def _epoch_record(access: RingAccess, topology: str, epoch: int) -> CommitRecord:
-    record = access.checkpoints.committed(topology)
-    if record is not None and record.epoch == epoch:
-        return record
-    for point in access.savepoints.savepoints(topology):
-        if point.record.epoch == epoch:
-            return point.record
-    for kept in access.checkpoints.retained(topology):
-        if kept.epoch == epoch:
-            return kept
-    known = _restorable(access, topology)
-    raise ConfigError(E_COLLECTED.format(epoch=epoch, topology=topology, known=known))
 
 
 def start_record(
@@ -270,28 +200,11 @@ def start_record(
         CoordinationError: ZooKeeper failed.
     """
     if point.savepoint is not None:
-        record = _savepoint_record(access, topology, point.savepoint)
+        record = savepoint_record(access, topology, point.savepoint)
     else:
         assert point.epoch is not None  # noqa: S101 (StartPoint checks it)
-        record = _epoch_record(access, topology, point.epoch)
-    if components is not None:
-        tasks = topology_owners(record.owners, topology)
-        held = sorted({OwnerId.parse(o).component for o in tasks})
-        gone = [c for c in held if c not in components]
-        if gone:
-            msg = E_RENAMED.format(
-                what=point,
-                topology=topology,
-                old=", ".join(map(repr, gone)),
-                new=", ".join(map(repr, sorted(components))) or "none",
-            )
-            raise ConfigError(msg)
-    missing = _missing(access, record)
-    if missing:
-        msg = E_MISSING.format(
-            what=point, topology=topology, epoch=record.epoch, missing=missing
-        )
-        raise ConfigError(msg)
+        record = epoch_record(access, topology, point.epoch)
+    check_restorable(access, topology, record, what=str(point), components=components)
     return record
 
 

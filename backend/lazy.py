@@ -12,6 +12,9 @@ in parallel), and its tuple waits for that key group alone; a key group is
 installed once, from whichever path brought it whole first. Shards a
 background fetch failed to read are read again on demand. When every key group
 arrived, ``on_loaded`` is called once with the load's :class:`LoadStats`.
+The loader's parts beside it: :mod:`backend.keygroup_arrivals` (what arrived),
+:mod:`backend.shard_fetches` (which shards are queued, being read or failed) and
+:mod:`backend.lazy_transfer` (the background transfer).
 """
 
 from __future__ import annotations
@@ -24,10 +27,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
+from backend.keygroup_arrivals import KeyGroupArrivals
+from backend.lazy_transfer import run_transfer
+from backend.shard_fetches import ShardFetches
 from sr3.codec import decode_shard
 from sr3.errors import RecoveryError
 from sr3.manifest import Manifest, ShardMeta
-from sr3.recovery.recover import PlannedTransfer, shards_to_read
+from sr3.recovery.transfer_plan import PlannedTransfer, shards_to_read
 from sr3.replication import ReplicatedStore
 
 __all__ = ["LAZY_FETCH", "ChainLoader", "LoadStats"]
@@ -117,40 +123,21 @@ class ChainLoader:
         #: the structure the background ran and why (LoadStats)
         self._transfer_name = ""
         self._reason = "lazy restore: the background fetched shard by shard"
-        #: key groups complete (handed out or ready to be)
-        self._whole: set[int] = set()
-        #: blobs of key groups the transfer delivered, not handed out yet
-        self._delivered: dict[int, list[Blob]] = {}
-        #: shards' worth of key groups the transfer delivered
-        self._transferred_bytes = 0
-        #: each key group's shards, oldest first (the chain's order)
-        self._chains: dict[int, list[str]] = {}
-        for sid in shard_ids:
-            for kg in self._metas[sid].key_groups:
-                self._chains.setdefault(kg, []).append(sid)
-        #: key groups still to come from each shard
-        self._waiting: dict[int, int] = {kg: len(c) for kg, c in self._chains.items()}
-        self._arrived: dict[str, dict[int, Blob]] = {}
-        self._busy: set[str] = set()
-        self._complete: list[int] = []
-        self._failed: dict[str, BaseException] = {}
+        #: what arrived, key group by key group (under the lock)
+        self._arrivals = KeyGroupArrivals(self._metas)
+        #: which shards are queued, being read or failed (under the lock)
+        self._fetches = ShardFetches(self._metas)
         self._cond = threading.Condition()
         self._started = time.monotonic()
         self._bytes = 0
         self._on_demand = 0
         self._done = False
         self._demand_pool: ThreadPoolExecutor | None = None
-        # background order: shards by their lowest key group (key-group order)
-        self._queue = sorted(
-            shard_ids,
-            key=lambda sid: (min(self._metas[sid].key_groups, default=0), sid),
-        )
-        self._queue.reverse()  # popped from the end
 
     @property
     def key_groups(self) -> frozenset[int]:
         """Every key group the chain holds."""
-        return frozenset(self._chains)
+        return self._arrivals.key_groups
 
     @property
     def bytes_total(self) -> int:
@@ -196,16 +183,16 @@ class ChainLoader:
             RecoveryError, ShardNotFoundError: a shard of it cannot be read.
         """
         with self._cond:
-            whole = key_group in self._whole
+            whole = self._arrivals.is_whole(key_group)
         if not whole and not self._fetch_key_group(key_group):
             try:
-                self._ensure(self._chains.get(key_group, []), demanded=True)
+                self._ensure(self._arrivals.chain(key_group), demanded=True)
             except RecoveryError:
                 with self._cond:  # the transfer may have brought it meanwhile
-                    if key_group not in self._whole:
+                    if not self._arrivals.is_whole(key_group):
                         raise
         with self._cond:
-            return self._hand_out()
+            return self._arrivals.hand_out()
 
     def _fetch_key_group(self, kg: int) -> bool:
         """Read ``kg``'s blobs alone from each shard of its chain (in parallel).
@@ -216,15 +203,11 @@ class ChainLoader:
         shard records no span for it, or a read failed; the caller then
         fetches the whole shards.
         """
-        chain = self._chains.get(kg, [])
+        chain = self._arrivals.chain(kg)
         if not chain or any(self._metas[sid].span(kg) is None for sid in chain):
             return False
         with self._cond:
-            have = {
-                sid: self._arrived[sid][kg]
-                for sid in chain
-                if kg in self._arrived.get(sid, {})
-            }
+            have = self._arrivals.blobs_here(kg)
         wanted = [sid for sid in chain if sid not in have]
         try:
             read = list(
@@ -243,14 +226,13 @@ class ChainLoader:
         with self._cond:
             self._on_demand += len(wanted)
             self._bytes += sum(len(blob) for blob in read)
-            if kg not in self._whole:  # else the background brought it meanwhile
-                # a shard the background brought meanwhile holds kg's blob too:
-                # drop it, or that shard's buffer would stay referenced
-                for sid in chain:
-                    self._arrived.get(sid, {}).pop(kg, None)
-                self._deliver_locked(
-                    kg, [have[sid] if sid in have else blobs[sid] for sid in chain]
-                )
+            # unless the background brought it meanwhile; a shard it brought
+            # holds kg's blob too: dropped, or its buffer would stay referenced
+            self._deliver_locked(
+                kg,
+                [have[sid] if sid in have else blobs[sid] for sid in chain],
+                drop_arrived=True,
+            )
         self._maybe_finish()
         return True
 
@@ -263,58 +245,22 @@ class ChainLoader:
         with self._cond:
             while self._transferring:
                 self._cond.wait()
-            left = self._shards_left()
+            left = self._arrivals.shards_left()
         self._ensure(left, demanded=False)
         with self._cond:
-            return self._hand_out()
-
-    def _shards_left(self) -> list[str]:
-        """Shards of the key groups not complete yet, chain order (under the lock)."""
-        wanted = {
-            sid
-            for kg, chain in self._chains.items()
-            if kg not in self._whole
-            for sid in chain
-        }
-        return [sid for sid in self._metas if sid in wanted]
+            return self._arrivals.hand_out()
 
     def _run_transfer(self, plan: Callable[[], PlannedTransfer], threads: int) -> None:
         """Plan and run the transfer, then fetch what it left shard by shard."""
-        received = 0
-        try:
-            transfer = plan()
-        except Exception as exc:  # the shard-by-shard fetch below is the fallback
-            logger.warning(
-                "lazy restore: planning the transfer failed (%s); fetching shards "
-                "directly",
-                exc,
-            )
-            self._reason = f"lazy restore: no transfer planned ({exc}); shard by shard"
-        else:
-            mechanism = transfer.decision.mechanism
-            self._transfer_name = mechanism
-            self._reason = (
-                "lazy restore: key groups fetched when first needed, the rest by "
-                f"{mechanism} in the background: {transfer.decision.reason}"
-            )
-            try:
-                received = transfer.run(self._deliver).bytes_received
-            except Exception as exc:  # the shard-by-shard fetch below is the fallback
-                logger.warning(
-                    "lazy restore: %s transfer failed (%s); fetching shards directly",
-                    mechanism,
-                    exc,
-                )
-                self._reason += f"; the transfer failed ({exc}), shard by shard"
+        outcome = run_transfer(plan, self._deliver)
+        self._transfer_name = outcome.transfer
+        self._reason = outcome.reason
+        received = outcome.bytes_received
         with self._cond:
             self._transferring = False
             self._bytes += received
-            left = self._shards_left()
-            self._queue = sorted(
-                left,
-                key=lambda sid: (min(self._metas[sid].key_groups, default=0), sid),
-            )
-            self._queue.reverse()
+            left = self._arrivals.shards_left()
+            self._fetches.queue(left)
             self._cond.notify_all()
         if left:
             self._start_threads(threads)
@@ -327,14 +273,12 @@ class ChainLoader:
             self._deliver_locked(kg, blobs)
         self._maybe_finish()
 
-    def _deliver_locked(self, kg: int, blobs: list[Blob]) -> None:
+    def _deliver_locked(
+        self, kg: int, blobs: list[Blob], *, drop_arrived: bool = False
+    ) -> None:
         """Take ``kg`` whole from ``blobs`` unless it already is (under the lock)."""
-        if kg in self._whole or kg not in self._chains:
-            return
-        self._whole.add(kg)
-        self._delivered[kg] = blobs
-        self._complete.append(kg)
-        self._cond.notify_all()
+        if self._arrivals.deliver(kg, blobs, drop_arrived=drop_arrived):
+            self._cond.notify_all()
 
     def _ensure(self, sids: list[str], *, demanded: bool) -> None:
         """Make sure ``sids`` arrived: fetch those nobody fetches, wait for the rest.
@@ -349,12 +293,9 @@ class ChainLoader:
         """
         for attempt in (1, 2):
             with self._cond:
-                claimed = [
-                    s for s in sids if s not in self._arrived and s not in self._busy
-                ]
-                for sid in claimed:
-                    self._busy.add(sid)
-                    self._failed.pop(sid, None)
+                claimed = self._fetches.claim(
+                    s for s in sids if not self._arrivals.has_shard(s)
+                )
             if demanded and attempt == 1:
                 self._on_demand += len(claimed)
             if len(claimed) > 1:
@@ -362,14 +303,14 @@ class ChainLoader:
             elif claimed:
                 self._fetch(claimed[0])
             with self._cond:
-                while any(sid in self._busy for sid in sids):
+                while self._fetches.any_busy(sids):
                     self._cond.wait()
-                missing = [s for s in sids if s not in self._arrived]
+                missing = [s for s in sids if not self._arrivals.has_shard(s)]
             if not missing:
                 return
         sid = missing[0]
         meta = self._metas[sid]
-        error = self._failed.get(sid)
+        error = self._fetches.failure(sid)
         msg = f"shard {sid} of {meta.owner}@{meta.epoch} could not be read: {error}"
         raise RecoveryError(msg) from error
 
@@ -380,30 +321,12 @@ class ChainLoader:
             )
         return self._demand_pool
 
-    def _hand_out(self) -> dict[int, list[Blob]]:
-        """Every key group complete and not handed out yet (under the lock)."""
-        out: dict[int, list[Blob]] = {}
-        wanted, self._complete = self._complete, []
-        for kg in wanted:
-            delivered = self._delivered.pop(kg, None)
-            if delivered is not None:
-                out[kg] = delivered
-            else:
-                out[kg] = [self._arrived[sid].pop(kg) for sid in self._chains[kg]]
-        return out
-
     def _background(self) -> None:
         while True:
             with self._cond:
-                sid = None
-                while self._queue:
-                    candidate = self._queue.pop()
-                    if candidate not in self._arrived and candidate not in self._busy:
-                        sid = candidate
-                        break
-                if sid is None:
-                    return
-                self._busy.add(sid)
+                sid = self._fetches.next_queued(skip=self._arrivals.has_shard)
+            if sid is None:
+                return
             self._fetch(sid)
 
     def _fetch(self, sid: str) -> None:
@@ -415,24 +338,13 @@ class ChainLoader:
         except Exception as exc:  # recorded: the task's thread raises it on demand
             logger.warning("lazy restore: shard %s not read yet: %s", sid, exc)
             with self._cond:
-                self._busy.discard(sid)
-                self._failed[sid] = exc
+                self._fetches.fail(sid, exc)
                 self._cond.notify_all()
             return
         with self._cond:
-            self._busy.discard(sid)
-            # a key group the transfer already delivered is not installed twice
-            self._arrived[sid] = {
-                kg: blob
-                for kg, blob in shard.key_groups.items()
-                if kg not in self._whole
-            }
+            self._fetches.done(sid)
+            self._arrivals.add_shard(sid, shard.key_groups, meta.key_groups)
             self._bytes += meta.size
-            for kg in meta.key_groups:
-                self._waiting[kg] -= 1
-                if self._waiting[kg] == 0 and kg not in self._whole:
-                    self._whole.add(kg)
-                    self._complete.append(kg)
             self._cond.notify_all()
         self._maybe_finish()
 
@@ -443,9 +355,7 @@ class ChainLoader:
         """
         with self._cond:
             done = (
-                len(self._whole) == len(self._chains)
-                and not self._transferring
-                and not self._done
+                self._arrivals.all_whole() and not self._transferring and not self._done
             )
             if done:
                 self._done = True

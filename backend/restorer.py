@@ -6,7 +6,7 @@ tree recovery (:mod:`sr3.recovery`), or comes key group by key group as a
 resumed task touches it (:class:`backend.lazy.ChainLoader`), or, after a
 parallelism change, from every committed owner of the component
 (:func:`backend.rescale.reshard`). Every path reads the chain's shards through
-:func:`sr3.recovery.recover.shards_to_read`.
+:func:`sr3.recovery.transfer_plan.shards_to_read`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sr3.client import ClientPool
 from sr3.config import Sr3Config
 from sr3.errors import RecoveryError
 from sr3.recovery import Recoverer, RecoveryContext
-from sr3.recovery.recover import shards_to_read
+from sr3.recovery.transfer_plan import shards_to_read
 from sr3.replication import LiveMembers, ReplicatedStore
 from sr3.snapshot import SnapshotReader
 from sr3.state import KeyedState

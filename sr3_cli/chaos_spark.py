@@ -38,7 +38,7 @@ from typing import Any, Final
 from sr3.config import Sr3Config
 from sr3.errors import ConfigError, SR3Error
 from sr3.net import free_port
-from sr3.recovery.recover import BROKEN_BUILD_ENV
+from sr3.recovery.transfer_plan import BROKEN_BUILD_ENV
 from sr3_cli.chaos import SPARK_ROWS, Fault, Outcome, Schedule
 from sr3_cli.chaos_runs import Injector, final_state, verdict
 from sr3_cli.lab import Lab, resolve_lab_dir
@@ -310,7 +310,7 @@ class _Runner:
     def _executors(self, driver: _Driver) -> dict[str, int]:
         """The driver's executors, once it has one (a resumed driver starts)."""
         # pyspark loads only when a campaign runs on a Spark cluster
-        from spark_bridge.standalone import driver_executors  # noqa: PLC0415
+        from spark_bridge.standalone_jvms import driver_executors  # noqa: PLC0415
 
         deadline = time.monotonic() + self.timeout_s
         while driver.proc.poll() is None and time.monotonic() < deadline:

@@ -21,7 +21,7 @@ from typing import Any
 
 from sr3.config import Sr3Config
 from sr3.errors import SR3Error
-from sr3.recovery.recover import BROKEN_BUILD_ENV
+from sr3.recovery.transfer_plan import BROKEN_BUILD_ENV
 from sr3_cli.chaos import Outcome, Schedule
 from sr3_cli.chaos_runs import Injector, final_state, verdict
 from sr3_cli.lab import Lab

@@ -32,14 +32,10 @@ if TYPE_CHECKING:
         ProbeResult,
         plan_mechanism,
     )
-    from sr3.recovery.recover import (
-        STRATEGIES,
-        PlannedTransfer,
-        Recoverer,
-        RecoveryResult,
-    )
+    from sr3.recovery.recover import Recoverer, RecoveryResult
     from sr3.recovery.relay import RelayOps
     from sr3.recovery.star import StarRecovery
+    from sr3.recovery.transfer_plan import STRATEGIES, PlannedTransfer
     from sr3.recovery.tree import TreeRecovery
 
 __all__ = [
@@ -88,12 +84,12 @@ _EXPORTS = {
     "ProbeResult": "sr3.recovery.planner",
     "Prober": "sr3.recovery.planner",
     "plan_mechanism": "sr3.recovery.planner",
-    "PlannedTransfer": "sr3.recovery.recover",
     "Recoverer": "sr3.recovery.recover",
     "RecoveryResult": "sr3.recovery.recover",
-    "STRATEGIES": "sr3.recovery.recover",
     "RelayOps": "sr3.recovery.relay",
     "StarRecovery": "sr3.recovery.star",
+    "PlannedTransfer": "sr3.recovery.transfer_plan",
+    "STRATEGIES": "sr3.recovery.transfer_plan",
     "TreeRecovery": "sr3.recovery.tree",
 }
 

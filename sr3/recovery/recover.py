@@ -4,13 +4,15 @@
 (or takes the configured one), moves the shards with it, re-plans whatever a
 failed holder left missing (star over the remaining holders), installs the key
 groups into a :class:`~sr3.state.KeyedState` (lazily by default), and reports the
-mechanism, the reason, bytes, holders, re-plans and a timeline.
+mechanism, the reason, bytes, holders, re-plans and a timeline in a
+:class:`RecoveryResult`. What it shares with the lazy restore (the shards read,
+the planner's inputs, the structures by name, a planned transfer) lives in
+:mod:`sr3.recovery.transfer_plan`.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,41 +26,24 @@ from sr3.recovery.base import (
     RecoveryContext,
     RecoveryLifecycle,
     RecoveryPhase,
-    RecoveryStrategy,
     Span,
     TransferJob,
-    covering_holders,
 )
-from sr3.recovery.line import LineRecovery
 from sr3.recovery.pieces import Assembly, Blob, shard_metas_in_order
-from sr3.recovery.planner import PlanDecision, PlannerInputs, Prober, plan_mechanism
+from sr3.recovery.planner import PlanDecision, Prober, plan_mechanism
 from sr3.recovery.star import StarRecovery
-from sr3.recovery.tree import TreeRecovery
+from sr3.recovery.transfer_plan import (
+    STRATEGIES,
+    PlannedTransfer,
+    planner_inputs,
+    shards_to_read,
+)
 from sr3.replication import report_corrupt
 from sr3.state import KeyedState
 
-__all__ = [
-    "BROKEN_BUILD_ENV",
-    "STRATEGIES",
-    "Recoverer",
-    "PlannedTransfer",
-    "RecoveryResult",
-    "planner_inputs",
-    "shards_to_read",
-]
-
-#: Test-only switch of a deliberately broken build: ``drop-delta`` makes every
-#: recovery leave out the newest delta of each key group's chain, the kind of
-#: bug the chaos campaign exists to catch (``tests/e2e/test_chaos_campaign.py``).
-BROKEN_BUILD_ENV = "SR3_BROKEN_BUILD"
+__all__ = ["Recoverer", "RecoveryResult"]
 
 logger = logging.getLogger(__name__)
-
-STRATEGIES: dict[str, type[RecoveryStrategy]] = {
-    "star": StarRecovery,
-    "line": LineRecovery,
-    "tree": TreeRecovery,
-}
 
 
 @dataclass
@@ -130,46 +115,6 @@ class RecoveryResult:
             "structure": self.structure,
             "predicted_s": {k: round(v, 6) for k, v in self.predicted_s.items()},
         }
-
-
-def planner_inputs(
-    shards: Sequence[ShardMeta],
-    live: Mapping[str, object],
-    context: RecoveryContext,
-    *,
-    configured: str,
-    probes: Any = None,
-) -> PlannerInputs:
-    """Summarise a chain and the measured paths for :func:`plan_mechanism`.
-
-    The merged size is estimated as the largest epoch of the chain (deltas mostly
-    overwrite keys of the base).
-    """
-    per_epoch: dict[int, int] = {}
-    for s in shards:
-        per_epoch[s.epoch] = per_epoch.get(s.epoch, 0) + s.size
-    holders = {h for s in shards for h in s.holders if h in live}
-    kwargs: dict[str, Any] = {}
-    if probes is not None:
-        kwargs = {
-            "rtt_s": probes.median_rtt_s(),
-            "holder_bps": probes.median_bps(),
-            "aggregate_bps": probes.aggregate_bps,
-            "probed": bool(probes.bps),
-        }
-    return PlannerInputs(
-        state_bytes=sum(per_epoch.values()),
-        merged_bytes=max(per_epoch.values(), default=0),
-        shard_count=len(shards),
-        holder_count=len(holders),
-        relay_holders=len(covering_holders(shards, live)) or None,
-        chain_length=len(per_epoch),
-        latency_target_s=context.recovery.latency_target_s,
-        configured=configured,
-        tree_fanout=context.recovery.tree_fanout,
-        parallel=context.parallel,
-        **kwargs,
-    )
 
 
 class Recoverer:
@@ -369,45 +314,6 @@ class Recoverer:
             StarRecovery(self.context).transfer(job)
 
 
-@dataclass
-class PlannedTransfer:
-    """A planned transfer of one owner's chain (:meth:`Recoverer.plan_transfer`).
-
-    Attributes:
-        context: How to reach the ring.
-        owner: Whose chain.
-        manifest: The manifest transferred.
-        shards: Its shards to read, in chain order.
-        live: The live nodes when planned.
-        decision: The planner's choice and its reason.
-    """
-
-    context: RecoveryContext
-    owner: str
-    manifest: Manifest
-    shards: list[ShardMeta]
-    live: dict[str, Any]
-    decision: PlanDecision
-
-    def run(
-        self,
-        on_key_group: Callable[[int, list[Blob]], None],
-        on_event: EventHook | None = None,
-    ) -> Assembly:
-        """Move the shards with the chosen structure, one round, no re-plan.
-
-        ``on_key_group`` gets each key group's blobs (epoch order) as soon as
-        they all arrived; what the round left missing is the assembly's
-        :meth:`~sr3.recovery.pieces.Assembly.missing_shards`.
-        """
-        assembly = Assembly(self.manifest, self.shards, on_key_group=on_key_group)
-        job = TransferJob(
-            self.owner, self.shards, self.live, assembly, on_event=on_event
-        )
-        STRATEGIES[self.decision.mechanism](self.context).transfer(job)
-        return assembly
-
-
 def _unserved(owner: str, missing: list[str], rounds: int, job: TransferJob) -> str:
     """The error for shards still missing after the last re-plan, with the cause."""
     corrupt: dict[str, set[str]] = {}
@@ -442,20 +348,3 @@ def _first_read(state: KeyedState, layers: Mapping[int, list[Blob]]) -> None:
             if entries:
                 state.for_key(decode_key(next(iter(entries)))).get("v")
                 return
-
-
-def shards_to_read(shards: list[ShardMeta]) -> list[ShardMeta]:
-    """Return the chain's shards a restore reads: all of them.
-
-    Every restore path reads through this (eager recovery and the lazy
-    loader), so the test-only :data:`BROKEN_BUILD_ENV` switch breaks them all:
-    under ``drop-delta`` the newest delta's shards are left out.
-    """
-    deltas = [s.epoch for s in shards if s.kind == "delta"]
-    if os.environ.get(BROKEN_BUILD_ENV) != "drop-delta" or not deltas:
-        return shards
-    newest = max(deltas)
-    logger.warning(
-        "%s=drop-delta: recovery drops delta epoch %d", BROKEN_BUILD_ENV, newest
-    )
-    return [s for s in shards if s.epoch != newest]

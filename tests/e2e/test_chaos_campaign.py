@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sr3.config import Sr3Config
-from sr3.recovery.recover import BROKEN_BUILD_ENV
+from sr3.recovery.transfer_plan import BROKEN_BUILD_ENV
 from sr3_cli.chaos import (
     KINDS,
     Fault,

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from sr3.recovery.recover import BROKEN_BUILD_ENV
+from sr3.recovery.transfer_plan import BROKEN_BUILD_ENV
 from sr3_cli.lab import Lab
 from storm_bridge.apache import ApacheStormCluster
 from storm_bridge.sparse.submit import NimbusSession

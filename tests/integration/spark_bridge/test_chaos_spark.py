@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from spark_bridge.standalone import StandaloneCluster
-from sr3.recovery.recover import BROKEN_BUILD_ENV
+from sr3.recovery.transfer_plan import BROKEN_BUILD_ENV
 from sr3_cli.lab import Lab
 from tests.integration.conftest import running_lab
 

@@ -14,7 +14,7 @@ from sr3.manifest import ShardMeta
 from sr3.ports import NodeInfo
 from sr3.recovery.base import RecoveryContext
 from sr3.recovery.planner import PlannerInputs, ProbeResult, plan_mechanism
-from sr3.recovery.recover import planner_inputs
+from sr3.recovery.transfer_plan import planner_inputs
 
 MB = 1_000_000
 
