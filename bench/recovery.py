@@ -32,9 +32,7 @@ Writes bench/results/recovery.{csv,json,md} and one PNG per scenario. Not a test
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import signal
 import sys
 import tempfile
 import time
@@ -46,149 +44,32 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.cpu import cores, own_cpu_s, pids_cpu_s  # noqa: E402 - after sys.path
-from bench.recovery_baselines import (  # noqa: E402
+from bench.recovery_baselines import (  # noqa: E402 - after sys.path
     RedisServer,
     raw_loopback_run,
     redis_load,
     redis_restore,
     spark_restart,
 )
+from bench.recovery_report import save_json, write_report  # noqa: E402
+from bench.recovery_ring import LoopbackRing, context_of, recover_once  # noqa: E402
+from bench.recovery_rows import (  # noqa: E402
+    MECHANISMS,
+    interleaved,
+    median_of,
+    scenario,
+    show_row,
+    spec_for,
+)
 from sr3.config import parse_size  # noqa: E402
-from sr3.recovery import Recoverer, RecoveryContext  # noqa: E402
+from sr3.recovery import Recoverer  # noqa: E402
 from sr3.synthetic import SyntheticSpec  # noqa: E402
-from sr3_cli.cluster import Cluster, open_cluster  # noqa: E402
-from sr3_cli.commands import wait_for_members  # noqa: E402
-from sr3_cli.lab import Lab  # noqa: E402
+from sr3_cli.cluster import open_cluster  # noqa: E402
 from sr3_cli.snapshot_cmd import put_synthetic  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 BASELINES_ONLY = RESULTS / "recovery_baselines_only.json"
-MECHANISMS = ("star", "line", "tree")
 DELTA_EPOCHS, DELTA_FRACTION = 6, 0.5
-
-
-def spec_for(size: int, shape: str) -> SyntheticSpec:
-    value = 1024 if shape == "small" else 1024 * 1024
-    return SyntheticSpec(total_bytes=size, keys=max(1, size // value), seed=42)
-
-
-def scenario(
-    shape: str, label: str, spec: SyntheticSpec, epochs: int
-) -> dict[str, Any]:
-    """The fields naming a loopback scenario in every row of it."""
-    return {
-        "network": "loopback",
-        "shape": shape,
-        "size": label,
-        "size_bytes": spec.total_bytes,
-        "keys": spec.keys,
-        "epochs": epochs,
-        "cores": cores(),
-    }
-
-
-def victims(mechanism: str, structure: dict[str, Any], count: int) -> list[str]:
-    nodes: list[str] = structure["nodes"]
-    if mechanism == "star":
-        return sorted(nodes, key=lambda n: -len(structure["assignment"][n]))[:count]
-    if mechanism == "line":
-        # the middle of the chain, then its end (distinct even on a 2-node chain)
-        return list(dict.fromkeys([nodes[(len(nodes) - 1) // 2], nodes[-1]]))[:count]
-    return [nodes[1], nodes[0]][:count] if len(nodes) > 1 else nodes[:count]
-
-
-def recover_once(
-    recoverer: Recoverer,
-    owner: str,
-    mechanism: str,
-    failures: int,
-    kill: Callable[[list[str]], None],
-    *,
-    lazy: bool = True,
-    holder_pids: Callable[[], list[int | None]] = list,
-) -> dict[str, Any]:
-    """Recover ``owner`` once; return its row (times, CPU seconds, timeline).
-
-    ``holder_pids`` gives the ring nodes' process ids: their CPU seconds during the
-    recovery go in ``holders_cpu_s`` and R's own in ``r_cpu_s``.
-    """
-    plan: dict[str, Any] = {}
-    killed: list[str] = []
-
-    def on_event(kind: str, info: Any) -> None:
-        if kind == "plan" and not plan:
-            plan.update(info["structure"])
-        if kind == "data" and failures and not killed:
-            killed.extend(victims(mechanism, plan, failures))
-            kill(killed)
-
-    pids = holder_pids()
-    cpu_before = own_cpu_s(), pids_cpu_s(pids)
-    result = recoverer.recover(owner, mechanism=mechanism, lazy=lazy, on_event=on_event)
-    r_cpu, holders_cpu = own_cpu_s() - cpu_before[0], pids_cpu_s(pids) - cpu_before[1]
-    row = {
-        "mechanism": mechanism if lazy else f"{mechanism}-eager",
-        "chosen": result.mechanism,
-        "failures": failures,
-        "killed": killed,
-        "time_to_resume_s": result.time_to_resume_s,
-        "transfer_s": result.transfer_s,
-        "bytes_received": result.bytes_received,
-        "state_bytes": result.state_bytes,
-        "replans": result.replans,
-        "failed_holders": result.failed_holders,
-        "reason": result.reason,
-        "timeline": [s.to_dict() for s in result.timeline],
-        "r_cpu_s": round(r_cpu, 3),
-        "holders_cpu_s": round(holders_cpu, 3),
-    }
-    del result
-    gc.collect()
-    return row
-
-
-class LoopbackRing:
-    """A lab of ring nodes on loopback, with kill and restart."""
-
-    def __init__(self, root: Path, nodes: int = 5) -> None:
-        self.lab = Lab(root=root)
-        root.mkdir(parents=True)
-        self.lab.save()
-        self.lab.start_zookeeper()
-        self.lab.add_nodes(nodes)
-        self.lab.start_nodes(sorted(self.lab.nodes))
-        wait_for_members(self.lab, nodes)
-        self.count = nodes
-        self.killed: list[str] = []
-
-    def kill(self, node_ids: list[str]) -> None:
-        self.lab.kill_nodes(node_ids, signal.SIGKILL)
-        self.killed += node_ids
-
-    def pids(self) -> list[int | None]:
-        """Process ids of the ring nodes now."""
-        return [node.pid for node in self.lab.nodes.values()]
-
-    def heal(self) -> None:
-        if self.killed:
-            self.lab.start_nodes(sorted(set(self.killed)))
-            wait_for_members(self.lab, self.count)
-            self.killed = []
-
-    def close(self) -> None:
-        self.lab.stop_nodes()
-        self.lab.stop_zookeeper()
-
-
-def context_of(cluster: Cluster) -> RecoveryContext:
-    return RecoveryContext(
-        manifests=cluster.manifests,
-        members=cluster.membership.members,
-        pool=cluster.pool,
-        node_config=cluster.config.node,
-        recovery=cluster.config.recovery,
-    )
 
 
 def run_loopback(
@@ -243,7 +124,7 @@ def run_loopback(
                                 tmp,
                                 raw=False,
                             )
-                        _save(rows)
+                        save_json(rows, RESULTS)
     finally:
         if redis is not None:
             redis.close()
@@ -270,7 +151,7 @@ def _scenario_rows(
 
     def show(row: dict[str, Any]) -> None:
         rows.append({**base, **row})
-        _show(rows[-1])
+        show_row(rows[-1])
 
     def once(mechanism: str, failures: int, lazy: bool = True) -> dict[str, Any]:
         return recover_once(
@@ -291,11 +172,11 @@ def _scenario_rows(
     if with_raw and "raw" in args.baselines:
         for mechanism, keep in (("raw-loopback", True), ("raw-pretouched", False)):
             runs[mechanism] = partial(_raw_row, mechanism, state_bytes, keep)
-    for row in _interleaved(args.repeat, runs, after=ring.heal):
+    for row in interleaved(args.repeat, runs, after=ring.heal):
         show(row)
     for failures in (f for f in args.failures if f):
         for mech in MECHANISMS:
-            show(_median_of(1, partial(once, mech, failures), after=ring.heal))
+            show(median_of(1, partial(once, mech, failures), after=ring.heal))
     show(once("star", 0, lazy=False))
     return rows
 
@@ -308,41 +189,6 @@ def _raw_row(mechanism: str, state_bytes: int, keep: bool) -> dict[str, Any]:
         "failures": 0,
         "bytes_received": state_bytes,
     }
-
-
-def _interleaved(
-    times: int,
-    runs: dict[str, Callable[[], dict[str, Any]]],
-    *,
-    after: Callable[[], None] = lambda: None,
-) -> list[dict[str, Any]]:
-    """Run each of ``runs`` ``times`` times, taking turns; return median rows."""
-    got: dict[str, list[dict[str, Any]]] = {name: [] for name in runs}
-    for _ in range(times):
-        for name, run in runs.items():
-            try:
-                got[name].append(run())
-            finally:
-                after()
-    return [_median(samples) for samples in got.values() if samples]
-
-
-def _median(samples: list[dict[str, Any]]) -> dict[str, Any]:
-    """The median sample's row, with every sample's time under ``samples_s``."""
-    ordered = sorted(samples, key=lambda r: float(r["time_to_resume_s"]))
-    row = dict(ordered[(len(ordered) - 1) // 2])
-    row["samples_s"] = [round(float(r["time_to_resume_s"]), 4) for r in ordered]
-    return row
-
-
-def _median_of(
-    times: int,
-    run: Callable[[], dict[str, Any]],
-    *,
-    after: Callable[[], None] = lambda: None,
-) -> dict[str, Any]:
-    """Run ``times`` times; return the median run's row with every sample."""
-    return _interleaved(times, {"run": run}, after=after)[0]
 
 
 def run_baselines_only(
@@ -378,7 +224,7 @@ def _baselines(
 ) -> None:
     if raw and "raw" in args.baselines:
         for mechanism, keep in (("raw-loopback", True), ("raw-pretouched", False)):
-            row = _median_of(
+            row = median_of(
                 args.repeat,
                 lambda keep=keep: dict(raw_loopback_run(state_bytes, keep=keep)),
             )
@@ -391,7 +237,7 @@ def _baselines(
                     "bytes_received": state_bytes,
                 }
             )
-            _show(rows[-1])
+            show_row(rows[-1])
     if redis is not None:
         load_s = redis_load(redis, owner, spec)
         # median of up to 5 restores: restores of 1 GB took 5 to 10 s in one run
@@ -412,7 +258,7 @@ def _baselines(
                 "samples_s": [round(float(g["seconds"]), 3) for g in restores],
             }
         )
-        _show(rows[-1])
+        show_row(rows[-1])
     if "spark" in args.baselines and base["size_bytes"] <= args.spark_max:
         for provider in ("hdfs", "rocksdb"):
             try:
@@ -429,24 +275,7 @@ def _baselines(
                     **got,
                 }
             )
-            _show(rows[-1])
-
-
-def _show(row: dict[str, Any]) -> None:
-    extra = f" chose={row['chosen']}" if row["mechanism"] == "auto" else ""
-    if row.get("failures"):
-        extra += f" killed={row.get('killed')} replans={row.get('replans')}"
-    print(
-        f"[{row['network']}/{row['shape']}/{row['size']}/e{row['epochs']}] "
-        f"{row['mechanism']:<14} f={row['failures']} "
-        f"resume {row['time_to_resume_s']:.3f}s{extra}",
-        flush=True,
-    )
-
-
-def _save(rows: list[dict[str, Any]]) -> None:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "recovery.json").write_text(json.dumps(rows, indent=1, default=str))
+            show_row(rows[-1])
 
 
 def main() -> None:
@@ -488,8 +317,6 @@ def main() -> None:
     args.baselines = set(filter(None, args.baselines.split(",")))
     args.delta_max = parse_size(args.delta_max)
     args.spark_max = parse_size(args.spark_max)
-    from bench.recovery_report import write_report
-
     if args.report_only:
         write_report(json.loads((RESULTS / "recovery.json").read_text()), RESULTS)
         return
@@ -508,12 +335,12 @@ def main() -> None:
                 Path(tmp),
                 recover_once=recover_once,
                 spec_for=spec_for,
-                show=_show,
+                show=show_row,
             )
     if args.baselines_only:
         print(f"wrote {BASELINES_ONLY}; merge it with --append")
         return
-    _save(rows)
+    save_json(rows, RESULTS)
     write_report(rows, RESULTS)
 
 

@@ -166,7 +166,7 @@ def run_netns(
     if missing is not None:
         print(f"[netns] skipped: needs root and iproute2 ({missing})", flush=True)
         return
-    from bench.recovery import LoopbackRing
+    from bench.recovery_ring import LoopbackRing
     from sr3_cli.cluster import open_cluster
     from sr3_cli.snapshot_cmd import put_synthetic
 
@@ -311,7 +311,7 @@ def worker(path: str) -> None:
             )
         )
         return
-    from bench.recovery import recover_once
+    from bench.recovery_ring import recover_once
 
     config = NodeConfig(secret=job["secret"])
     members = {

@@ -1,12 +1,18 @@
-"""Tables and plots of bench/recovery.py results: CSV, JSON, Markdown and PNGs."""
+"""Tables of bench/recovery.py results: CSV, JSON, Markdown, then the PNGs.
+
+The targets and CPU bounds are checked on the rows here; the plots are drawn by
+bench/recovery_plots.py.
+"""
 
 from __future__ import annotations
 
 import csv
 import json
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+from bench.recovery_plots import plots
+from bench.recovery_rows import MECHANISMS
 
 FIELDS = [
     "network",
@@ -33,8 +39,6 @@ FIELDS = [
     "cores",
     "reason",
 ]
-BASELINES = ("raw-loopback", "raw-pretouched", "redis", "spark-hdfs", "spark-rocksdb")
-RING = ("star", "line", "tree")
 
 
 def _scenario(
@@ -138,7 +142,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     ]
     for net, shape, epochs, _, size in scen:
         sel = _scenario(rows, net, shape, epochs, size)
-        for mech in RING:
+        for mech in MECHANISMS:
             t = [_t(sel, mechanism=mech, failures=f) for f in (0, 1, 2)]
             if all(x is None for x in t):
                 continue
@@ -214,7 +218,7 @@ def targets(rows: list[dict[str, Any]]) -> list[str]:
                 1.5,
             ),
         ]
-        for mech in RING:
+        for mech in MECHANISMS:
             got = _t(sel, mechanism=mech, failures=0)
             redis = _t(sel, mechanism="redis")
             spark = _fastest(sel, "spark-hdfs", "spark-rocksdb")
@@ -262,7 +266,7 @@ def cpu_bounds(rows: list[dict[str, Any]]) -> list[str]:
             for r in sel
             if r.get("r_cpu_s") is not None
             and r.get("failures", 0) == 0
-            and r["mechanism"] in (*RING, "raw-loopback")
+            and r["mechanism"] in (*MECHANISMS, "raw-loopback")
         ]
         if not measured:
             continue
@@ -331,64 +335,14 @@ def _fastest_ring(
     return min(found, key=lambda mt: mt[1]) if found else None
 
 
-def plots(rows: list[dict[str, Any]], results: Path) -> list[Path]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing: no PNGs")
-        return []
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        groups[(r["network"], r["shape"], r["epochs"])].append(r)
-    written = []
-    for (net, shape, epochs), sel in sorted(groups.items()):
-        for failures in sorted({r["failures"] for r in sel if r["mechanism"] in RING}):
-            fig, ax = plt.subplots(figsize=(7, 4.5))
-            lines = [
-                m
-                for m in (*RING, "star-eager")
-                if any(r["mechanism"] == m for r in sel)
-            ]
-            for m in lines:
-                pts = sorted(
-                    (r["size_bytes"] / 1e6, r["time_to_resume_s"])
-                    for r in sel
-                    if r["mechanism"] == m and r["failures"] == failures
-                )
-                if pts:
-                    ax.plot(*zip(*pts, strict=True), marker="o", label=m)
-            for m in BASELINES:
-                pts = sorted(
-                    (r["size_bytes"] / 1e6, r["time_to_resume_s"])
-                    for r in sel
-                    if r["mechanism"] == m
-                )
-                if pts:
-                    ax.plot(
-                        *zip(*pts, strict=True), marker="s", linestyle="--", label=m
-                    )
-            ax.set_xscale("log")
-            ax.set_yscale("log")
-            ax.set_xlabel("state size (MB)")
-            ax.set_ylabel("time to resume (s)")
-            title = f"{net}, {shape} values, {epochs} epoch(s), {failures} failure(s)"
-            ax.set_title(title)
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=8)
-            path = results / f"recovery_{net}_{shape}_e{epochs}_f{failures}.png"
-            fig.tight_layout()
-            fig.savefig(path, dpi=110)
-            plt.close(fig)
-            written.append(path)
-    return written
+def save_json(rows: list[dict[str, Any]], results: Path) -> None:
+    """Write ``rows`` to ``results``/recovery.json (also between scenarios)."""
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "recovery.json").write_text(json.dumps(rows, indent=1, default=str))
 
 
 def write_report(rows: list[dict[str, Any]], results: Path) -> None:
-    results.mkdir(parents=True, exist_ok=True)
-    (results / "recovery.json").write_text(json.dumps(rows, indent=1, default=str))
+    save_json(rows, results)
     with (results / "recovery.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
         writer.writeheader()

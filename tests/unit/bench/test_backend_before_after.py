@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from bench.backend_before_after import adapt, verdict
+from bench.before_after_runs import adapt
+from bench.before_after_verdicts import verdict
 
 
 def test_a_change_inside_the_repeats_spread_is_noise() -> None:
