@@ -29,7 +29,9 @@ nothing. Deltas append to the last *committed* manifest, never to one a crashed
 run published without committing. Every ``sr3.checkpoint.max.chain.length``
 non-empty deltas the owner is compacted: its committed state is read back from
 the ring, the batch's changes folded in, and a FULL epoch written; older epochs
-and unreferenced shards are then collected in the background.
+and unreferenced shards are then collected in the background. How one owner's
+epoch is written (delta, compaction, a rescaled component's rewrite) is
+:mod:`spark_bridge.ring_writes`'s.
 
 Executor side, the data source ``sr3_restore`` (:class:`RestoreSource`, in
 :mod:`spark_bridge.restore`, re-exported here): when a
@@ -42,8 +44,6 @@ Spark's state store, plus one ``info`` row carrying the restore's report.
 
 from __future__ import annotations
 
-import functools
-import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,18 +53,14 @@ from backend.access import RingAccess
 from backend.chain import FULL, ChainPolicy, OwnerChain
 from backend.committer import EpochCommitter, next_epoch
 from backend.owners import component_owners
-from backend.rescale import reshard
 from spark_bridge.restore import RESTORE_SOURCE, RestoreSource, restore_options
 from spark_bridge.ring_owners import Owner, stored_route
-from sr3.codec import (
-    decode_key,
-    decode_value,
-    encode_key,
-    encode_key_group_delta_raw,
-    encode_key_group_raw,
+from spark_bridge.ring_writes import (
+    resharded_state,
+    write_outputs_epoch,
+    write_owner_epoch,
 )
-from sr3.key_state import ROUTE_FIELD
-from sr3.keygroups import key_group_of_encoded
+from sr3.codec import decode_key
 from sr3.manifest import Manifest
 from topology_api.contract import overrides_state_key
 from topology_api.java_hash import IntegerBoxing, key_task_index
@@ -79,8 +75,6 @@ __all__ = [
     "RestoreSource",
     "restore_options",
 ]
-
-logger = logging.getLogger(__name__)
 
 #: ``engine`` recorded in commit records written by the Spark engine.
 ENGINE: Final = "spark"
@@ -263,11 +257,25 @@ class BatchCommitter:
         report = BatchCommit(batch, epoch, keys=changed)
         written: dict[str, Manifest] = {}
         full: dict[str, dict[bytes, Any]] = {}
-        for component in list(self._reshard):
-            full.update(self._reshard_state(component))
+        for component, committed in list(self._reshard.items()):
+            full.update(
+                resharded_state(
+                    self._access,
+                    self._by_component[component],
+                    committed=committed,
+                    boxing=self._boxing,
+                )
+            )
         for name, owner_changes in per_owner.items():
-            manifest, size, compacted = self._write(
-                self._owners[name], epoch, owner_changes, offsets, full.get(name)
+            manifest, size, compacted = write_owner_epoch(
+                self._access,
+                self._owners[name],
+                epoch=epoch,
+                changes=owner_changes,
+                offsets=offsets,
+                base=self._bases.get(name),
+                chain=self._chain[name],
+                entries=full.get(name),
             )
             written[name] = manifest
             report.bytes_written += size
@@ -276,8 +284,8 @@ class BatchCommitter:
         # last: a crash before the commit leaves an epoch the stateful owners
         # published, which the next run's numbering (next_epoch) steps over
         for name in self._outputs:
-            report.bytes_written += self._write_outputs(
-                name, epoch, (pending or {}).get(name, {}), offsets
+            report.bytes_written += write_outputs_epoch(
+                self._access, name, epoch, (pending or {}).get(name, {}), offsets
             )
         record = CommitRecord(
             epoch=epoch,
@@ -294,141 +302,6 @@ class BatchCommitter:
         report.seconds = time.perf_counter() - started
         self.commits.append(report)
         return report
-
-    def _write(
-        self,
-        owner: Owner,
-        epoch: int,
-        changes: Mapping[bytes, bytes | None],
-        offsets: Mapping[str, Any],
-        entries: dict[bytes, Any] | None = None,
-    ) -> tuple[Manifest, int, bool]:
-        """Write one owner's epoch: a delta, or FULL (first, compaction, rescale).
-
-        ``entries``, when given, is the owner's whole state before ``changes``
-        (a rescaled component's first batch): the epoch is FULL.
-        """
-        base = self._bases.get(owner.name)
-        groups: dict[int, tuple[dict[bytes, Any], list[bytes]]] = {}
-        for key, blob in changes.items():
-            upserts, deletes = groups.setdefault(
-                key_group_of_encoded(key, owner.key_groups), ({}, [])
-            )
-            if blob is None:
-                deletes.append(key)
-            else:
-                upserts[key] = decode_value(blob)
-        access = self._access
-        if entries is not None:
-            for key, blob in changes.items():
-                if blob is None:
-                    entries.pop(key, None)
-                else:
-                    entries[key] = decode_value(blob)
-            regrouped: dict[int, dict[bytes, Any]] = {}
-            for key, fields in entries.items():
-                kg = key_group_of_encoded(key, owner.key_groups)
-                regrouped.setdefault(kg, {})[key] = fields
-            blobs = {kg: encode_key_group_raw(g) for kg, g in sorted(regrouped.items())}
-            kind, compacted = "full", False
-            base = None
-        elif base is None:
-            blobs = {
-                kg: encode_key_group_raw(upserts)
-                for kg, (upserts, _deletes) in sorted(groups.items())
-                if upserts
-            }
-            kind, compacted = "full", False
-        elif groups and self._chain[owner.name].next_kind() == FULL:
-            blobs = self._compact(owner, base, groups)
-            kind, compacted = "full", True
-        else:
-            blobs = {
-                kg: encode_key_group_delta_raw(upserts, deletes)
-                for kg, (upserts, deletes) in sorted(groups.items())
-            }
-            kind, compacted = "delta", False
-        written = access.write(
-            owner=owner.name,
-            epoch=epoch,
-            key_group_count=owner.key_groups,
-            key_groups=blobs.items(),
-            kind=kind,
-            offsets=offsets,
-            base=base,
-        )
-        if kind == FULL or groups:
-            self._chain[owner.name].written(kind)
-        return written.manifest, written.bytes_written, compacted
-
-    def _write_outputs(
-        self,
-        name: str,
-        epoch: int,
-        entries: Mapping[bytes, Any],
-        offsets: Mapping[str, Any],
-    ) -> int:
-        """Write an output owner's whole state as a FULL epoch; return its bytes.
-
-        One key group: the state is one batch's outputs, read back whole.
-        """
-        blobs = {0: encode_key_group_raw(dict(entries))} if entries else {}
-        written = self._access.write(
-            owner=name,
-            epoch=epoch,
-            key_group_count=1,
-            key_groups=blobs.items(),
-            kind=FULL,
-            offsets=offsets,
-            base=None,
-        )
-        return written.bytes_written
-
-    def _reshard_state(self, component: str) -> dict[str, dict[bytes, Any]]:
-        """Every owner's whole state of a rescaled component, keys re-routed."""
-        epoch, before = self._reshard[component]
-        owners = self._by_component[component]
-        out: dict[str, dict[bytes, Any]] = {o.name: {} for o in owners}
-        found = reshard(
-            self._access.restorer,
-            CommitRecord(epoch=epoch, owners=tuple(before)),
-            before,
-            key_group_count=owners[0].key_groups,
-            mechanism="star",
-            route=functools.partial(
-                key_task_index, num_tasks=len(owners), boxing=self._boxing
-            ),
-        )
-        for placed in found.keys:
-            route, fields = placed.route, placed.fields
-            # the key's route stays with its fields
-            entry = fields if route is None else {ROUTE_FIELD: route, **fields}
-            out[owners[placed.index].name][encode_key(placed.key)] = entry
-        logger.info(
-            "%s rescaled from %d to %d tasks: every task rewritten in full",
-            component,
-            len(before),
-            len(owners),
-        )
-        return out
-
-    def _compact(
-        self,
-        owner: Owner,
-        base: Manifest,
-        groups: Mapping[int, tuple[dict[bytes, Any], list[bytes]]],
-    ) -> dict[int, bytes]:
-        record = CommitRecord(epoch=base.epoch, owners=(owner.name,))
-        state, _report = self._access.restorer.restore(
-            owner.name, record, key_group_count=owner.key_groups, mechanism="star"
-        )
-        state.install(
-            {
-                kg: encode_key_group_delta_raw(upserts, deletes)
-                for kg, (upserts, deletes) in groups.items()
-            }
-        )
-        return state.snapshot(incremental=False)
 
     def close(self) -> None:
         """Wait for background collection to finish."""

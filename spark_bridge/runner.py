@@ -39,7 +39,8 @@ from spark_bridge.metrics import SparkMetricsFeed
 from spark_bridge.query_start import SPARK_DIR, plan_start
 from spark_bridge.rebalancing import SparkRebalancing, components_of
 from spark_bridge.run_queries import RunQueries, set_partitions, wait_run
-from spark_bridge.sink import SINK_DIR, BatchSink, build_report, final_state
+from spark_bridge.run_report import build_report
+from spark_bridge.sink import SINK_DIR, BatchSink, final_state
 from sr3.config import Sr3Config
 from topology_api.topology import load_topology
 

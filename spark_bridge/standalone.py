@@ -23,19 +23,15 @@ A cluster started with ``detached=True`` (``sr3 lab up --spark``) outlives this
 process; :meth:`StandaloneCluster.attach` rebuilds it from ``standalone.json``
 in a later process, to stop it or list its executors. Pids are only ever
 signalled after their ``/proc/<pid>/cmdline`` proves they are this cluster's.
+One JVM's command line, start, recognition and stop are
+:mod:`spark_bridge.standalone_jvms`'s; this module runs the cluster.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import signal
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -51,7 +47,19 @@ from spark_bridge.standalone_info import (
     DaemonSpot,
     WorkerInfo,
     command_line,
-    has_pair,
+)
+from spark_bridge.standalone_jvms import (
+    LOG_TAIL_LINES,
+    file_tail,
+    is_master,
+    is_worker,
+    master_command,
+    spawn_daemon,
+    terminate,
+    wait_alive,
+    worker_command,
+    worker_executors,
+    worker_registered,
 )
 from sr3.net import free_port
 
@@ -61,18 +69,11 @@ __all__ = [
     "DaemonSpot",
     "StandaloneCluster",
     "StandaloneClusterError",
-    "driver_executors",
 ]
 
 logger = logging.getLogger(__name__)
 
-_MASTER: Final = "org.apache.spark.deploy.master.Master"
-_WORKER: Final = "org.apache.spark.deploy.worker.Worker"
-_EXECUTOR: Final = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 _STATE: Final = "standalone.json"
-_LOG_TAIL_LINES: Final = 30
-_POLL_S: Final = 0.1
-_PROBE_TIMEOUT_S: Final = 1.0
 
 
 class StandaloneCluster:
@@ -176,13 +177,9 @@ class StandaloneCluster:
         """Return the log of ``"master"`` or ``"worker"`` (``"worker2"``, ...)."""
         return self.root / f"{daemon}.log"
 
-    def log_tail(self, daemon: str, lines: int = _LOG_TAIL_LINES) -> str:
+    def log_tail(self, daemon: str, lines: int = LOG_TAIL_LINES) -> str:
         """Return the last ``lines`` lines of a daemon's log ("" if none)."""
-        try:
-            text = self.log_path(daemon).read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return file_tail(self.log_path(daemon), lines)
 
     def status(self) -> dict[str, Any]:
         """Return a JSON-able summary: url, web UI, pids (None if dead), executors."""
@@ -210,27 +207,14 @@ class StandaloneCluster:
         """
         if self._info is None:
             return []
-        urls = {w.url for w in self._info.workers}
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            argv = command_line(int(entry.name))
-            if _EXECUTOR in argv and any(
-                has_pair(argv, "--worker-url", u) for u in urls
-            ):
-                found.append(int(entry.name))
-        return sorted(found)
+        return worker_executors({w.url for w in self._info.workers})
 
     def _is_master(self, pid: int) -> bool:
-        argv = command_line(pid)
-        port = str(self._info.master_port) if self._info else ""
-        return _MASTER in argv and has_pair(argv, "--port", port)
+        return is_master(pid, str(self._info.master_port) if self._info else "")
 
     def _is_worker(self, pid: int) -> bool:
-        argv = command_line(pid)
         dirs = [w.work_dir for w in self._info.workers] if self._info else []
-        return _WORKER in argv and any(has_pair(argv, "--work-dir", d) for d in dirs)
+        return is_worker(pid, dirs)
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -286,30 +270,26 @@ class StandaloneCluster:
         )
         self._info = info
         try:
-            master_pid = self._spawn(
-                "master", self.master_at,
-                [spark_class, _MASTER, "--host", host,
-                 "--port", str(info.master_port),
-                 "--webui-port", str(info.master_webui_port)],
-            )  # fmt: skip
+            argv = master_command(spark_class, info)
+            master_pid = self._spawn("master", self.master_at, argv)
             self._info = info = info.with_master_pid(master_pid)
             self._wait_alive("master", master_pid, lambda s: s.get("status") == "ALIVE")
             for index, (spot, worker) in enumerate(
                 zip(self.workers_at, workers, strict=True)
             ):
                 name = "worker" if index == 0 else f"worker{index + 1}"
-                worker_pid = self._spawn(
-                    name, spot,
-                    [spark_class, _WORKER, info.master, "--host", worker.host,
-                     "--port", str(worker.port), "--cores", str(self.cores),
-                     "--memory", self.memory,
-                     "--webui-port", str(worker.webui_port),
-                     "--work-dir", worker.work_dir],
-                )  # fmt: skip
+                argv = worker_command(
+                    spark_class,
+                    info.master,
+                    worker,
+                    cores=self.cores,
+                    memory=self.memory,
+                )
+                worker_pid = self._spawn(name, spot, argv)
                 self._info = info = info.with_worker_pid(index, worker_pid)
             for index, worker in enumerate(info.workers):
                 name = "worker" if index == 0 else f"worker{index + 1}"
-                self._wait_alive(name, worker.pid or 0, _registered(worker))
+                self._wait_alive(name, worker.pid or 0, worker_registered(worker))
         except BaseException:
             self.stop()
             raise
@@ -318,19 +298,14 @@ class StandaloneCluster:
         return self
 
     def _spawn(self, daemon: str, spot: DaemonSpot, argv: list[str]) -> int:
-        env = {**os.environ, **self.env}
-        env["SPARK_HOME"] = argv[0].rsplit("/bin/", 1)[0]
-        env["SPARK_LOCAL_IP"] = spot.host
-        with self.log_path(daemon).open("ab") as log:
-            proc = subprocess.Popen(  # noqa: S603 (spark-class, our arguments)
-                [*spot.prefix, *argv],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=self.root,
-                start_new_session=self.detached,
-            )
+        proc = spawn_daemon(
+            argv,
+            spot=spot,
+            env=self.env,
+            log=self.log_path(daemon),
+            cwd=self.root,
+            detached=self.detached,
+        )
         self._procs[proc.pid] = proc
         logger.info("Spark %s pid %s starting", daemon, proc.pid)
         return proc.pid
@@ -338,32 +313,14 @@ class StandaloneCluster:
     def _wait_alive(
         self, daemon: str, pid: int, ready: Callable[[dict[str, Any]], bool]
     ) -> None:
-        url = f"{self.info.master_webui}/json/"
-        deadline = time.monotonic() + self.start_timeout_s
-        while True:
-            proc = self._procs[pid]
-            if proc.poll() is not None:
-                msg = (
-                    f"Spark {daemon} (pid {pid}) exited with code {proc.returncode} "
-                    f"while starting; {self.log_path(daemon)} ends with:\n"
-                    f"{self.log_tail(daemon)}"
-                )
-                raise StandaloneClusterError(msg)
-            try:
-                with urllib.request.urlopen(url, timeout=_PROBE_TIMEOUT_S) as reply:  # noqa: S310 (the master's http)
-                    state = json.loads(reply.read())
-            except (OSError, ValueError):
-                state = {}
-            if ready(state):
-                return
-            if time.monotonic() > deadline:
-                msg = (
-                    f"Spark {daemon} (pid {pid}) was not ALIVE at {url} within "
-                    f"{self.start_timeout_s} s; {self.log_path(daemon)} ends with:\n"
-                    f"{self.log_tail(daemon)}"
-                )
-                raise StandaloneClusterError(msg)
-            time.sleep(_POLL_S)
+        wait_alive(
+            daemon,
+            self._procs[pid],
+            url=f"{self.info.master_webui}/json/",
+            ready=ready,
+            timeout_s=self.start_timeout_s,
+            log=self.log_path(daemon),
+        )
 
     def _save(self) -> None:
         tmp = self.root / (_STATE + ".tmp")
@@ -400,18 +357,7 @@ class StandaloneCluster:
         return bool(command_line(pid))  # an executor, found by its command line
 
     def _terminate(self, pid: int) -> None:
-        if self._running(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + self.stop_timeout_s
-            while self._running(pid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if self._running(pid):
-                logger.warning("Spark pid %s ignored SIGTERM; killing", pid)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            while self._running(pid) and time.monotonic() < deadline + 5.0:
-                time.sleep(0.05)  # not our child: its parent reaps it
+        terminate(pid, running=self._running, stop_timeout_s=self.stop_timeout_s)
         proc = self._procs.pop(pid, None)
         if proc is not None:
             proc.wait()
@@ -426,39 +372,3 @@ class StandaloneCluster:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
-
-
-def driver_executors(driver_port: int) -> dict[str, int]:
-    """Return ``{executor id: pid}`` of this machine's executors of one driver.
-
-    An application's executors are the ``CoarseGrainedExecutorBackend`` JVMs
-    whose ``--driver-url`` ends with the port of its driver
-    (``spark.driver.port``), on any cluster whose workers run on this machine
-    (also in another network namespace: they share ``/proc``).
-    """
-    suffix = f":{driver_port}"
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        argv = command_line(int(entry.name))
-        if _EXECUTOR not in argv:
-            continue
-        pairs = dict(zip(argv, argv[1:], strict=False))
-        if pairs.get("--driver-url", "").endswith(suffix) and "--executor-id" in pairs:
-            found[pairs["--executor-id"]] = int(entry.name)
-    return found
-
-
-def _registered(worker: WorkerInfo) -> Callable[[dict[str, Any]], bool]:
-    """Return whether the master's ``/json/`` state lists ``worker`` ALIVE."""
-
-    def ready(state: dict[str, Any]) -> bool:
-        return any(
-            w.get("host") == worker.host
-            and w.get("port") == worker.port
-            and w.get("state") == "ALIVE"
-            for w in state.get("workers", [])
-        )
-
-    return ready
