@@ -24,7 +24,7 @@ import socket
 import struct
 from typing import Any
 
-from sr3 import wire
+from sr3 import frame_io, wire
 from sr3.config import NodeConfig
 from sr3.errors import (
     AuthenticationError,
@@ -56,7 +56,7 @@ def authenticate(sock: socket.socket, address: str, secret: str) -> str | None:
         ProtocolError: the node speaks another protocol version.
         AuthenticationError: the node refused the secret.
     """
-    hello = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
+    hello = frame_io.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
     nonce = hello.get("nonce")
     if hello.get("v") != wire.PROTOCOL_VERSION or not isinstance(nonce, bytes):
         msg = (
@@ -65,8 +65,8 @@ def authenticate(sock: socket.socket, address: str, secret: str) -> str | None:
         )
         raise ProtocolError(msg)
     mac = wire.auth_mac(secret, nonce)
-    wire.send_frame(sock, {"v": wire.PROTOCOL_VERSION, "op": "auth", "mac": mac})
-    reply = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
+    frame_io.send_frame(sock, {"v": wire.PROTOCOL_VERSION, "op": "auth", "mac": mac})
+    reply = frame_io.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
     if reply.get("ok") is not True:
         msg = (
             f"node {address} refused authentication: {reply.get('error')}; "
@@ -162,7 +162,7 @@ class ClientConnection:
             sock = self._sock = self._connect()
         self._in_flight = True
         try:
-            wire.send_frame(sock, request, blob=blob)
+            frame_io.send_frame(sock, request, blob=blob)
             return self._recv()
         except (NodeUnavailableError, ConnectionError):
             self.close()
@@ -177,7 +177,9 @@ class ClientConnection:
             raise NodeUnavailableError(msg)
         if self._buffer is None or len(self._buffer) > _KEEP_BUFFER_BYTES:
             self._buffer = bytearray()
-        return wire.recv_frame(self._sock, self.config.max_frame_bytes, self._buffer)
+        return frame_io.recv_frame(
+            self._sock, self.config.max_frame_bytes, self._buffer
+        )
 
     def _call(
         self,

@@ -12,7 +12,7 @@ import socket
 from collections.abc import Callable, Generator, Iterable
 from typing import Any, overload
 
-from sr3 import wire
+from sr3 import frame_io, wire
 from sr3.checksum import crc32
 from sr3.client_connection import ClientConnection, reply_field
 from sr3.errors import ChecksumError, NodeUnavailableError, ProtocolError
@@ -87,7 +87,7 @@ class MultiGetClient(ClientConnection):
                 where = self._where("get", shard_id)
                 try:
                     while sent < len(pending) and sent - received < window:
-                        wire.send_frame(sock, {**ask, "shard": pending[sent]})
+                        frame_io.send_frame(sock, {**ask, "shard": pending[sent]})
                         sent += 1
                         self._in_flight = True
                     reply = self._recv()

@@ -12,7 +12,7 @@ import select
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
-from sr3 import wire
+from sr3 import frame_io, wire
 from sr3.config import NodeConfig
 from sr3.errors import (
     ProtocolError,
@@ -85,7 +85,7 @@ def _build_and_send(
     try:
         parts = build()
         try:
-            wire.write_parts(sock_fd, parts, timeout_s)
+            frame_io.write_parts(sock_fd, parts, timeout_s)
         except OSError as exc:
             raise _SendError(str(exc)) from exc
     finally:
@@ -143,7 +143,7 @@ def _send_file_reply(
             else:
                 head = wire.pack_frame_head(frame, blob_key, reader.remaining)
             try:
-                wire.write_parts(sock_fd, [head], timeout_s)
+                frame_io.write_parts(sock_fd, [head], timeout_s)
                 _sendfile_all(
                     sock_fd, reader.fileno(), reader.offset, reader.remaining, timeout_s
                 )
@@ -163,7 +163,7 @@ def _send_file_range(
     """
     try:
         try:
-            wire.write_parts(sock_fd, [head], timeout_s)
+            frame_io.write_parts(sock_fd, [head], timeout_s)
             _sendfile_all(sock_fd, in_fd, offset, count, timeout_s)
         except OSError as exc:
             raise _SendError(str(exc)) from exc
@@ -349,7 +349,9 @@ class Connection:
         """
         try:
             async with asyncio.timeout(self.config.io_timeout_s):
-                frame = await wire.read_frame(self._reader, self.config.max_frame_bytes)
+                frame = await frame_io.read_frame(
+                    self._reader, self.config.max_frame_bytes
+                )
         except TimeoutError as exc:
             self._writer.close()
             msg = f"client {self.peer} sent no frame within {self.config.io_timeout_s}s"

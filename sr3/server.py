@@ -34,7 +34,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sr3 import wire
+from sr3 import frame_io, wire
 from sr3.config import NodeConfig, Sr3Config
 from sr3.connection import Connection, Handler, require, require_shard
 from sr3.errors import (
@@ -190,7 +190,7 @@ class NodeServer:
         the caller then closes the connection.
         """
         try:
-            length = await wire.read_length(reader)
+            length = await frame_io.read_length(reader)
             if length is None:
                 return None
             if length > limit:
@@ -202,7 +202,7 @@ class NodeServer:
                 )
                 return None
             async with asyncio.timeout(self.config.io_timeout_s):
-                body = await wire.read_body(reader, length)
+                body = await frame_io.read_body(reader, length)
             return wire.decode_body(body)
         except ProtocolError as exc:
             logger.warning("bad frame from %s: %s", conn.peer, exc)

@@ -4,7 +4,9 @@ A stateful bolt keeps its SR3 state in one object under one attribute
 (``self._sr3``), not in attributes of the user's class: a subclass may name its
 own attributes as it likes, and the instance's namespace holds the user's
 state only. The runtime owns the task's checkpointer, its restore progress, the
-background snapshot writer, and (native mode) the ZooKeeper control agent.
+background snapshot writer and the local cluster's key-group hand-overs; its base
+class :class:`~storm_bridge.bolt_native.NativeControl` (native mode) acts on
+ZooKeeper's control records through the task's control agent.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Final
+from typing import Any
 
 from pystorm.component import Tuple as StormTuple
 
@@ -27,6 +29,7 @@ from backend.owners import OwnerId
 from sr3.config import Sr3Config
 from sr3.keygroups import decode_table
 from sr3.state import KeyState
+from storm_bridge.bolt_native import NativeControl
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode, require_ring
 from storm_bridge.restore_progress import RestoreProgress
 from topology_api.barriers import (
@@ -42,9 +45,6 @@ from topology_api.java_hash import IntegerBoxing, key_task_index, route_hash
 __all__ = ["BoltRuntime", "grouping_fields"]
 
 logger = logging.getLogger(__name__)
-
-#: Shortest time between two reports of dropped stragglers (native mode).
-_DROPPED_REPORT_S: Final = 0.1
 
 #: Sends one multilang message to Storm (the bolt's ``send_message``).
 Send = Callable[[dict[str, Any]], None]
@@ -64,8 +64,11 @@ def grouping_fields(context: Mapping[str, Any]) -> dict[tuple[str, str], list[in
     return found
 
 
-class BoltRuntime:
+class BoltRuntime(NativeControl):
     """The SR3 side of one stateful bolt task, built by :meth:`start`.
+
+    Native mode's control records, stragglers and their reports are its base
+    class's (:class:`~storm_bridge.bolt_native.NativeControl`).
 
     Attributes:
         component: The bolt's component id.
@@ -219,109 +222,6 @@ class BoltRuntime:
             return None
         values = tup.values
         return route_hash([values[i] for i in fields], self.boxing)
-
-    # -- native mode (storm_bridge.native's ZooKeeper protocol) -------------
-
-    def _native_setup(self) -> None:
-        from storm_bridge.native import OWNER  # noqa: PLC0415 - ring clients on demand
-        from zk.epochs import ZkEpochStore  # noqa: PLC0415 - ring clients on demand
-
-        ring = self.ring
-        if ring is None:
-            return
-        store = ZkEpochStore(ring.session, self.topology)
-        # a restart bumps even before the first control record: the dead
-        # process's counts are lost, so the spouts must replay
-        bumped = store.register(OWNER, self.owner)
-        agent = BoltAgent(bumped=bumped)
-        if bumped:
-            agent.min_generation = store.bump_generation()
-            logger.info("owner %s restarted: rollback requested", self.owner)
-        self.store = store
-        self.agent = agent
-        executor = ThreadPoolExecutor(1, thread_name_prefix="sr3-native")
-
-        def changed(control: Any) -> None:
-            # watch callbacks run on kazoo's thread: hand the work over
-            executor.submit(self._on_control, control)
-
-        store.watch_control(changed)
-
-    def _on_control(self, control: Any) -> None:
-        """Act on a control record (native mode, on the ``sr3-native`` thread)."""
-        agent = self.agent
-        if agent is None:
-            return
-        with self.lock:
-            action = agent.action(control)
-            if action is None:
-                return
-            try:
-                if action == BoltAgent.SNAPSHOT:
-                    report = self._native_snapshot(control)
-                else:
-                    report = self._native_restore()
-                    self.restored = (control.step(), report, 0.0)
-                self.store.report(control.step(), self.owner, report)
-            except Exception as exc:
-                # the task dies at its next tuple (a heartbeat at the latest),
-                # and its restart rolls the topology back
-                logger.exception("owner %s: %s failed", self.owner, action)
-                self.failed = exc
-                return
-            agent.done(control, action)
-
-    def _native_snapshot(self, control: Any) -> dict[str, Any]:
-        captured = self.checkpointer.capture()
-        written = self.checkpointer.write(captured, control.epoch, control.offsets)
-        self.checkpointer.confirm()
-        return {
-            "epoch": control.epoch,
-            "kind": captured.kind,
-            "key_groups": len(captured.blobs),
-            "bytes": 0 if written is None else written.bytes_written,
-        }
-
-    def _native_restore(self) -> dict[str, Any]:
-        report = self.checkpointer.restore()
-        if report is None:
-            return {}
-        logger.info("owner %s restored epoch %s", self.owner, report.epoch)
-        return {**self._straggler_report(), **report.to_dict()}
-
-    def _straggler_report(self) -> dict[str, Any]:
-        agent = self.agent
-        fenced = agent is not None and agent.fenced
-        return {"dropped": self.dropped, "fenced": fenced}
-
-    def report_dropped(self) -> None:
-        """Tell the coordinator stragglers still arrive (at most every 0.1 s).
-
-        It resumes the spouts only once no owner dropped one for a while (see
-        :meth:`storm_bridge.native.NativeCoordinator._quiet`).
-        """
-        restored = self.restored
-        now = time.monotonic()
-        if restored is None or now - restored[2] < _DROPPED_REPORT_S:
-            return
-        step, report, _at = restored
-        report = {**report, **self._straggler_report()}
-        self.restored = (step, report, now)
-        self.store.report(step, self.owner, report)
-
-    def straggler(self) -> str | None:
-        """Whether the data tuple read last is a straggler of a rolled-back generation.
-
-        Its generation was noted when it was read (:attr:`tag`).
-
-        Returns:
-            None (process it) or how it is one (:meth:`BoltAgent.straggler`).
-        """
-        agent = self.agent
-        if agent is None:
-            return None
-        latest = functools.partial(self.store.control, fresh=True)
-        return agent.straggler(self.tag, latest)
 
     # -- local cluster key-group hand-overs -----------------------------------
 

@@ -177,9 +177,11 @@ class ReplayableSpout(Spout, ReplayableComponent):
         from backend.committer import EpochCommitter  # noqa: PLC0415 - ring on demand
         from storm_bridge.native import (  # noqa: PLC0415 - ring clients on demand
             SPOUT,
+            SpoutAgent,
+        )
+        from storm_bridge.native_coordinator import (  # noqa: PLC0415 - ring clients on demand
             CoordinatorThread,
             NativeCoordinator,
-            SpoutAgent,
         )
         from zk.epochs import ZkEpochStore  # noqa: PLC0415 - ring clients on demand
 

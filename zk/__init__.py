@@ -12,14 +12,9 @@ from typing import TYPE_CHECKING
 from sr3.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from zk.client import (
-        SessionState,
-        StateListener,
-        ZkSession,
-        connect,
-        translate_error,
-    )
+    from zk.client import SessionState, StateListener, ZkSession, connect
     from zk.election import ElectionState, LeadershipCallback, ZkElection
+    from zk.kazoo_errors import translate_error
     from zk.launcher import EmbeddedZooKeeper
     from zk.manifests import ZkManifestStore
     from zk.membership import ZkMembership
@@ -48,7 +43,7 @@ _EXPORTS = {
     "StateListener": "zk.client",
     "ZkSession": "zk.client",
     "connect": "zk.client",
-    "translate_error": "zk.client",
+    "translate_error": "zk.kazoo_errors",
     "ElectionState": "zk.election",
     "LeadershipCallback": "zk.election",
     "ZkElection": "zk.election",

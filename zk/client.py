@@ -1,8 +1,9 @@
-"""A chrooted, retrying kazoo session and the translation of kazoo errors.
+"""A chrooted, retrying kazoo session, and how it is opened.
 
 :func:`connect` opens the session; everything else in ``zk/`` talks to ZooKeeper
 through :class:`ZkSession`, and turns kazoo exceptions into
-``sr3.errors.CoordinationError`` subclasses with :meth:`ZkSession.translate`.
+``sr3.errors.CoordinationError`` subclasses with :meth:`ZkSession.translate`
+(the translation itself is :mod:`zk.kazoo_errors`').
 """
 
 from __future__ import annotations
@@ -16,37 +17,17 @@ from types import TracebackType
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (
-    AuthFailedError,
-    BadVersionError,
-    ConnectionClosedError,
-    ConnectionLoss,
-    KazooException,
-    NoAuthError,
-    NodeExistsError,
-    NoNodeError,
-    NotEmptyError,
-    OperationTimeoutError,
-    RolledBackError,
-    RuntimeInconsistency,
-    SessionExpiredError,
-)
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.retry import KazooRetry, RetryFailedError
+from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from sr3.config import ZkConfig
-from sr3.errors import ConfigError, CoordinationError, SessionLostError
+from sr3.errors import ConfigError, CoordinationError
+from zk.kazoo_errors import translate_error
 from zk.paths import ZkPaths
 
-__all__ = [
-    "SessionState",
-    "StateListener",
-    "ZkSession",
-    "connect",
-    "first_failure",
-    "translate_error",
-]
+__all__ = ["SessionState", "StateListener", "ZkSession", "connect"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,15 +46,6 @@ _RETRY_MAX_DELAY_S = 0.5
 #: cloned by a test's expiry trick was then taken back before the clone could
 #: close it), and a 2 s session barely outlives a restart anyway.
 _CONNECT_REPLY_S = 2.5
-E_NO_AUTH = (
-    "{what}: ZooKeeper denied access to znode {path}; the znode's ACL names another "
-    "digest user. Set sr3.zk.digest to the user:password that created it, or use "
-    "another sr3.zk.chroot"
-)
-E_UNREACHABLE = (
-    "{what}: ZooKeeper at {hosts} is unreachable ({exc}); check sr3.zk.hosts and "
-    "that the server runs (`sr3 lab up` starts one); retrying may succeed"
-)
 
 
 class SessionState(enum.Enum):
@@ -90,12 +62,6 @@ class SessionState(enum.Enum):
 
 
 StateListener = Callable[[SessionState], None]
-_UNREACHABLE = (
-    ConnectionLoss,
-    OperationTimeoutError,
-    KazooTimeoutError,
-    RetryFailedError,
-)
 
 
 def _retry(*, max_tries: int, deadline: float | None) -> Any:
@@ -106,63 +72,6 @@ def _retry(*, max_tries: int, deadline: float | None) -> Any:
         deadline=deadline,
         ignore_expire=False,
     )
-
-
-def translate_error(
-    what: str, where: str, hosts: str, exc: BaseException
-) -> CoordinationError:
-    """Return the ``CoordinationError`` that stands for kazoo error ``exc``.
-
-    Args:
-        what: The operation, for the message.
-        where: The absolute znode path concerned.
-        hosts: The ensemble, named when it is unreachable.
-        exc: The kazoo exception.
-    """
-    retriable = False
-    if isinstance(exc, NoNodeError):
-        msg = f"{what}: znode {where} does not exist; it was deleted or never created"
-    elif isinstance(exc, NodeExistsError):
-        msg = f"{what}: znode {where} exists already; another writer got there first"
-    elif isinstance(exc, BadVersionError):
-        msg = f"{what}: znode {where} changed concurrently; re-read and retry"
-        retriable = True
-    elif isinstance(exc, NotEmptyError):
-        msg = f"{what}: znode {where} still has children; delete them first"
-    elif isinstance(exc, NoAuthError | AuthFailedError):
-        msg = E_NO_AUTH.format(what=what, path=where)
-    elif isinstance(exc, ConnectionClosedError):  # before its base SessionExpiredError
-        msg = f"{what}: this process closed its ZooKeeper session (znode {where})"
-    elif isinstance(exc, SessionExpiredError):
-        msg = (
-            f"{what}: the ZooKeeper session expired (znode {where}); its ephemeral "
-            "znodes are gone and come back once the client reconnects; raise "
-            "sr3.zk.session.timeout.s if this happens under load"
-        )
-        return SessionLostError(msg)
-    elif isinstance(exc, _UNREACHABLE):
-        msg = E_UNREACHABLE.format(what=what, hosts=hosts, exc=type(exc).__name__)
-        retriable = True
-    else:
-        msg = f"{what}: ZooKeeper error {type(exc).__name__} on znode {where}: {exc}"
-        retriable = True
-    err = CoordinationError(msg)
-    err.retriable = retriable
-    return err
-
-
-def first_failure(results: list[Any]) -> tuple[int, Exception] | None:
-    """Return the index and error of the operation that failed a transaction.
-
-    Kazoo reports a failed multi-op as a result list in which the other
-    operations carry ``RolledBackError`` or ``RuntimeInconsistency``.
-    """
-    for index, result in enumerate(results):
-        if isinstance(result, Exception) and not isinstance(
-            result, RolledBackError | RuntimeInconsistency
-        ):
-            return index, result
-    return None
 
 
 class ZkSession:

@@ -33,7 +33,7 @@ from sr3.codec import pack_meta
 from sr3.errors import CoordinationError
 from sr3.manifest import Manifest, ShardMeta
 from sr3.ports import DropGuard
-from zk.client import first_failure, translate_error
+from zk.kazoo_errors import first_failure, translate_error
 from zk.manifest_reads import OwnerHead, ZkManifestReader
 from zk.paths import unquote_name
 

@@ -25,7 +25,8 @@ from sr3.codec import pack_meta, unpack_meta
 from sr3.errors import CodecError, CoordinationError
 from sr3.ports import DropGuard
 from zk.checkpoints import CommitRecord
-from zk.client import ZkSession, first_failure
+from zk.client import ZkSession
+from zk.kazoo_errors import first_failure
 from zk.paths import unquote_name
 
 __all__ = ["Savepoint", "ZkSavepointStore"]

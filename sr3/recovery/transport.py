@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
-from sr3 import wire
+from sr3 import frame_io, wire
 from sr3.buffers import fresh_buffer
 from sr3.checksum import crc32
 from sr3.client_connection import authenticate
@@ -172,9 +172,9 @@ class ShardLink:
                 self._sock = open_socket(self._host, self._port, self._config)
             sock = self._sock
             request = {"v": wire.PROTOCOL_VERSION, "op": "get", "shard": shard_id}
-            wire.send_frame(sock, request)
+            frame_io.send_frame(sock, request)
             prefix = bytearray(4)
-            wire.recv_exactly(sock, memoryview(prefix), where)
+            frame_io.recv_exactly(sock, memoryview(prefix), where)
             length = int.from_bytes(prefix, "big")
             if length > self._config.max_frame_bytes:
                 msg = f"{where}: reply of {length} bytes exceeds the frame bound"
@@ -276,7 +276,7 @@ class RelayStream:
             if self._sock is None:
                 msg = "not connected"
                 raise ConnectionResetError(msg)
-            wire.send_frame(self._sock, self._request)
+            frame_io.send_frame(self._sock, self._request)
         except OSError as exc:
             self.close()
             msg = f"relay request to node {self.address} failed: {exc}"
@@ -309,7 +309,7 @@ class RelayStream:
                 msg = f"{where}: connection closed"
                 raise NodeUnavailableError(msg)
             try:
-                frame = wire.recv_frame(
+                frame = frame_io.recv_frame(
                     self._sock, self._config.max_frame_bytes, self._buffer
                 )
             except (OSError, ProtocolError) as exc:
@@ -356,13 +356,13 @@ class RelayStream:
 
     def _recv_head(self, sock: socket.socket, where: str) -> tuple[dict[str, Any], int]:
         prefix = bytearray(4)
-        wire.recv_exactly(sock, memoryview(prefix), where)
+        frame_io.recv_exactly(sock, memoryview(prefix), where)
         length = int.from_bytes(prefix, "big")
         if length > self._config.max_frame_bytes:
             msg = f"{where}: frame of {length} bytes exceeds the frame bound"
             raise ProtocolError(msg)
         first = bytearray(min(length, HEAD_BYTES))
-        wire.recv_exactly(sock, memoryview(first), where)
+        frame_io.recv_exactly(sock, memoryview(first), where)
         split = split_head(first, length) if length > len(BLOB_MARK) else None
         if split is not None:
             fields, start = split
@@ -371,7 +371,7 @@ class RelayStream:
             return fields, self._blob_left
         body = bytearray(length)
         body[: len(first)] = first
-        wire.recv_exactly(sock, memoryview(body)[len(first) :], where)
+        frame_io.recv_exactly(sock, memoryview(body)[len(first) :], where)
         return wire.decode_body(body), 0
 
     def recv_blob_into(self, view: memoryview) -> None:
@@ -391,7 +391,7 @@ class RelayStream:
         spill, self._spill = self._spill, b""
         view[: len(spill)] = spill
         try:
-            wire.recv_exactly(self._sock, view[len(spill) :], where)
+            frame_io.recv_exactly(self._sock, view[len(spill) :], where)
         except OSError as exc:
             self.close()
             msg = f"{where} broke: {exc}"

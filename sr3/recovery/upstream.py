@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sr3 import wire
+from sr3 import frame_io, wire
 from sr3.config import NodeConfig
 from sr3.errors import NodeUnavailableError, ProtocolError, SR3Error
 from sr3.recovery.frames import RelayNode
@@ -54,14 +54,14 @@ class RawFrame:
 def recv_raw(sock: socket.socket, max_frame_bytes: int, where: str) -> RawFrame:
     """Receive one whole frame into a buffer of its own (blocking; worker thread)."""
     prefix = bytearray(4)
-    wire.recv_exactly(sock, memoryview(prefix), where)
+    frame_io.recv_exactly(sock, memoryview(prefix), where)
     length = int.from_bytes(prefix, "big")
     if length > max_frame_bytes:
         msg = f"{where}: frame of {length} bytes exceeds the frame bound"
         raise ProtocolError(msg)
     data = bytearray(4 + length)
     data[:4] = prefix
-    wire.recv_exactly(sock, memoryview(data)[4:], where)
+    frame_io.recv_exactly(sock, memoryview(data)[4:], where)
     split = None
     if length > len(BLOB_MARK):
         split = split_head(memoryview(data)[4 : 4 + HEAD_BYTES], length)
@@ -101,7 +101,7 @@ class Upstream:
         def connect() -> socket.socket:
             sock = open_socket(node.host, node.port, config)
             try:
-                wire.send_frame(sock, {"v": wire.PROTOCOL_VERSION, **request})
+                frame_io.send_frame(sock, {"v": wire.PROTOCOL_VERSION, **request})
             except BaseException:
                 sock.close()
                 raise

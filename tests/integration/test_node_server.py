@@ -16,7 +16,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from sr3 import wire
+from sr3 import frame_io, wire
 from sr3.client import ClientPool, NodeClient
 from sr3.config import NodeConfig
 from sr3.errors import (
@@ -324,10 +324,10 @@ def test_wrong_secret_is_refused(node: Node) -> None:
 @pytest.mark.parametrize("version", [2, 0, "1", None])
 def test_another_protocol_version_is_named_as_such(node: Node, version: Any) -> None:
     with socket.create_connection(("127.0.0.1", node.port), timeout=20) as sock:
-        hello = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
+        hello = frame_io.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
         mac = wire.auth_mac(SECRET, hello["nonce"])  # the right secret
-        wire.send_frame(sock, {"v": version, "op": "auth", "mac": mac})
-        reply = wire.recv_frame(sock, 4096)
+        frame_io.send_frame(sock, {"v": version, "op": "auth", "mac": mac})
+        reply = frame_io.recv_frame(sock, 4096)
         assert reply["ok"] is False and reply["code"] == "auth"
         assert "n1 speaks protocol v1, this client v" in reply["error"]
         assert "run the same sr3 version on clients and nodes" in reply["error"]
@@ -342,12 +342,12 @@ def raw_socket(node: Node, *, authenticate: bool = True) -> socket.socket:
 
 def raw_socket_to(port: int, *, authenticate: bool = True) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=20)
-    hello = wire.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
+    hello = frame_io.recv_frame(sock, wire.HANDSHAKE_MAX_FRAME_BYTES)
     assert hello["op"] == "hello" and hello["v"] == 1 and len(hello["nonce"]) == 32
     if authenticate:
         mac = wire.auth_mac(SECRET, hello["nonce"])
-        wire.send_frame(sock, {"v": 1, "op": "auth", "mac": mac})
-        reply = wire.recv_frame(sock, 4096)
+        frame_io.send_frame(sock, {"v": 1, "op": "auth", "mac": mac})
+        reply = frame_io.recv_frame(sock, 4096)
         assert reply["ok"] is True and isinstance(reply["node_id"], str)
     return sock
 
@@ -426,14 +426,14 @@ def test_hostile_input_gets_an_error_and_the_node_keeps_serving(
     with raw_socket(node, authenticate=authenticate) as sock:
         peer = f"127.0.0.1:{sock.getsockname()[1]}"
         sock.sendall(payload)
-        reply = wire.recv_frame(sock, CONFIG.max_frame_bytes)
+        reply = frame_io.recv_frame(sock, CONFIG.max_frame_bytes)
         assert reply["ok"] is False and reply["code"] == code, reply
         assert isinstance(reply["error"], str) and reply["error"]
         if closes:
             assert sock.recv(1) == b""
         else:  # the same connection goes on serving
             sock.sendall(request(op="ping"))
-            assert wire.recv_frame(sock, 4096)["node_id"] == "n1"
+            assert frame_io.recv_frame(sock, 4096)["node_id"] == "n1"
     assert "WARNING sr3.server" in node.log.read_text()
     assert peer in node.log.read_text()
     assert_serves_stored(node)
@@ -535,8 +535,8 @@ def test_register_op_extends_an_in_process_server(tmp_path: Path) -> None:
                 client.request("echo", {"text": "bug"})  # internal, then closed
             with raw_socket_to(server.port) as sock:
                 sock.sendall(request(op="echo", text="hi"))
-                first = wire.recv_frame(sock, 4096)
-                second = wire.recv_frame(sock, 4096)
+                first = frame_io.recv_frame(sock, 4096)
+                second = frame_io.recv_frame(sock, 4096)
             assert (first["part"], first["last"]) == ("one", False)
             assert second["last"] is True
             asyncio.run_coroutine_threadsafe(server.close(), loop).result(10)

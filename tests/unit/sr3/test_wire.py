@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sr3 import wire
+from sr3 import frame_io, wire
 from sr3.errors import NodeUnavailableError, ProtocolError
 
 LIMIT = 64 * 1024
@@ -31,7 +31,7 @@ def read_async(data: bytes, max_frame_bytes: int = LIMIT) -> dict[str, Any] | No
         reader = asyncio.StreamReader()
         reader.feed_data(data)
         reader.feed_eof()
-        return await wire.read_frame(reader, max_frame_bytes)
+        return await frame_io.read_frame(reader, max_frame_bytes)
 
     return asyncio.run(run())
 
@@ -154,11 +154,11 @@ def test_blocking_send_and_recv_reuse_a_buffer() -> None:
     left, right = socket.socketpair()
     with left, right:
         buffer = bytearray()
-        wire.send_frame(left, {"ok": True}, blob=b"a" * 5000)
-        wire.send_frame(left, {"ok": False})
-        assert wire.recv_frame(right, LIMIT, buffer)["data"] == b"a" * 5000
+        frame_io.send_frame(left, {"ok": True}, blob=b"a" * 5000)
+        frame_io.send_frame(left, {"ok": False})
+        assert frame_io.recv_frame(right, LIMIT, buffer)["data"] == b"a" * 5000
         assert len(buffer) >= 5000
-        assert wire.recv_frame(right, LIMIT, buffer) == {"ok": False}
+        assert frame_io.recv_frame(right, LIMIT, buffer) == {"ok": False}
 
 
 def test_blocking_recv_bounds_and_eof() -> None:
@@ -166,13 +166,13 @@ def test_blocking_recv_bounds_and_eof() -> None:
     with left, right:
         left.sendall(struct.pack(">I", LIMIT + 1))
         with pytest.raises(ProtocolError, match="exceeds"):
-            wire.recv_frame(right, LIMIT)
+            frame_io.recv_frame(right, LIMIT)
     left, right = socket.socketpair()
     with left, right:
         left.sendall(struct.pack(">I", 100) + b"\x80")
         left.close()
         with pytest.raises(NodeUnavailableError, match="closed after 1 of 100"):
-            wire.recv_frame(right, LIMIT)
+            frame_io.recv_frame(right, LIMIT)
 
 
 @pytest.mark.parametrize(
@@ -190,10 +190,10 @@ def test_large_frames_decode_alike_on_both_paths(msg: dict[str, Any]) -> None:
     with left, right:
         if list(msg)[-1] == "data":
             head = {k: v for k, v in msg.items() if k != "data"}
-            wire.send_frame(left, head, blob=msg["data"])
+            frame_io.send_frame(left, head, blob=msg["data"])
         else:
-            wire.send_frame(left, msg)
-        assert wire.recv_frame(right, 1 << 20) == msg
+            frame_io.send_frame(left, msg)
+        assert frame_io.recv_frame(right, 1 << 20) == msg
 
 
 def test_large_hostile_frame_is_still_rejected() -> None:
@@ -204,4 +204,4 @@ def test_large_hostile_frame_is_still_rejected() -> None:
         )
         left.sendall(struct.pack(">I", len(body)) + body)
         with pytest.raises(ProtocolError):
-            wire.recv_frame(right, 1 << 20)
+            frame_io.recv_frame(right, 1 << 20)

@@ -13,11 +13,11 @@ from storm_bridge.native import (
     OWNER,
     SPOUT,
     BoltAgent,
-    NativeCoordinator,
     SpoutAgent,
     checkpoint_mode,
     require_ring,
 )
+from storm_bridge.native_coordinator import NativeCoordinator
 from zk.checkpoints import CommitRecord
 from zk.epoch_control import EpochControl, Phase
 

@@ -6,7 +6,8 @@ import pytest
 
 from storm_bridge.errors import MultilangProtocolError
 from storm_bridge.messages import GENERATION_KEY, bolt_tuple_msg, parse_shell_msg
-from storm_bridge.native import BoltAgent, NativeCoordinator, SpoutAgent
+from storm_bridge.native import BoltAgent, SpoutAgent
+from storm_bridge.native_coordinator import NativeCoordinator
 from tests.unit.storm_bridge.test_native import (
     OWNERS,
     SPOUTS,

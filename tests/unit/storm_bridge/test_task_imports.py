@@ -23,6 +23,7 @@ STATEFUL_ONLY = (
     "sr3.recovery",
     "sr3.client",
     "sr3.state",
+    "storm_bridge.bolt_native",
     "storm_bridge.bolt_runtime",
     "zk.client",
 )
