@@ -44,15 +44,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.before_after_benches import BENCHES  # noqa: E402 (after the sys.path insert)
-from bench.before_after_report import NAME, RESULTS, markdown, write  # noqa: E402
-from bench.before_after_runs import (  # noqa: E402
+from bench.before_after_report import NAME, RESULTS, markdown, write  # noqa: E402 - after the sys.path insert
+from bench.before_after_runs import (  # noqa: E402 - after the sys.path insert
     adapt,
     before_tree,
     git,
     known_options,
     run_once,
 )
-from bench.before_after_verdicts import summarize  # noqa: E402
+from bench.before_after_verdicts import summarize  # noqa: E402 - after the sys.path insert
 
 #: The parent of the first issue-15 commit (9efb05c, "fields grouping sends each
 #: value where Storm 2.8.3's own FieldsGrouper does", the issue's first "must

@@ -41,9 +41,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from confluent_kafka.admin import AdminClient  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402 - after the sys.path insert
 
-from bench.kafka_wordcount_engines import (  # noqa: E402
+from bench.kafka_wordcount_engines import (  # noqa: E402 - after the sys.path insert
     GUARANTEES,
     conf,
     latency,
@@ -51,19 +51,19 @@ from bench.kafka_wordcount_engines import (  # noqa: E402
     storm_rate,
     topology_rate,
 )
-from bench.kafka_wordcount_report import HEADERS, plot, rows_of  # noqa: E402
-from bench.kafka_wordcount_source import (  # noqa: E402
+from bench.kafka_wordcount_report import HEADERS, plot, rows_of  # noqa: E402 - after the sys.path insert
+from bench.kafka_wordcount_source import (  # noqa: E402 - after the sys.path insert
     lines_of,
     plain_consumer,
     produce,
     spout_alone,
     topic,
 )
-from bench.lab_session import bench_lab  # noqa: E402
-from bench.storm_apache import storm_cluster  # noqa: E402
-from sr3_cli.daemons.kafka import KafkaBroker  # noqa: E402
-from sr3_cli.lab import Lab  # noqa: E402
-from sr3_cli.output import table  # noqa: E402
+from bench.lab_session import bench_lab  # noqa: E402 - after the sys.path insert
+from bench.storm_apache import storm_cluster  # noqa: E402 - after the sys.path insert
+from sr3_cli.daemons.kafka import KafkaBroker  # noqa: E402 - after the sys.path insert
+from sr3_cli.lab import Lab  # noqa: E402 - after the sys.path insert
+from sr3_cli.output import table  # noqa: E402 - after the sys.path insert
 
 RESULTS = ROOT / "bench" / "results"
 

@@ -51,9 +51,9 @@ from bench.recovery_baselines import (  # noqa: E402 - after sys.path
     redis_restore,
     spark_restart,
 )
-from bench.recovery_report import save_json, write_report  # noqa: E402
-from bench.recovery_ring import LoopbackRing, context_of, recover_once  # noqa: E402
-from bench.recovery_rows import (  # noqa: E402
+from bench.recovery_report import save_json, write_report  # noqa: E402 - after the sys.path insert
+from bench.recovery_ring import LoopbackRing, context_of, recover_once  # noqa: E402 - after the sys.path insert
+from bench.recovery_rows import (  # noqa: E402 - after the sys.path insert
     MECHANISMS,
     interleaved,
     median_of,
@@ -61,11 +61,11 @@ from bench.recovery_rows import (  # noqa: E402
     show_row,
     spec_for,
 )
-from sr3.config import parse_size  # noqa: E402
-from sr3.recovery import Recoverer  # noqa: E402
-from sr3.synthetic import SyntheticSpec  # noqa: E402
-from sr3_cli.cluster import open_cluster  # noqa: E402
-from sr3_cli.snapshot_cmd import put_synthetic  # noqa: E402
+from sr3.config import parse_size  # noqa: E402 - after the sys.path insert
+from sr3.recovery import Recoverer  # noqa: E402 - after the sys.path insert
+from sr3.synthetic import SyntheticSpec  # noqa: E402 - after the sys.path insert
+from sr3_cli.cluster import open_cluster  # noqa: E402 - after the sys.path insert
+from sr3_cli.snapshot_cmd import put_synthetic  # noqa: E402 - after the sys.path insert
 
 RESULTS = ROOT / "bench" / "results"
 BASELINES_ONLY = RESULTS / "recovery_baselines_only.json"

@@ -34,14 +34,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sr3.client import ClientPool  # noqa: E402
-from sr3.config import NodeConfig, RecoveryConfig, parse_size  # noqa: E402
-from sr3.manifest import Manifest, ShardMeta  # noqa: E402
-from sr3.net import free_port  # noqa: E402
-from sr3.ports import NodeInfo  # noqa: E402
-from sr3.recovery import Recoverer, RecoveryContext  # noqa: E402
-from sr3_cli import netns  # noqa: E402
-from sr3_cli.netns import LinkShape  # noqa: E402
+from sr3.client import ClientPool  # noqa: E402 - after the sys.path insert
+from sr3.config import NodeConfig, RecoveryConfig, parse_size  # noqa: E402 - after the sys.path insert
+from sr3.manifest import Manifest, ShardMeta  # noqa: E402 - after the sys.path insert
+from sr3.net import free_port  # noqa: E402 - after the sys.path insert
+from sr3.ports import NodeInfo  # noqa: E402 - after the sys.path insert
+from sr3.recovery import Recoverer, RecoveryContext  # noqa: E402 - after the sys.path insert
+from sr3_cli import netns  # noqa: E402 - after the sys.path insert
+from sr3_cli.netns import LinkShape  # noqa: E402 - after the sys.path insert
 
 NS, BRIDGE, VETH = "sr3r", "sr3rbr", "sr3rv"
 ROOT_IP, NS_IP = "10.77.0.1", "10.77.0.2"
