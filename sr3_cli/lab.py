@@ -350,11 +350,16 @@ class Lab(LabState):
         return signalled
 
     def stop_nodes(self) -> None:
-        """Stop every node gracefully."""
+        """Stop every node gracefully: SIGTERM to all at once, SIGKILL after 10 s.
+
+        Each node closes its ZooKeeper session on the way out, so one at a time
+        took about 0.4 s a node.
+        """
         with self.locked():
+            stop_processes(
+                [node.pid for node in self.nodes.values() if node.alive and node.pid]
+            )
             for node in self.nodes.values():
-                if node.alive:
-                    _terminate(node.pid)
                 node.pid = None
 
     def stop(self) -> list[int]:
