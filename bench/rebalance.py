@@ -21,7 +21,10 @@ and the bytes the new tasks read against the minimum (the state of the keys
 that change owner at the switch, msgpack-encoded). Ratios are live against
 stop-restart in the same invocation. Writes bench/results/rebalance.{json,md}
 and a plot of throughput and p99 latency over time with the changes marked,
-bench/results/rebalance.png. Not a test.
+bench/results/rebalance.png (``--name`` for others). ``--fill N`` adds N cold
+keys of ``--fill-bytes`` each, written by a run of their own before each mode
+(1 GB in all: ``--fill 16384 --fill-bytes 65536``); the measured runs then
+``--resume`` from it. Not a test.
 
     .venv/bin/python bench/rebalance.py
 """
@@ -47,13 +50,14 @@ sys.path.insert(0, str(ROOT))
 from bench.lab_session import bench_lab  # noqa: E402
 from sr3.keygroups import key_group, range_table  # noqa: E402
 from sr3_cli.lab import Lab  # noqa: E402
-from topology_api.groupings import key_task_index  # noqa: E402
+from topology_api.java_hash import key_task_index  # noqa: E402
 from topology_api.rebalance_plan import plan_key_groups  # noqa: E402
 
 TOPOLOGY = ROOT / "bench" / "topologies" / "rebalance_kv.py"
 NAME = "rebalance_kv"
 RESULTS = ROOT / "bench" / "results"
 BUCKET_S = 1.0
+MODES = ("live", "key-groups", "restart")
 
 
 def sr3(lab: Lab, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -81,6 +85,8 @@ def run_argv(
         "rebal.events": args.events,
         "rebal.keys": args.keys,
         "rebal.pad": args.pad,
+        "rebal.fill": args.fill,
+        "rebal.fill.bytes": args.fill_bytes,
         "sr3.checkpoint.interval.s": 0.5,
         "sr3.idle.quiet.s": 0.5,
     }
@@ -119,20 +125,28 @@ def minimum_bytes(
 ) -> int:
     """State bytes of the keys that change owner going from 2 to 4 tasks.
 
-    Under key-groups routing, the keys of the key groups the plan moves.
+    Under key-groups routing, the keys of the key groups the plan moves. The
+    cold keys of the fill count too.
     """
     moving = {m.key_group for m in plan_key_groups(range_table(2, 256), 4)}
+
+    def moves(values: tuple[str]) -> bool:
+        if key_groups:
+            return key_group(values, 256) in moving
+        return key_task_index(values, None, 2) != key_task_index(values, None, 4)
+
     total = 0
     for k in range(min(args.keys, events_before)):
         key = f"k{k:06d}"
-        if key_groups:
-            if key_group((key,), 256) not in moving:
-                continue
-        elif key_task_index((key,), None, 2) == key_task_index((key,), None, 4):
+        if not moves((key,)):
             continue
         count = (events_before - 1 - k) // args.keys + 1
         fields = {"n": count, "pad": "x" * args.pad}
         total += len(key) + len(msgpack.packb(fields, use_bin_type=True))
+    cold = len(msgpack.packb({"pad": "x" * args.fill_bytes}, use_bin_type=True))
+    for k in range(args.fill):
+        if moves((f"f{k:06d}",)):
+            total += len(f"f{k:06d}") + cold
     return total
 
 
@@ -145,9 +159,14 @@ def summarize(
 ) -> dict[str, Any]:
     t0, first = read_sink(out)
     start, end = window
-    # steady: outputs before the change of events due 3 s after the start;
+    # steady: outputs before the change of events due --steady-from s after the
+    # start (a resumed run's restore loads in the background first);
     # during: events due while the change was under way
-    steady = [lat for n, (lat, at) in first.items() if n / args.rate > 3 and at < start]
+    steady = [
+        lat
+        for n, (lat, at) in first.items()
+        if n / args.rate > args.steady_from and at < start
+    ]
     during = [
         lat for n, (lat, _at) in first.items() if start <= t0 + n / args.rate <= end
     ]
@@ -173,12 +192,35 @@ def summarize(
     }
 
 
+def fill_run(
+    lab: Lab, out: Path, args: argparse.Namespace, *, key_groups: bool = False
+) -> float:
+    """Run the fill alone (``--fill`` cold keys, no paced events) to its end.
+
+    The measured run then starts with ``--resume`` from the fill's committed
+    epoch. Returns the fill's wall time (s); 0 without a fill.
+    """
+    if not args.fill:
+        return 0.0
+    started = time.monotonic()
+    argv = run_argv(out, args, "p2", key_groups=key_groups)
+    argv[argv.index(f"rebal.events={args.events}")] = "rebal.events=0"
+    sr3(lab, *argv, "--until-idle", "--json", timeout=args.timeout)
+    return round(time.monotonic() - started, 1)
+
+
+def resume_flag(args: argparse.Namespace) -> list[str]:
+    return ["--resume"] if args.fill else []
+
+
 def live_run(
     lab: Lab, args: argparse.Namespace, *, key_groups: bool = False
 ) -> dict[str, Any]:
     out = Path(tempfile.mkdtemp(prefix="rebalance-live-"))
+    fill_s = fill_run(lab, out, args, key_groups=key_groups)
     argv = [
         *run_argv(out, args, "p2", key_groups=key_groups),
+        *resume_flag(args),
         "--until-idle",
         "--json",
     ]
@@ -214,6 +256,7 @@ def live_run(
         "bytes_read": entry["bytes_moved"],
         "bytes_minimum": minimum_bytes(args, before, key_groups=key_groups),
         "held_tuples": entry["held_tuples"],
+        "fill_s": fill_s,
     }
     if key_groups:
         extra.update(
@@ -227,7 +270,11 @@ def live_run(
 
 def stop_restart(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
     out = Path(tempfile.mkdtemp(prefix="rebalance-restart-"))
-    sr3(lab, *run_argv(out, args, "p2"), "--duration", str(args.at), "--json")
+    fill_s = fill_run(lab, out, args)
+    # --duration counts from the cluster's start; a resumed run's restore is
+    # lazy, so its spout stamps t0 about then (the table's change start says)
+    first_run = [*run_argv(out, args, "p2"), *resume_flag(args), "--json"]
+    sr3(lab, *first_run, "--duration", str(args.at), timeout=args.timeout)
     stopped = time.time()
     second = sr3(lab, *run_argv(out, args, "p4"), "--resume", "--until-idle", "--json")
     report = json.loads(second.stdout)
@@ -244,6 +291,7 @@ def stop_restart(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
             "bytes_read": None,
             "bytes_minimum": None,
             "recoveries": len(report.get("recoveries", [])),
+            "fill_s": fill_s,
         },
         args,
     )
@@ -276,8 +324,13 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    colors = ("tab:blue", "tab:green", "tab:orange")
-    for row, color in zip(rows, colors[: len(rows)], strict=True):
+    colors = {
+        "live rebalance": "tab:blue",
+        "key-groups rebalance": "tab:green",
+        "stop-restore-restart": "tab:orange",
+    }
+    for row in rows:
+        color = colors[row["mode"]]
         xs = [i * BUCKET_S for i in range(len(row["series"]))]
         top.plot(
             xs, row["series"], label=row["mode"], color=color, drawstyle="steps-post"
@@ -303,35 +356,63 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=3000)
     parser.add_argument("--pad", type=int, default=5000, help="state bytes per key")
     parser.add_argument("--at", type=float, default=15.0, help="change at (s)")
+    parser.add_argument(
+        "--steady-from",
+        type=float,
+        default=3.0,
+        help="steady latency counts events due this many s after the start",
+    )
+    parser.add_argument(
+        "--fill", type=int, default=0, help="cold keys written before the events"
+    )
+    parser.add_argument(
+        "--fill-bytes", type=int, default=65536, help="state bytes per cold key"
+    )
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(
         "--batch", type=int, default=16, help="key groups per epoch (key-groups)"
     )
     parser.add_argument("--lab", default=None, help="existing lab dir (else a new one)")
+    parser.add_argument(
+        "--name", default="rebalance", help="bench/results/NAME.{md,json,png}"
+    )
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        help="comma-separated, of live, key-groups, restart (restart always)",
+    )
     args = parser.parse_args()
+    modes = {m.strip() for m in args.modes.split(",")}
+    unknown = modes - set(MODES)
+    if unknown or "restart" not in modes:
+        parser.error(
+            f"--modes: {', '.join(sorted(modes))}: give some of {', '.join(MODES)}, "
+            "restart among them (the baseline)"
+        )
+
+    def run_modes(lab: Lab) -> list[dict[str, Any]]:
+        rows = []
+        if "live" in modes:
+            rows.append(live_run(lab, args))
+        if "key-groups" in modes:
+            rows.append(live_run(lab, args, key_groups=True))
+        rows.append(stop_restart(lab, args))
+        return rows
+
     if args.lab:
-        lab = Lab.load(Path(args.lab))
-        rows = [
-            live_run(lab, args),
-            live_run(lab, args, key_groups=True),
-            stop_restart(lab, args),
-        ]
+        rows = run_modes(Lab.load(Path(args.lab)))
     else:
         with bench_lab(3) as lab:
-            rows = [
-                live_run(lab, args),
-                live_run(lab, args, key_groups=True),
-                stop_restart(lab, args),
-            ]
+            rows = run_modes(lab)
     RESULTS.mkdir(parents=True, exist_ok=True)
     text = table(rows)
     print(text)
-    (RESULTS / "rebalance.md").write_text(text + "\n")
-    (RESULTS / "rebalance.json").write_text(
+    (RESULTS / f"{args.name}.md").write_text(text + "\n")
+    (RESULTS / f"{args.name}.json").write_text(
         json.dumps({"args": vars(args), "runs": rows}, indent=1) + "\n"
     )
-    plot(rows, RESULTS / "rebalance.png")
-    print(f"wrote {RESULTS / 'rebalance.md'}, .json and .png")
+    plot(rows, RESULTS / f"{args.name}.png")
+    print(f"wrote {RESULTS / args.name}.md, .json and .png")
 
 
 if __name__ == "__main__":
