@@ -318,6 +318,8 @@ NOT_KEYS: Final = frozenset(
         "sr3.snapshot",
         "sr3.keygroups",
         "sr3.keygroups.table",
+        "sr3.waiting",
+        "sr3.local.cluster",
         "sr3.error",
         "sr3.kafka.out",
         "sr3.kafka.next",

@@ -21,6 +21,8 @@ from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
 from topology_api.barriers import (
     BARRIER_COMMAND,
     BARRIER_STREAM,
+    LOCAL_CLUSTER_KEY,
+    WAITING_METRIC,
     task_index,
     with_barrier,
 )
@@ -50,6 +52,9 @@ class SpoutRuntime:
         ring: Native mode's ring access.
         store: Native mode's epoch store.
         topology: The topology's name (native mode).
+        local: Whether the task runs on our local cluster (it reads the
+            ``sr3.waiting`` metric; real Storm would die on it).
+        waiting: What the spout last said it waits for (None: nothing).
     """
 
     name: str
@@ -61,6 +66,8 @@ class SpoutRuntime:
     ring: Any = None
     store: Any = None
     topology: str = ""
+    local: bool = False
+    waiting: str | None = None
 
 
 class ReplayableSpout(Spout, ReplayableComponent):
@@ -131,6 +138,27 @@ class ReplayableSpout(Spout, ReplayableComponent):
             need_task_ids=need_task_ids,
         )
 
+    def waiting_for_source(self, reason: str | None) -> None:
+        """Say the spout waits for its source (``reason``), or no longer does (None).
+
+        A spout whose source is down (a Kafka broker, a socket) emits nothing,
+        as one at the end of its input does, and ``sr3 run --until-idle`` would
+        end the run on it. A waiting spout is not dry: the run goes on, and its
+        reason is what the run says it is busy with. Call it from
+        ``next_tuple`` when the source stops or starts answering; only a change
+        is sent, and only on the local cluster (real Storm and Spark have no
+        end of input to tell it from).
+        """
+        runtime = self._sr3
+        if runtime is None or not runtime.local:
+            return
+        if (runtime.waiting is None) == (reason is None):
+            return
+        runtime.waiting = reason
+        self.send_message(
+            {"command": "metrics", "name": WAITING_METRIC, "params": {"reason": reason}}
+        )
+
     def send_message(self, message: Any) -> None:
         """Send ``message`` to Storm; a native-mode emit carries its generation.
 
@@ -152,7 +180,10 @@ class ReplayableSpout(Spout, ReplayableComponent):
     def _setup_component(self, storm_conf: Any, context: Any) -> None:
         super()._setup_component(storm_conf, context)
         index, _count = task_index(context)
-        runtime = SpoutRuntime(name=f"{context['componentid']}/{index}")
+        runtime = SpoutRuntime(
+            name=f"{context['componentid']}/{index}",
+            local=bool(storm_conf.get(LOCAL_CLUSTER_KEY)),
+        )
         from storm_bridge.wiring import RingAccess  # noqa: PLC0415 - ring clients on demand
 
         ring = RingAccess.from_conf(storm_conf)

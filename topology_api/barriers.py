@@ -18,11 +18,13 @@ __all__ = [
     "BARRIER_FIELDS",
     "BARRIER_STREAM",
     "KEY_GROUPS_METRIC",
-    "KEY_GROUP_TABLE_KEY",
     "KEY_GROUP_STREAM",
+    "KEY_GROUP_TABLE_KEY",
     "LOADED_METRIC",
+    "LOCAL_CLUSTER_KEY",
     "RESTORED_METRIC",
     "SNAPSHOT_METRIC",
+    "WAITING_METRIC",
     "internal_stream",
     "task_index",
     "with_barrier",
@@ -55,6 +57,15 @@ KEY_GROUP_STREAM: Final = "_sr3_keygroups"
 KEY_GROUP_TABLE_KEY: Final = "sr3.keygroups.table"
 #: ``metrics`` name a stateful task sends once it carried out a hand-over command.
 KEY_GROUPS_METRIC: Final = "sr3.keygroups"
+#: ``metrics`` name a spout sends when it starts waiting for its source (params
+#: ``{"reason": text}``: a broker down, say) and when it stops (``{"reason":
+#: None}``). A waiting spout is not dry: ``sr3 run --until-idle`` does not end
+#: the run on it, and says what it waits for.
+WAITING_METRIC: Final = "sr3.waiting"
+#: Conf key the local cluster sets (True) on every task's conf: the ``sr3.*``
+#: metrics only it reads may be sent. Real Storm's ShellSpout and ShellBolt die
+#: on a metric no Java code registered ("Could not find metric by name").
+LOCAL_CLUSTER_KEY: Final = "sr3.local.cluster"
 
 
 def internal_stream(stream: object) -> bool:

@@ -32,7 +32,7 @@ from storm_bridge.messages import (
     parse_shell_msg,
 )
 from storm_bridge.native import MAX_REPLAYS
-from topology_api.barriers import KEY_GROUPS_METRIC
+from topology_api.barriers import KEY_GROUPS_METRIC, WAITING_METRIC
 
 if TYPE_CHECKING:
     from storm_bridge.cluster.engine import Engine
@@ -149,7 +149,9 @@ class Dispatcher:
         else:
             metric, params = msg.metric_name or "", msg.metric_params
             coordinator, local = self._engine.coordinator, self._engine.local
-            if coordinator is not None:
+            if metric == WAITING_METRIC and rt.is_spout:
+                self._engine.spouts.source_waiting(rt, params)
+            elif coordinator is not None:
                 if metric == RESTORED_METRIC:
                     if local is None or not local.restored(rt, params):
                         coordinator.restored(rt, params)

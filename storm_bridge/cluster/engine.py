@@ -40,6 +40,7 @@ from storm_bridge.cluster.supervisor import Supervisor
 from storm_bridge.cluster.tasks import TaskRuntime, TaskState, TimerQueue
 from storm_bridge.multilang import Serializer
 from storm_bridge.straggler import StragglerSettings
+from topology_api.barriers import LOCAL_CLUSTER_KEY
 from topology_api.errors import TopologyError
 from topology_api.outputs import LastOutputs
 from topology_api.topology import LoadedTopology
@@ -142,6 +143,7 @@ class Engine:
             if name in topology.components:
                 component = topology.components[name]
                 conf = dict(confs[name])
+                conf[LOCAL_CLUSTER_KEY] = True  # the sr3.* metrics are read here
                 settings = TaskSettings.from_conf(conf)
                 self.tasks[task_id] = TaskRuntime(task_id, component, conf, settings)
         self.spouts = SpoutDriver(
@@ -388,6 +390,8 @@ class Engine:
                         f"{where}: {len(rt.pending)} tuples pending, "
                         f"{len(rt.commands)} commands queued, awaiting {rt.awaiting}"
                     ), None
+                if rt.waiting is not None:
+                    return f"{where} waits for its source: {rt.waiting}", None
                 if self.active and (
                     rt.empty_streak < empty_nexts or rt.awaiting is not None
                 ):

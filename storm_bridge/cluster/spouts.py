@@ -110,6 +110,18 @@ class SpoutDriver:
         rt.last_heard = self._clock()  # ShellSpout's markWaitingSubprocess
         rt.process.send(spout_command_msg(command, msg_id))
 
+    def source_waiting(self, rt: TaskRuntime, params: Any) -> None:
+        """Handle a spout's ``sr3.waiting`` metric: it waits for its source, or not.
+
+        A spout that stops waiting starts its dry spell over: the quiet period
+        of ``sr3.idle.quiet.s`` counts from its next empty ``next``.
+        """
+        reason = params.get("reason") if isinstance(params, dict) else None
+        was, rt.waiting = rt.waiting, None if reason is None else str(reason)
+        if was is not None and rt.waiting is None:
+            rt.empty_streak = 0
+            rt.dry_since = None
+
     def synced(self, rt: TaskRuntime) -> None:
         """Handle a spout's ``sync``: the command in flight is done.
 

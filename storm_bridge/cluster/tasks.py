@@ -97,6 +97,8 @@ class TaskRuntime:
         emitted_in_command: Spouts: emits since the command in flight was sent.
         empty_streak: Spouts: consecutive ``next`` calls that emitted nothing.
         dry_since: Spouts: when the first of those calls was answered.
+        waiting: Spouts: what the spout said it waits for (its source down:
+            not dry, whatever it emits), or None.
         next_at: Spouts: earliest clock reading for the next ``next``.
         wake_at: Spouts: when a scheduled wake-up will pump it, if any.
         last_error: The last error the current subprocess reported (an
@@ -135,6 +137,7 @@ class TaskRuntime:
     emitted_in_command: int = 0
     empty_streak: int = 0
     dry_since: float | None = None
+    waiting: str | None = None
     next_at: float = 0.0
     wake_at: float | None = None
     last_error: str | None = None
@@ -172,6 +175,7 @@ class TaskRuntime:
         self.emitted_in_command = 0
         self.empty_streak = 0
         self.dry_since = None
+        self.waiting = None
         self.next_at = 0.0
         self.wake_at = None
         self.emits_since_ack = 0

@@ -9,7 +9,12 @@ consumer-group offsets are never used or committed.
 
 The consumer is assigned lazily from ``next_tuple``: a broker that is down
 (at start or later) only makes ``next_tuple`` emit nothing until it is back,
-so the task keeps answering Storm. Records that are not valid for
+so the task keeps answering Storm. While it is down (or a topic is missing)
+the spout says it waits for its source
+(:meth:`~storm_bridge.replayable.ReplayableSpout.waiting_for_source`), so
+``sr3 run --until-idle`` does not take the outage for the end of the input: a
+dry spout asks the broker for metadata once a second
+(``_PROBE_EVERY_S``) to tell the two apart. Records that are not valid for
 ``sr3.kafka.format`` fail the task naming the record, or go to a dead-letter
 topic (``sr3.kafka.bad.records``).
 """
@@ -51,6 +56,15 @@ logger = logging.getLogger(__name__)
 #: Seconds between two "broker unreachable" warnings of one task.
 _WARN_EVERY_S: Final = 10.0
 _METADATA_TIMEOUT_S: Final = 2.0
+#: Seconds between two metadata probes of a spout that reads nothing.
+_PROBE_EVERY_S: Final = 1.0
+#: Consumer errors that mean the broker is away (not only a slow fetch).
+_AWAY: Final = frozenset(
+    {
+        KafkaError._TRANSPORT,  # noqa: SLF001 (librdkafka's public error codes)
+        KafkaError._ALL_BROKERS_DOWN,  # noqa: SLF001
+    }
+)
 #: Consumer errors that only mean "the broker is away for now": librdkafka retries.
 _TRANSIENT: Final = frozenset(
     {
@@ -88,6 +102,9 @@ class KafkaSpout(ReplayableSpout):
         self._positions: dict[str, int] | None = None
         self._waiting_since: float | None = None
         self._warned_at = 0.0
+        self._probed_at = 0.0
+        #: (topic, partition) this task reads, once assigned.
+        self._assigned: list[tuple[str, int]] = []
         self.emitted = 0
 
     # -- replay ------------------------------------------------------------------------
@@ -113,11 +130,13 @@ class KafkaSpout(ReplayableSpout):
         if consumer is None or positions is None:
             return
         settings = self._settings
+        heard = False
         for message in consumer.consume(settings.batch_records, settings.poll_s):
             error = message.error()
             if error is not None:
                 self._consumer_error(error, message)
                 continue
+            heard = True
             topic, partition = message.topic(), message.partition()
             if topic is None or partition is None:
                 continue
@@ -132,6 +151,49 @@ class KafkaSpout(ReplayableSpout):
             # native mode's poison-tuple count keys on) whatever the read order
             self.emit(values, offset=dict(sorted(positions.items())))
             self.emitted += 1
+        if heard:
+            self.waiting_for_source(None)
+        else:
+            self._probe(consumer)
+
+    def _probe(self, consumer: Consumer) -> None:
+        """Read nothing: ask the broker for metadata (at most once a second).
+
+        Whether it answers tells a broker that is away (waiting) from one with
+        no new records (the spout may be dry).
+        """
+        now = time.monotonic()
+        if now - self._probed_at < _PROBE_EVERY_S:
+            return
+        self._probed_at = now
+        if not self._assigned:  # more tasks than partitions: nothing to wait for
+            self.waiting_for_source(None)
+            return
+        topics = sorted({t for t, _p in self._assigned})
+        try:
+            metadata = consumer.list_topics(
+                topic=topics[0] if len(topics) == 1 else None,
+                timeout=_METADATA_TIMEOUT_S,
+            )
+        except KafkaException as exc:
+            self._away(exc)
+            return
+        for topic, partition in self._assigned:
+            meta = metadata.topics.get(topic)
+            found = None if meta is None else meta.partitions.get(partition)
+            if found is None or found.leader < 0:
+                # a dead leader's partitions until another broker takes them
+                self.waiting_for_source(
+                    f"Kafka partition {partition_key(topic, partition)} has no "
+                    f"leader at {self._settings.bootstrap}"
+                )
+                return
+        self.waiting_for_source(None)
+
+    def _away(self, why: object) -> None:
+        bootstrap = self._settings.bootstrap
+        self._warn("Kafka at %s unreachable (%s); waiting", bootstrap, why)
+        self.waiting_for_source(f"Kafka at {bootstrap} unreachable ({why})")
 
     def decode(self, value: bytes | None) -> list[Any]:
         """Return a record value as the tuple's values (per ``sr3.kafka.format``).
@@ -256,6 +318,9 @@ class KafkaSpout(ReplayableSpout):
                     start=start,
                 )
             )
+        if code in _AWAY:
+            self._away(error)
+            return
         if code in _TRANSIENT or error.retriable():
             self._warn("Kafka consumer: %s (retrying)", error)
             return
@@ -291,9 +356,7 @@ class KafkaSpout(ReplayableSpout):
         try:
             metadata = consumer.list_topics(timeout=_METADATA_TIMEOUT_S)
         except KafkaException as exc:
-            self._warn(
-                "Kafka at %s unreachable (%s); waiting", self._settings.bootstrap, exc
-            )
+            self._away(exc)
             return False
         topics = self._topics(metadata.topics)
         if topics is None:
@@ -332,6 +395,8 @@ class KafkaSpout(ReplayableSpout):
             assignment.append(TopicPartition(topic, partition, wanted))
         consumer.assign(assignment)
         self._positions = positions
+        self._assigned = list(mine)
+        self.waiting_for_source(None)
         logger.info(
             "spout %s reads %s from %s",
             self._name,
@@ -369,6 +434,11 @@ class KafkaSpout(ReplayableSpout):
                 )
             )
         self._warn("Kafka topic %s missing; waiting", ", ".join(missing))
+        self.waiting_for_source(
+            f"Kafka topic {', '.join(missing)} missing at {settings.bootstrap} "
+            f"(waited {waited:.0f} s of sr3.kafka.topic.wait.s="
+            f"{settings.topic_wait_s:g})"
+        )
         return None
 
     def _log_start(self, topic: str, partition: int) -> int | None:
@@ -382,5 +452,6 @@ class KafkaSpout(ReplayableSpout):
             )
         except KafkaException as exc:
             self._warn("watermarks of %s unavailable (%s); waiting", topic, exc)
+            self.waiting_for_source(f"Kafka watermarks of {topic} unavailable ({exc})")
             return None
         return int(low)

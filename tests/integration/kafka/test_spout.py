@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -29,6 +30,7 @@ from tests.integration.kafka.conftest import (
     produce,
     read_all,
 )
+from topology_api.barriers import LOCAL_CLUSTER_KEY, WAITING_METRIC
 
 pytestmark = [pytest.mark.kafka]
 
@@ -208,3 +210,57 @@ def test_an_offset_deleted_by_retention_fails_naming_the_setting(
     assert f"offset 5 of Kafka topic {topic} partition 0" in message
     assert "starts at 12" in message
     assert "retention.ms" in message
+
+
+def local_spout(conf: dict[str, Any]) -> Channel:
+    """A spout as the local cluster starts it: its handshake conf marks the cluster."""
+    instance = KafkaSpout(input_stream=io.BytesIO(), output_stream=io.BytesIO())
+    full = {**conf, "topology.name": "t", LOCAL_CLUSTER_KEY: True}
+    instance._setup_component(full, context())  # noqa: SLF001 - pystorm's handshake step
+    instance.initialize(full, context())
+    return Channel(instance)
+
+
+def waiting_reasons(channel: Channel) -> list[Any]:
+    return [
+        m["params"]["reason"]
+        for m in channel.emitted()
+        if m.get("command") == "metrics" and m.get("name") == WAITING_METRIC
+    ]
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_spout_waits_while_kafka_is_unreachable_and_is_dry_at_its_end(
+    conf: dict[str, Any],
+    kafka_bootstrap: str,
+    new_topic: NewTopicFactory,
+    closing: list[Channel],
+) -> None:
+    # --until-idle must tell a broker outage from the end of the input: both
+    # read nothing, only the first is a wait
+    address = f"127.0.0.1:{closed_port()}"
+    down = local_spout(
+        {**conf, "sr3.kafka.bootstrap": address, "sr3.kafka.topics": "t"}
+    )
+    closing.append(down)
+    down.spout.seek(None)
+    down.spout.next_tuple()
+    reasons = waiting_reasons(down)
+    assert len(reasons) == 1
+    assert f"Kafka at {address} unreachable" in reasons[0]
+
+    topic = new_topic("lines", 1)
+    produce(kafka_bootstrap, topic, [b"a", b"b"], partitions=1)
+    up = local_spout({**conf, "sr3.kafka.topics": topic})
+    closing.append(up)
+    up.spout.seek(None)
+    assert [m["tuple"] for m in up.drain(2)] == [["a"], ["b"]]
+    deadline = time.monotonic() + 3.0  # dry long enough for metadata probes
+    while time.monotonic() < deadline:
+        up.spout.next_tuple()
+    assert waiting_reasons(up) == []  # reachable and at its end: dry, not waiting

@@ -40,6 +40,28 @@ def test_a_spout_that_pauses_is_not_taken_for_dry(
     assert read_counts() == dict(Counter(WORDS))
 
 
+def test_a_spout_waiting_for_its_source_is_not_taken_for_dry(
+    make_cluster: Callable[..., LocalCluster],
+    read_counts: Callable[[], dict[str, int]],
+    out_dir: Path,
+) -> None:
+    # a source that is down (a broker, say) looks like the end of the input: the
+    # spout emits nothing. It says it waits, so --until-idle goes on through an
+    # outage far longer than the quiet period, then reads everything
+    down = out_dir / "source-down"
+    down.touch()
+    cluster = make_cluster("sbt_waiting", {"sbt.sentences": WORDS})  # quiet 0.5 s
+    cluster.start()
+
+    assert not cluster.run_until_idle(4.0)  # 8 quiet periods: still waiting
+    assert "waits for its source" in (cluster.busy_reason() or "")
+    down.unlink()
+
+    assert cluster.run_until_idle(IDLE_TIMEOUT_S)
+    assert cluster.counters()["waiting_spout"].acked == len(WORDS)
+    assert read_counts() == dict(Counter(WORDS))
+
+
 def test_a_streamparse_project_layout_runs(
     make_cluster: Callable[..., LocalCluster],
     read_counts: Callable[[], dict[str, int]],

@@ -154,3 +154,36 @@ def test_sync_without_a_command(
 ) -> None:
     with pytest.raises(MultilangProtocolError, match="no command was pending"):
         make_driver(clock).synced(make_spout())
+
+
+def test_a_spout_waiting_for_its_source_starts_its_dry_spell_over_when_back(
+    make_spout: Callable[..., TaskRuntime], clock: Clock
+) -> None:
+    rt = make_spout()
+    driver = make_driver(clock)
+    driver.set_active(True, [rt])
+    driver.synced(rt)  # activate done -> next
+    for _ in range(3):
+        driver.synced(rt)  # empty nexts while the broker is down
+        clock.now = rt.next_at
+        driver.pump(rt)
+    driver.source_waiting(rt, {"reason": "Kafka at k:9092 unreachable"})
+    assert rt.waiting == "Kafka at k:9092 unreachable"
+    assert rt.dry_since is not None  # dry, but waiting: not idle (Engine._busy)
+
+    driver.source_waiting(rt, {"reason": None})
+
+    assert rt.waiting is None
+    assert (rt.dry_since, rt.empty_streak) == (None, 0)  # the quiet period restarts
+
+
+def test_a_malformed_waiting_report_means_not_waiting(
+    make_spout: Callable[..., TaskRuntime], clock: Clock
+) -> None:
+    rt = make_spout()
+    driver = make_driver(clock)
+    driver.source_waiting(rt, {"reason": "down"})
+
+    driver.source_waiting(rt, ["not", "a", "dict"])
+
+    assert rt.waiting is None

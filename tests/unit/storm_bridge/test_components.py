@@ -16,6 +16,7 @@ from storm_bridge.components import (
     SNAPSHOT_METRIC,
 )
 from storm_bridge.multilang import get_serializer
+from topology_api.barriers import LOCAL_CLUSTER_KEY, WAITING_METRIC
 from topology_api.contract import (
     ReplayableComponent,
     StatefulComponent,
@@ -280,3 +281,49 @@ def test_the_public_classes_implement_the_engine_neutral_contract() -> None:
     assert issubclass(Numbers, ReplayableComponent)
     assert is_replayable_class(Numbers)
     assert not is_replayable_class(Count)
+
+
+class Socket(ReplayableSpout):
+    """A spout whose source goes away and comes back (``self.up``)."""
+
+    def initialize(self, stormconf, context):
+        self.up = False
+
+    def seek(self, offset):
+        pass
+
+    def next_tuple(self):
+        self.waiting_for_source(None if self.up else "socket 10.0.0.9:7 refused")
+
+
+def waiting_reports(conf: dict[str, Any], ups: list[bool]) -> list[Any]:
+    commands = [JSON.encode({"command": "next", "id": ""}) for _ in ups]
+    out = io.BytesIO()
+    spout = Socket(input_stream=io.BytesIO(b"".join(commands)), output_stream=out)
+    ctx = context("numbers", None)
+    spout._setup_component({"topology.name": "t", **conf}, ctx)
+    spout.initialize({}, ctx)
+    for up in ups:
+        spout.up = up
+        spout._run()
+    return [
+        m["params"]
+        for m in messages(out)
+        if m.get("command") == "metrics" and m.get("name") == WAITING_METRIC
+    ]
+
+
+def test_a_spout_says_when_its_source_goes_away_and_comes_back() -> None:
+    # only the changes: --until-idle treats a waiting spout as not dry
+    got = waiting_reports({LOCAL_CLUSTER_KEY: True}, [False, False, True, True, False])
+
+    assert got == [
+        {"reason": "socket 10.0.0.9:7 refused"},
+        {"reason": None},
+        {"reason": "socket 10.0.0.9:7 refused"},
+    ]
+
+
+def test_a_spout_off_the_local_cluster_sends_no_waiting_metric() -> None:
+    # real Storm's ShellSpout dies on a metric no Java code registered
+    assert waiting_reports({}, [False, True, False]) == []
