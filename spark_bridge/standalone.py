@@ -95,6 +95,11 @@ class StandaloneCluster:
         env: Extra environment of the daemons, inherited by the executors the
             worker launches and their Python workers (e.g. ``PYTHONPATH``: in
             standalone mode the driver's ``PYTHONPATH`` does not reach them).
+        launch_through: Given a daemon's name (``"master"``, ``"worker"``,
+            ``"worker2"``...) and its ``spark-class`` command line, returns the
+            command to start instead, one that execs that same command line
+            (the netns lab: the wrapper ``vagrant/provision/spark.sh`` writes,
+            :mod:`sr3_cli.lab_spark`). Default: the command line itself.
     """
 
     def __init__(  # noqa: PLR0913 (keyword-only options)
@@ -109,8 +114,10 @@ class StandaloneCluster:
         master_at: DaemonSpot | None = None,
         workers_at: Sequence[DaemonSpot] | None = None,
         env: Mapping[str, str] | None = None,
+        launch_through: Callable[[str, list[str]], list[str]] | None = None,
     ) -> None:
         self.root = Path(root).resolve()
+        self.launch_through = launch_through
         self.cores = cores
         self.memory = memory
         self.detached = detached
@@ -305,6 +312,9 @@ class StandaloneCluster:
             log=self.log_path(daemon),
             cwd=self.root,
             detached=self.detached,
+            run=None
+            if self.launch_through is None
+            else self.launch_through(daemon, list(argv)),
         )
         self._procs[proc.pid] = proc
         logger.info("Spark %s pid %s starting", daemon, proc.pid)

@@ -106,19 +106,22 @@ def spawn_daemon(  # noqa: PLR0913 (keyword-only options)
     log: Path,
     cwd: Path,
     detached: bool,
+    run: Sequence[str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start one daemon through ``spark-class`` (``argv[0]``), its output to ``log``.
 
     Its environment is this process's plus ``env``, with ``SPARK_HOME`` (from
     ``argv[0]``) and ``SPARK_LOCAL_IP`` (the spot's host); the executors a
     worker launches inherit it. ``detached`` starts it in its own session.
+    ``run``, when given, is started instead of ``argv``: a wrapper that execs
+    that same command (the netns lab's provisioned start scripts).
     """
     full_env = {**os.environ, **env}
     full_env["SPARK_HOME"] = argv[0].rsplit("/bin/", 1)[0]
     full_env["SPARK_LOCAL_IP"] = spot.host
     with log.open("ab") as out:
         return subprocess.Popen(  # noqa: S603 (spark-class, our arguments)
-            [*spot.prefix, *argv],
+            [*spot.prefix, *(argv if run is None else run)],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -193,7 +193,10 @@ class Lab(LabState):
                 message quotes its log).
         """
         with self.locked():
-            return lab_spark.start_spark(self, cores=cores, memory=memory)
+            self.secret()  # a netns lab's start wrappers read it (vagrant/provision)
+            return lab_spark.start_spark(
+                self, cores=cores, memory=memory, secret_file=self.secret_file
+            )
 
     def stop_spark(self) -> None:
         """Stop the lab's Spark workers, master and executors, if any."""

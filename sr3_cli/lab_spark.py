@@ -11,15 +11,21 @@ On loopback there is one worker. In a netns lab (``sr3 lab up --netns
 :data:`NETNS_WORKERS` worker hosts (``spark-worker-<i>``, placed by
 :mod:`sr3_cli.lab_netns` as Storm's supervisors), each bound to its host's
 address; the section's ``driver_host`` is the address a driver in the root
-namespace binds (``sr3 run --engine spark`` does so by itself).
+namespace binds (``sr3 run --engine spark`` does so by itself). There every
+daemon starts as on a Vagrant VM: through the wrapper
+``vagrant/provision/spark.sh`` writes (:mod:`sr3_cli.provision`), under the
+lab's ``spark/provision/<daemon name>/``, with the ports and dirs the cluster
+chose.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from sr3_cli import lab_netns
+from sr3_cli.provision import provision
 
 if TYPE_CHECKING:
     from spark_bridge.standalone import StandaloneCluster
@@ -53,14 +59,67 @@ def spark_daemons(lab: LabState) -> list[str]:
     return ["spark-master", *(f"spark-worker-{i}" for i in range(1, count + 1))]
 
 
-def start_spark(lab: LabState, *, cores: int, memory: str) -> str:
+def _provisioned(
+    lab: LabState, secret_file: Path
+) -> Callable[[str, list[str]], list[str]]:
+    """Start each daemon as on a VM: the wrapper spark.sh writes for its command.
+
+    ``argv`` is what :mod:`spark_bridge.standalone_jvms` would run: ``spark-class``,
+    the main class, (a worker: the master URL), then ``--option value`` pairs,
+    which become the script's settings.
+    """
+
+    def launch(daemon: str, argv: list[str]) -> list[str]:
+        first = next(i for i, word in enumerate(argv) if word.startswith("--"))
+        opts = dict(zip(argv[first::2], argv[first + 1 :: 2], strict=False))
+        host, port = opts["--host"], opts["--port"]
+        # the lab's names: worker, worker2 -> spark-worker-1, spark-worker-2
+        service = (
+            "spark-master"
+            if daemon == "master"
+            else f"spark-worker-{daemon.removeprefix('worker') or 1}"
+        )
+        env = {"SR3_HOST_IP": host, "SR3_SPARK_SERVICE": service}
+        if daemon == "master":
+            role = "master"
+            env |= {
+                "SR3_SPARK_MASTER": f"spark://{host}:{port}",
+                "SR3_SPARK_PORT": port,
+                "SR3_SPARK_WEBUI_PORT": opts["--webui-port"],
+            }
+        else:
+            role = "worker"
+            env |= {
+                "SR3_SPARK_MASTER": argv[first - 1],
+                "SR3_SPARK_WORKER_PORT": port,
+                "SR3_SPARK_WORKER_WEBUI_PORT": opts["--webui-port"],
+                "SR3_SPARK_CORES": opts["--cores"],
+                "SR3_SPARK_MEMORY": opts["--memory"],
+                "SR3_SPARK_WORK_DIR": opts["--work-dir"],
+            }
+        root = lab.root / "spark" / "provision" / service
+        wrapper = provision(
+            "spark.sh",
+            root,
+            secret_file=secret_file,
+            env=env,
+            service=service,
+            args=(role,),
+        )
+        return [str(wrapper)]
+
+    return launch
+
+
+def start_spark(lab: LabState, *, cores: int, memory: str, secret_file: Path) -> str:
     """Start the lab's Spark master and workers unless they run; return its URL.
 
-    Call it inside ``lab.locked()``.
+    Call it inside ``lab.locked()``. A netns lab's daemons start through the
+    wrappers ``vagrant/provision/spark.sh`` writes (they read ``secret_file``).
 
     Raises:
-        SR3Error: java or pyspark is missing, or a daemon did not start (the
-            message quotes its log).
+        SR3Error: java or pyspark is missing, a daemon did not start (the
+            message quotes its log), or a netns lab's provisioning failed.
     """
     from spark_bridge.standalone import (  # noqa: PLC0415 (pyspark only when asked)
         DaemonSpot,
@@ -86,6 +145,7 @@ def start_spark(lab: LabState, *, cores: int, memory: str) -> str:
         detached=True,
         master_at=spot("spark-master"),
         workers_at=[spot(name) for name in workers],
+        launch_through=None if lab.netns is None else _provisioned(lab, secret_file),
     ).start()
     info = cluster.info
     lab.spark = {

@@ -3,9 +3,10 @@
 ``vagrant/provision/*.sh`` install each daemon of a VM as a systemd service
 whose start is a wrapper script (``$SR3_ETC/run/NAME``). With
 ``SR3_NO_SYSTEMD=1`` they only write that wrapper, and the one-machine netns
-lab (``sr3 lab up --netns``) starts its ring nodes through it, in the node's
-host's namespace: the same script provisions a ring node on a VM and on a
-netns host, so the suite exercises it (vagrant/README.md). Each provisioned
+lab (``sr3 lab up --netns``) starts its ring nodes (``node.sh``) and Spark
+daemons (``spark.sh``) through it, in the daemon's host's namespace: the same
+script provisions a daemon on a VM and on a netns host, so the suite exercises
+it (vagrant/README.md). Each provisioned
 daemon gets its own ``etc`` and ``var`` under the lab dir's ``provision/``;
 its ``etc/secret`` is a link to the lab's secret.
 """
@@ -52,7 +53,8 @@ def provision(
     path = PROVISION_DIR / script
     if not path.is_file():
         msg = (
-            f"the netns lab starts its ring nodes through {path}, which is not "
+            f"the netns lab starts its ring nodes and Spark daemons through {path}, "
+            "which is not "
             "here: run `sr3 lab up --netns` from a checkout of the repository"
         )
         raise ConfigError(msg)

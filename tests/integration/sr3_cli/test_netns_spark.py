@@ -162,6 +162,30 @@ def test_spark_and_kafka_run_on_their_hosts(spark_lab: Lab) -> None:
     assert kafka["pid"] in netns.pids(_ns(spark_lab, "h1"))
 
 
+def test_every_spark_daemon_runs_as_the_vagrant_provisioning_script_starts_it(
+    spark_lab: Lab,
+) -> None:
+    # vagrant/provision/spark.sh runs for real here: each daemon JVM was exec'd
+    # by the wrapper the script wrote, as systemd runs it on a VM
+    status = json.loads(sr3("status", "--json", "--lab", str(spark_lab.root)).stdout)
+    spark = status["spark"]
+    daemons = {
+        "spark-master": (spark["master_pid"], spark["master"].split(":")[-1]),
+        **{w["name"]: (w["pid"], None) for w in spark["workers"]},
+    }
+    for name, (pid, port) in daemons.items():
+        wrapper = spark_lab.root / "spark" / "provision" / name / "etc" / "run" / name
+        text = wrapper.read_text(encoding="utf-8")
+        assert "written by vagrant/provision" in text, name
+        if port is not None:
+            assert f"--port {port}" in text
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        # only the wrapper exports the ring secret and spark.sh's log dir
+        assert any(v.startswith(b"SR3_NODE_SECRET=") for v in environ), name
+        log_dir = f"SPARK_LOG_DIR={spark_lab.root / 'spark' / 'provision' / name}"
+        assert any(v.startswith(log_dir.encode()) for v in environ), name
+
+
 PRODUCE = """
 import sys
 from confluent_kafka import Producer
