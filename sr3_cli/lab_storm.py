@@ -11,7 +11,10 @@ environment (kept out of ``storm.yaml``, whose values workers log), which
 In a netns lab (``sr3 lab up --netns``) Nimbus runs on ``h1`` beside ZooKeeper
 and supervisor ``i`` on the host of ring node ``node-i``
 (:func:`sr3_cli.lab_netns.daemon_placements`), each bound to its host's
-address; workers run where their supervisor does.
+address; workers run where their supervisor does. There every daemon starts
+as on a Vagrant VM: through the wrapper ``vagrant/provision/storm.sh`` writes
+(:mod:`sr3_cli.provision`), under the lab's ``storm/provision/<daemon>/``, from
+the lab's ``storm.yaml`` and the options the cluster chose for it.
 
 lab.json records the cluster in its ``storm`` section (:attr:`Lab.storm`: dir
 and Nimbus address), changed only under the lab's lock; ``sr3 lab down``
@@ -20,15 +23,19 @@ and Nimbus address), changed only under the lab's lock; ``sr3 lab down``
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from sr3_cli import lab_netns
 from sr3_cli.lab import Lab
+from sr3_cli.provision import provision
 
 if TYPE_CHECKING:
     from storm_bridge.apache import ApacheStormCluster
+    from storm_bridge.apache.daemon_jvms import DaemonStart
 
 __all__ = [
     "start_storm",
@@ -48,6 +55,40 @@ def _env(lab: Lab) -> dict[str, str]:
     return {"SR3_NODE_SECRET": lab.secret()}
 
 
+def _provisioned(lab: Lab) -> Callable[[DaemonStart], list[str]] | None:
+    """A netns lab's daemons start as on a VM: the wrapper storm.sh writes.
+
+    None on loopback (the command line itself runs).
+    """
+    if lab.netns is None:
+        return None
+
+    def launch(start: DaemonStart) -> list[str]:
+        places = lab_netns.daemon_placements(lab, ["nimbus", start.name])
+        wrapper = provision(
+            "storm.sh",
+            lab.root / "storm" / "provision" / start.name,
+            secret_file=lab.secret_file,
+            env={
+                "SR3_HOST_IP": places[start.name].address,
+                "SR3_ZK": lab.zk_hosts,
+                "SR3_NIMBUS": places["nimbus"].address,
+                "SR3_STORM_CONF": str(start.conf_file),
+                "SR3_STORM_NAME": start.name,
+                "SR3_STORM_OPTIONS": json.dumps(dict(start.options)),
+                "SR3_STORM_JVM_ARGS": json.dumps(list(start.jvm_args)),
+                "SR3_STORM_LOG_DIR": str(start.log_dir),
+                "SR3_STORM_HEAP_MB": str(start.heap_mb),
+                "SR3_JAVA": start.java,
+            },
+            service=f"storm-{start.name}",
+            args=(start.daemon,),
+        )
+        return [str(wrapper)]
+
+    return launch
+
+
 def storm_cluster(lab: Lab) -> ApacheStormCluster | None:
     """Return the lab's Storm cluster as lab.json records it, else None."""
     section = lab.storm
@@ -59,7 +100,9 @@ def storm_cluster(lab: Lab) -> ApacheStormCluster | None:
     )
 
     try:
-        return ApacheStormCluster.attach(Path(section["dir"]), env=_env(lab))
+        return ApacheStormCluster.attach(
+            Path(section["dir"]), env=_env(lab), launch_through=_provisioned(lab)
+        )
     except StormClusterError:
         return None
 
@@ -108,6 +151,7 @@ def start_storm(
             env=_env(lab),
             detached=True,
             hosts=hosts,
+            launch_through=_provisioned(lab),
         )
         # recorded first: should this command die while the JVMs start,
         # `sr3 lab down` still finds them through cluster.json

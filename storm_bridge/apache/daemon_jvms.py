@@ -14,6 +14,7 @@ import re
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -24,7 +25,7 @@ from storm_bridge.apache.procs import terminate_all
 from storm_bridge.apache.state import StormClusterInfo, SupervisorInfo
 from storm_bridge.errors import StormBridgeError
 
-__all__ = ["LOG_TAIL_LINES", "DaemonJvms", "StormClusterError"]
+__all__ = ["LOG_TAIL_LINES", "DaemonJvms", "DaemonStart", "StormClusterError"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,25 @@ class StormClusterError(StormBridgeError):
     """A Storm daemon did not start or stop, or is not this cluster's."""
 
 
+@dataclass(frozen=True)
+class DaemonStart:
+    """What one daemon's command line is made of (:func:`daemon_command`'s inputs).
+
+    Given to a cluster's ``launch_through``, which returns a command that execs
+    the same command line (the netns lab: the wrapper
+    ``vagrant/provision/storm.sh`` writes from these).
+    """
+
+    name: str
+    daemon: str
+    conf_file: Path
+    log_dir: Path
+    heap_mb: int
+    options: Mapping[str, object]
+    java: str
+    jvm_args: tuple[str, ...]
+
+
 class DaemonJvms:
     """Starts Nimbus and supervisor JVMs and keeps the ones it started.
 
@@ -57,6 +77,8 @@ class DaemonJvms:
         java_home: A JDK the supervisors run workers with (None: inherited).
         detached: Start the JVMs in their own session (they outlive this process).
         start_timeout_s: How long a daemon gets to be ready.
+        launch_through: Given a daemon's :class:`DaemonStart`, returns the
+            command to run instead of its command line, one that execs it.
     """
 
     def __init__(  # noqa: PLR0913 (keyword-only options)
@@ -70,8 +92,10 @@ class DaemonJvms:
         java_home: str | None,
         detached: bool,
         start_timeout_s: float,
+        launch_through: Callable[[DaemonStart], list[str]] | None = None,
     ) -> None:
         self._root = root
+        self._launch_through = launch_through
         self._conf_file = conf_file
         self._log_dir = log_dir
         self._heap_mb = heap_mb
@@ -139,11 +163,20 @@ class DaemonJvms:
         ``launch_prefix`` runs it elsewhere (a network namespace); it must exec
         the JVM, so the pid returned is the JVM's.
         """
-        daemon = name.split("-", 1)[0]
-        argv = [*launch_prefix] + daemon_command(
-            home, daemon, conf_file=self._conf_file, log_dir=self._log_dir, name=name,
-            heap_mb=self._heap_mb, options=options, java=java, jvm_args=jvm_args or [],
+        start = DaemonStart(
+            name=name, daemon=name.split("-", 1)[0], conf_file=self._conf_file,
+            log_dir=self._log_dir, heap_mb=self._heap_mb, options=dict(options),
+            java=java, jvm_args=tuple(jvm_args or ()),
         )  # fmt: skip
+        if self._launch_through is not None:
+            command = self._launch_through(start)
+        else:
+            command = daemon_command(
+                home, start.daemon, conf_file=start.conf_file, log_dir=start.log_dir,
+                name=name, heap_mb=start.heap_mb, options=start.options, java=java,
+                jvm_args=start.jvm_args,
+            )  # fmt: skip
+        argv = [*launch_prefix, *command]
         env = {**os.environ, **self._env, "STORM_CONF_DIR": str(self._conf_file.parent)}
         if self._java_home:
             env["JAVA_HOME"] = self._java_home  # the supervisor runs workers with it

@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from storm_bridge.apache.cluster_view import StormClusterView
-from storm_bridge.apache.daemon_jvms import DaemonJvms, StormClusterError
+from storm_bridge.apache.daemon_jvms import DaemonJvms, DaemonStart, StormClusterError
 from storm_bridge.apache.discovery import cluster_processes, is_supervisor
 from storm_bridge.apache.home import StormHome, java_binary
 from storm_bridge.apache.layout import (
@@ -79,6 +79,11 @@ class ApacheStormCluster(StormClusterView):
         stop_timeout_s: Grace between SIGTERM and SIGKILL (default 10 s).
         hosts: Where ``nimbus`` and ``supervisor-<i>`` run, by daemon name
             (default: all on 127.0.0.1); the lab's netns hosts set it.
+        launch_through: Given a daemon's
+            :class:`~storm_bridge.apache.daemon_jvms.DaemonStart`, returns the
+            command to start instead of its command line, one that execs it
+            (the netns lab: the wrapper ``vagrant/provision/storm.sh`` writes,
+            :mod:`sr3_cli.lab_storm`). Default: the command line itself.
     """
 
     def __init__(  # noqa: PLR0913 (keyword-only options)
@@ -100,6 +105,7 @@ class ApacheStormCluster(StormClusterView):
         start_timeout_s: float = 120.0,
         stop_timeout_s: float = 10.0,
         hosts: Mapping[str, DaemonHost] | None = None,
+        launch_through: Callable[[DaemonStart], list[str]] | None = None,
     ) -> None:
         if supervisors < 1 or slots < 1:
             msg = (
@@ -133,6 +139,7 @@ class ApacheStormCluster(StormClusterView):
             java_home=java_home,
             detached=detached,
             start_timeout_s=start_timeout_s,
+            launch_through=launch_through,
         )
 
     def __repr__(self) -> str:
@@ -151,7 +158,11 @@ class ApacheStormCluster(StormClusterView):
 
     @classmethod
     def attach(
-        cls, root: Path, *, env: Mapping[str, str] | None = None
+        cls,
+        root: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        launch_through: Callable[[DaemonStart], list[str]] | None = None,
     ) -> ApacheStormCluster:
         """Return the cluster described by ``root/cluster.json``.
 
@@ -162,6 +173,7 @@ class ApacheStormCluster(StormClusterView):
             root: The cluster's root dir.
             env: Extra environment for supervisors it restarts (not recorded
                 in cluster.json: it may hold a secret).
+            launch_through: How it restarts them (see the class).
 
         Raises:
             StormClusterError: there is no readable ``cluster.json``.
@@ -176,6 +188,7 @@ class ApacheStormCluster(StormClusterView):
             home=StormHome(Path(info.storm_home), info.version),
             env=env,
             detached=True,
+            launch_through=launch_through,
         )
         cluster._info = info
         return cluster

@@ -30,8 +30,9 @@ need() {
 # install_service NAME DESCRIPTION COMMAND...: run COMMAND as SR3_USER under the
 # systemd unit sr3-NAME, enabled and (re)started. COMMAND goes into a wrapper script
 # $SR3_ETC/run/NAME, written with printf %q (a classpath's `lib/*` stays literal for
-# java), which first exports $SR3_ETC/env and the ring secret as SR3_NODE_SECRET, as
-# the one-machine lab gives it to its Storm daemons. With SR3_NO_SYSTEMD=1 only the
+# java), which first exports $SR3_ETC/env, the ring secret as SR3_NODE_SECRET, as
+# the one-machine lab gives it to its Storm daemons, and SR3_SERVICE=NAME (what a
+# daemon's environment shows it was started by). With SR3_NO_SYSTEMD=1 only the
 # wrapper is written.
 install_service() {
   local name=$1 description=$2
@@ -45,6 +46,7 @@ install_service() {
     printf 'set -a; . %q; set +a\n' "$SR3_ETC/env"
     # shellcheck disable=SC2016 # expanded by the wrapper when it runs, not here
     printf 'SR3_NODE_SECRET=$(cat %q); export SR3_NODE_SECRET\n' "$SR3_ETC/secret"
+    printf 'export SR3_SERVICE=%q\n' "$name"
     printf 'exec'
     printf ' %q' "$@"
     printf '\n'

@@ -180,8 +180,8 @@ def test_every_spark_daemon_runs_as_the_vagrant_provisioning_script_starts_it(
         if port is not None:
             assert f"--port {port}" in text
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        # only the wrapper exports the ring secret and spark.sh's log dir
-        assert any(v.startswith(b"SR3_NODE_SECRET=") for v in environ), name
+        # only the wrapper marks what it starts and sets spark.sh's log dir
+        assert f"SR3_SERVICE={name}".encode() in environ, name
         log_dir = f"SPARK_LOG_DIR={spark_lab.root / 'spark' / 'provision' / name}"
         assert any(v.startswith(log_dir.encode()) for v in environ), name
 

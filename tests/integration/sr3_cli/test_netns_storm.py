@@ -120,6 +120,29 @@ def test_storm_daemons_run_on_their_hosts(storm_lab: Lab) -> None:
     assert storm_lab.storm["nimbus"].split(":")[0] == address["h1"]
 
 
+def test_every_storm_daemon_runs_as_the_vagrant_provisioning_script_starts_it(
+    storm_lab: Lab,
+) -> None:
+    # vagrant/provision/storm.sh runs for real here: Nimbus and each supervisor
+    # JVM were exec'd by the wrapper the script wrote, as systemd runs them on a
+    # VM, from the lab's storm.yaml
+    cluster = json.loads((storm_lab.root / "storm" / "cluster.json").read_text())
+    daemons = {"nimbus": cluster["nimbus_pid"]}
+    daemons |= {f"supervisor-{s['index']}": s["pid"] for s in cluster["supervisors"]}
+    assert len(daemons) == 3
+    for name, pid in daemons.items():
+        wrapper = storm_lab.root / "storm" / "provision" / name / "etc" / "run"
+        text = (wrapper / f"storm-{name}").read_text(encoding="utf-8")
+        assert "written by vagrant/provision" in text, name
+        assert f"-Dlogfile.name={name}.log" in text
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        # the wrapper marks what it starts; the JVM's own argv is the lab's
+        assert f"SR3_SERVICE=storm-{name}".encode() in environ, name
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        conf = f"-Dstorm.conf.file={storm_lab.root / 'storm'}".encode()
+        assert any(arg.startswith(conf) for arg in cmdline), name
+
+
 @pytest.mark.soak  # 3 min; the netns ring-node partition tests stay in make test
 def test_exactly_once_across_a_partition_of_a_supervisor_host(
     storm_lab: Lab, wait_until: WaitUntil
