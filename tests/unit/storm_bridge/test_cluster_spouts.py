@@ -56,6 +56,19 @@ def commands(rt: TaskRuntime) -> list[str]:
     return [m["command"] for m in rt.process.sent]  # type: ignore[union-attr]
 
 
+def empty_nexts(
+    driver: SpoutDriver, rt: TaskRuntime, clock: Clock, n: int
+) -> list[float]:
+    """Answer ``n`` nexts that emitted nothing; return the pause after each."""
+    pauses = []
+    for _ in range(n):
+        driver.synced(rt)  # a next that emitted nothing
+        pauses.append(round(rt.next_at - clock.now, 4))
+        clock.now = rt.next_at
+        driver.pump(rt)
+    return pauses
+
+
 def make_driver(clock: Clock, backpressured: bool = False) -> SpoutDriver:
     return SpoutDriver(
         clock=clock,
@@ -88,12 +101,7 @@ def test_empty_nexts_back_off(
     driver = make_driver(clock)
     driver.set_active(True, [rt])
     driver.synced(rt)  # activate done -> next
-    pauses = []
-    for _ in range(8):
-        driver.synced(rt)  # a next that emitted nothing
-        pauses.append(round(rt.next_at - clock.now, 4))
-        clock.now = rt.next_at
-        driver.pump(rt)
+    pauses = empty_nexts(driver, rt, clock, 8)
     assert pauses == [0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05]
     assert rt.empty_streak == 8
     rt.emitted_in_command = 1
@@ -110,10 +118,7 @@ def test_a_dry_spell_is_dated_from_its_first_empty_next(
     driver.synced(rt)  # activate done -> next
     assert rt.dry_since is None
     started = clock.now
-    for _ in range(3):
-        driver.synced(rt)  # a next that emitted nothing
-        clock.now = rt.next_at
-        driver.pump(rt)
+    empty_nexts(driver, rt, clock, 3)
     assert rt.dry_since == started  # run_until_idle counts its quiet from here
     rt.emitted_in_command = 1
     driver.synced(rt)
@@ -163,10 +168,7 @@ def test_a_spout_waiting_for_its_source_starts_its_dry_spell_over_when_back(
     driver = make_driver(clock)
     driver.set_active(True, [rt])
     driver.synced(rt)  # activate done -> next
-    for _ in range(3):
-        driver.synced(rt)  # empty nexts while the broker is down
-        clock.now = rt.next_at
-        driver.pump(rt)
+    empty_nexts(driver, rt, clock, 3)  # while the broker is down
     driver.source_waiting(rt, {"reason": "Kafka at k:9092 unreachable"})
     assert rt.waiting == "Kafka at k:9092 unreachable"
     assert rt.dry_since is not None  # dry, but waiting: not idle (Engine._busy)
