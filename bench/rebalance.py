@@ -47,11 +47,11 @@ import msgpack
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.lab_session import bench_lab  # noqa: E402
-from sr3.keygroups import key_group, range_table  # noqa: E402
-from sr3_cli.lab import Lab  # noqa: E402
-from topology_api.java_hash import key_task_index  # noqa: E402
-from topology_api.rebalance_plan import plan_key_groups  # noqa: E402
+from bench.lab_session import bench_lab  # noqa: E402 - after the sys.path insert
+from sr3.keygroups import key_group, range_table  # noqa: E402 - after the sys.path insert
+from sr3_cli.lab import Lab  # noqa: E402 - after the sys.path insert
+from topology_api.java_hash import key_task_index  # noqa: E402 - after the sys.path insert
+from topology_api.rebalance_plan import plan_key_groups  # noqa: E402 - after the sys.path insert
 
 TOPOLOGY = ROOT / "bench" / "topologies" / "rebalance_kv.py"
 NAME = "rebalance_kv"
@@ -115,7 +115,7 @@ def read_sink(out: Path) -> tuple[float, dict[int, tuple[float, float]]]:
 
 
 def p99(values: list[float]) -> float:
-    if len(values) < 2:  # noqa: PLR2004
+    if len(values) < 2:  # noqa: PLR2004 - quantiles need two values
         return max(values, default=0.0)
     return statistics.quantiles(values, n=100)[98]
 
@@ -321,7 +321,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     import matplotlib  # noqa: PLC0415 - only when plotting
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - only when plotting
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     colors = {

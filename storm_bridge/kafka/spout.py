@@ -62,16 +62,16 @@ _PROBE_EVERY_S: Final = 1.0
 _AWAY: Final = frozenset(
     {
         KafkaError._TRANSPORT,  # noqa: SLF001 (librdkafka's public error codes)
-        KafkaError._ALL_BROKERS_DOWN,  # noqa: SLF001
+        KafkaError._ALL_BROKERS_DOWN,  # noqa: SLF001 (librdkafka's public error codes)
     }
 )
 #: Consumer errors that only mean "the broker is away for now": librdkafka retries.
 _TRANSIENT: Final = frozenset(
     {
         KafkaError._TRANSPORT,  # noqa: SLF001 (librdkafka's public error codes)
-        KafkaError._ALL_BROKERS_DOWN,  # noqa: SLF001
-        KafkaError._TIMED_OUT,  # noqa: SLF001
-        KafkaError._PARTITION_EOF,  # noqa: SLF001
+        KafkaError._ALL_BROKERS_DOWN,  # noqa: SLF001 (librdkafka's public error codes)
+        KafkaError._TIMED_OUT,  # noqa: SLF001 (librdkafka's public error codes)
+        KafkaError._PARTITION_EOF,  # noqa: SLF001 (librdkafka's public error codes)
     }
 )
 
