@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -31,9 +31,21 @@ from spark_bridge.ring import BatchCommit
 from spark_bridge.sink import BatchSink
 from topology_api.topology import load_topology
 
-__all__ = ["RunQueries", "set_partitions", "wait_run"]
+__all__ = ["START_RETRIES", "RunQueries", "set_partitions", "wait_run"]
 
 logger = logging.getLogger(__name__)
+
+#: How many times a query that failed transiently at its start is started again.
+START_RETRIES: Final = 3
+#: Spark's errors for a Python worker that did not connect back in time.
+_TRANSIENT_START: Final = (
+    "Python worker failed to connect back",
+    "waiting for the Python worker to connect back",
+)
+
+
+def _transient_line(line: str) -> bool:
+    return any(marker in line for marker in _TRANSIENT_START)
 
 
 def set_partitions(session: SparkSession, plan: Plan) -> None:
@@ -78,6 +90,10 @@ class RunQueries:
     infos_kept: int | None = None
     #: whether the query was stopped (a restart that failed may leave it so)
     stopped: bool = False
+    #: the sink's committed batch count when the running query started
+    committed_at_launch: int = 0
+    #: the queries started again after a transient start failure (the report's)
+    start_retries: list[str] = field(default_factory=list)
 
     def launch(self, start_root: Path) -> StreamingQuery:
         """Start the query of :attr:`plan` from :attr:`start` into the sink."""
@@ -119,6 +135,7 @@ class RunQueries:
         ]
         sink.last_epoch = record.epoch if record is not None else None
         self.stopped = False
+        self.committed_at_launch = sink.committed
         return (
             frame.writeStream.foreachBatch(sink)
             .option("checkpointLocation", str(start_root / SPARK_DIR))
@@ -234,6 +251,38 @@ class RunQueries:
             rebalance.epoch,
             self.parallelism,
         )
+
+    def retry_start(self, exc: BaseException) -> bool:
+        """Start the query again if it failed transiently before its first batch.
+
+        Spark gives the Python worker behind a Python data source ten seconds
+        to connect back (hard-coded in ``PythonWorkerFactory``); on a loaded
+        machine its interpreter can take longer to start, and the query fails
+        before it read anything. Nothing was committed by then, so the same
+        start is launched again, at most :data:`START_RETRIES` times. Any other
+        failure, or one after a committed batch, is the run's.
+
+        Returns:
+            Whether the query was started again.
+        """
+        text = str(exc)
+        if not any(marker in text for marker in _TRANSIENT_START):
+            return False
+        if self.sink.committed > self.committed_at_launch:
+            return False
+        if len(self.start_retries) >= START_RETRIES:
+            return False
+        reason = next(line for line in text.splitlines() if _transient_line(line))
+        self.start_retries.append(reason.strip())
+        logger.warning(
+            "the Spark query failed before its first batch (%s); starting it "
+            "again (%d of %d)",
+            reason.strip(),
+            len(self.start_retries),
+            START_RETRIES,
+        )
+        self.query = self.launch(self.start_root)
+        return True
 
     def start_root_count(self) -> int:
         """How many queries this run started after the first."""

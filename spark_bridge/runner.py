@@ -199,13 +199,18 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     failure: str | None = None  # why the run failed, for a rebalance left unfinished
     try:
         while True:
-            idle = wait_run(
-                run,
-                until_idle=until_idle,
-                deadline=deadline,
-                stop_after_batches=stop_after_batches,
-                rebalancing=rebalancing,
-            )
+            try:
+                idle = wait_run(
+                    run,
+                    until_idle=until_idle,
+                    deadline=deadline,
+                    stop_after_batches=stop_after_batches,
+                    rebalancing=rebalancing,
+                )
+            except StreamingQueryException as exc:
+                if run.retry_start(exc):
+                    continue
+                raise
             taken = None if rebalancing is None else rebalancing.take()
             if idle is not None or taken is None or rebalancing is None:
                 break
@@ -250,6 +255,7 @@ def run_topology(  # noqa: PLR0913, PLR0915 (keyword-only run options)
     )
     if rebalancing is not None:
         report["rebalances"] = rebalancing.report()
+    report["start_retries"] = list(run.start_retries)
     return report
 
 
