@@ -211,6 +211,25 @@ def plot(failures: dict[str, dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def plot_overhead(overhead: dict[str, dict[str, Any]], path: Path) -> None:
+    """Each failure-free run's fill throughput, per scope, with the medians."""
+    import matplotlib  # noqa: PLC0415 - only when plotting
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    for x, (scope, measured) in enumerate(overhead.items()):
+        runs = measured["tps_runs"]
+        ax.scatter([x] * len(runs), runs, alpha=0.6, label=f"{scope} runs")
+        ax.hlines(measured["tps"], x - 0.25, x + 0.25, color="black")
+    ax.set_xticks(range(len(overhead)), [f"scope={s}" for s in overhead])
+    ax.set_ylabel("fill throughput (tuples/s)")
+    ax.set_title("Failure-free cost of logs and sequence numbers (bar: median)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_load_args(parser, after=30.0)
@@ -218,7 +237,8 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         default=",".join(MODES),
-        help=f"failure runs, comma-separated among {', '.join(MODES)}",
+        help=f"failure runs, comma-separated among {', '.join(MODES)}; empty for "
+        "the failure-free runs alone",
     )
     parser.add_argument(
         "--kill-at", type=float, default=None, help="default: calibrated"
@@ -258,7 +278,7 @@ def main() -> None:
             }
         kill_at = args.kill_at if args.kill_at is not None else fill_s + args.margin
         stream = int(args.rate * (args.margin + args.after))
-        for scope in args.modes.split(","):
+        for scope in [m for m in args.modes.split(",") if m]:
             conf = {**fill_conf, "lr.stream": stream, "lr.rate": args.rate}
             conf.update(MODES[scope])
             result = run(
@@ -286,7 +306,10 @@ def main() -> None:
                 raise
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2))
-    plot(results["failure"], RESULTS / f"{args.name}.png")
+    if results["failure"]:
+        plot(results["failure"], RESULTS / f"{args.name}.png")
+    elif results["overhead"]:
+        plot_overhead(results["overhead"], RESULTS / f"{args.name}.png")
     table = markdown(results)
     (RESULTS / f"{args.name}.md").write_text(table)
     print(table)  # noqa: T201 - a bench's output
@@ -315,13 +338,15 @@ def markdown(results: dict[str, Any]) -> str:
     ]
     modes = list(failures)
     others = [m for m in modes if m != "global"]
+    lines: list[str] = [] if modes else ["No failure runs (--modes was empty)."]
     head = " | ".join(MODE_TITLES.get(m, m) for m in modes)
     ratios = " | ".join(f"{m}/global" for m in others)
-    lines = [
-        f"| measure | {head} | {ratios} |",
-        "|---" * (1 + len(modes) + len(others)) + "|",
-    ]
-    for label, key in rows:
+    if modes:
+        lines += [
+            f"| measure | {head} | {ratios} |",
+            "|---" * (1 + len(modes) + len(others)) + "|",
+        ]
+    for label, key in rows if modes else []:
         values = [failures[m].get(key) for m in modes]
         b = glob.get(key)
         cells = []
