@@ -51,6 +51,9 @@ class ChannelLogs:
         self.logs: dict[int, TaskLog] = {t: TaskLog() for t in tasks}
         self.peak_bytes: dict[int, int] = dict.fromkeys(tasks, 0)
         self.over_budget_hits = 0
+        #: Tasks whose log is over the bound: asked before every spout ``next``,
+        #: so kept as logs grow and trim instead of scanning every log.
+        self._over: set[int] = set()
 
     def delivered(
         self, rt: TaskRuntime, tuple_id: str, message: dict[str, Any]
@@ -65,17 +68,28 @@ class ChannelLogs:
         message: dict[str, Any],
         pending: PendingInput,
     ) -> None:
-        log = self.logs[rt.task_id]
-        log.delivered(Delivery(tuple_id, message, pending, _size(message)))
-        if log.size > self.peak_bytes[rt.task_id]:
-            self.peak_bytes[rt.task_id] = log.size
-        if log.size > self.buffer_bytes:
+        task_id = rt.task_id
+        log = self.logs[task_id]
+        log.delivered(
+            Delivery(
+                tuple_id, message, pending, estimate_bytes(message.get("tuple") or ())
+            )
+        )
+        size = log.size
+        if size > self.peak_bytes[task_id]:
+            self.peak_bytes[task_id] = size
+        if size > self.buffer_bytes:
+            self._over.add(task_id)
             self.over_budget_hits += 1
             self._on_full()  # a commit trims the logs
 
     def over_budget(self) -> bool:
         """Whether a task's log is over ``sr3.recovery.buffer.bytes`` (backpressure)."""
-        return any(log.size > self.buffer_bytes for log in self.logs.values())
+        return bool(self._over)
+
+    def _measure(self) -> None:
+        """Find the logs over the bound again (after logs were trimmed or replaced)."""
+        self._over = {t for t, log in self.logs.items() if log.size > self.buffer_bytes}
 
     # -- cuts and commits --------------------------------------------------------------
 
@@ -91,10 +105,12 @@ class ChannelLogs:
         """Epoch ``epoch`` committed: trim every log to its cut."""
         for log in self.logs.values():
             log.committed(epoch)
+        self._measure()
 
     def _restart_logs(self) -> None:
         """A global rollback: every task's log starts again, empty."""
         self.logs = {t: TaskLog() for t in self._tasks}
+        self._over.clear()
 
     def retask(self, task_ids: Iterable[int]) -> None:
         """A rebalance switched these tasks at a commit: they start with empty logs.
@@ -108,7 +124,4 @@ class ChannelLogs:
             if task_id in self._tasks:
                 self.logs[task_id] = TaskLog()
                 self.peak_bytes.setdefault(task_id, 0)
-
-
-def _size(message: dict[str, Any]) -> int:
-    return estimate_bytes(message.get("tuple") or ())
+        self._measure()

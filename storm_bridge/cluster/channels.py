@@ -9,10 +9,12 @@ task-scope recovery needs (see ``docs/local-recovery.md``):
   determinant log (the order in which the task merged its input channels, ticks
   included). A restored task is fed it again, in that order.
 * the **output log**: one entry per emit the task forwarded since the same
-  cut, numbered by the task's output sequence number, with a digest of the
-  stream and values and the tasks it went to. A restored task's re-emits are
-  matched to it by sequence number and suppressed (downstream tasks never see
-  them twice); a re-emit whose digest differs reveals nondeterminism.
+  cut, numbered by the task's output sequence number, with its stream, its
+  values (the emitted list itself, whose items the receivers' delivery logs
+  share: nothing is copied or hashed while no task recovers) and the tasks it
+  went to. A restored task's re-emits are matched to it by sequence number and
+  suppressed (downstream tasks never see them twice); a re-emit that differs
+  reveals nondeterminism.
 
 Each log is cut at the barrier of every epoch; the cut becomes the start of
 the log once that epoch commits (:meth:`TaskLog.committed`).
@@ -22,11 +24,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from storm_bridge.cluster.acker import PendingInput
 
-__all__ = ["Delivery", "Output", "TaskLog", "digest", "estimate_bytes"]
+__all__ = ["Delivery", "Output", "TaskLog", "estimate_bytes"]
 
 #: Estimated bytes of a delivery besides its values (ids, names, list headers).
 _ENTRY_OVERHEAD_BYTES: Final = 96
@@ -45,14 +47,8 @@ def estimate_bytes(values: Sequence[Any]) -> int:
     return size
 
 
-def digest(stream: str, values: Sequence[Any]) -> int:
-    """A digest of an emit (stable within the engine process)."""
-    return hash((stream, repr(values)))
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """One tuple delivered to a task.
+class Delivery(NamedTuple):
+    """One tuple delivered to a task (a named tuple: one is made per delivery).
 
     Attributes:
         tuple_id: Its ShellBolt-local id (kept when it is fed again).
@@ -67,17 +63,26 @@ class Delivery:
     size: int
 
 
-@dataclass(frozen=True)
-class Output:
-    """One emit a task forwarded.
+class Output(NamedTuple):
+    """One emit a task forwarded (a named tuple: one is made per emit).
 
     Attributes:
-        digest: :func:`digest` of its stream and values.
+        stream: Its stream.
+        values: Its values, as emitted (not copied).
         targets: The tasks it went to (the answer to ``need_task_ids``).
     """
 
-    digest: int
+    stream: str
+    values: Sequence[Any]
     targets: tuple[int, ...]
+
+    def matches(self, stream: str, values: Sequence[Any]) -> bool:
+        """Whether a re-emit is this emit again: same stream, same values.
+
+        Values compare as they are written out (``repr``), so ``1``, ``1.0``
+        and ``True`` differ and a NaN equals itself, as on the wire.
+        """
+        return stream == self.stream and repr(list(values)) == repr(list(self.values))
 
 
 @dataclass

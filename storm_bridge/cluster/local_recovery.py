@@ -23,7 +23,7 @@ from typing import Any
 
 from storm_bridge.cluster.acker import PendingInput
 from storm_bridge.cluster.channel_logs import ChannelLogs
-from storm_bridge.cluster.channels import Output, digest
+from storm_bridge.cluster.channels import Output
 from storm_bridge.cluster.checkpoints import Coordinator
 from storm_bridge.cluster.events import EventKind, Journal
 from storm_bridge.cluster.process import TaskProcess
@@ -159,7 +159,7 @@ class LocalRecovery(ChannelLogs):
         if not log.replaying:
             return False
         logged = log.outputs[log.next_output]
-        if logged.digest != digest(msg.stream, msg.values):
+        if not logged.matches(msg.stream, msg.values):
             where = f"{rt.component.name}:{self._index(rt)}"
             self._fall_back(
                 rt,
@@ -181,7 +181,7 @@ class LocalRecovery(ChannelLogs):
         if self.scope is RecoveryScope.GLOBAL:
             return
         log = self.logs[rt.task_id]
-        log.outputs.append(Output(digest(msg.stream, msg.values), tuple(targets or ())))
+        log.outputs.append(Output(msg.stream, msg.values, tuple(targets or ())))
         log.next_output = len(log.outputs)
 
     def settled(self, rt: TaskRuntime, tuple_id: Any) -> bool:

@@ -266,3 +266,21 @@ def test_a_commit_trims_the_logs_and_a_full_log_backpressures(world: Any) -> Non
     assert not local.over_budget()
     assert local.report()["bytes"]["count:0"] == 0
     assert local.report()["peak_bytes"]["count:0"] > 300
+
+
+def test_a_global_rollback_or_a_rebalance_lifts_the_backpressure_of_logs_it_empties(
+    world: Any,
+) -> None:
+    local, tasks, _coordinator, _ = world
+    count = tasks["count"][0]
+    local.buffer_bytes = 300
+    for n in range(3):
+        _deliver(local, count, n)
+    assert local.over_budget()
+    local.reset()  # a global rollback: every log starts again, empty
+    assert not local.over_budget()
+    for n in range(3, 6):
+        _deliver(local, count, n)
+    assert local.over_budget()
+    local.retask([count.task_id])  # a rebalance switched the task: an empty log
+    assert not local.over_budget()
