@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,10 +67,27 @@ BUCKET_S = 0.25
 STEADY_S = 3.0
 
 
+#: ``sr3`` run in this process, which writes its own CPU seconds (every thread,
+#: user and system; not its task processes') when it exits: the engine's cost
+#: per tuple, steadier than throughput on a shared machine.
+_ENGINE_CPU = """
+import atexit, json, resource, runpy, sys
+def _cpu():
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    with open({path!r}, "w") as out:
+        json.dump({{"cpu_s": use.ru_utime + use.ru_stime}}, out)
+atexit.register(_cpu)
+sys.argv[0] = "sr3"
+runpy.run_module("sr3_cli", run_name="__main__", alter_sys=True)
+"""
+
+
 def run(lab: Lab, out: Path, conf: dict[str, Any], *extra: str) -> dict[str, Any]:
     """Run the topology once; return its report and the progress of each task."""
     out.mkdir(parents=True)
-    args = [sys.executable, "-m", "sr3_cli", "run", str(TOPOLOGY), "--until-idle"]
+    cpu_file = out / "engine-cpu.json"
+    args = [sys.executable, "-c", _ENGINE_CPU.format(path=str(cpu_file))]
+    args += ["run", str(TOPOLOGY), "--until-idle"]
     args += ["--timeout", "600", "--json", "-o", f"lr.out={out}"]
     args += ["-o", "sr3.checkpoint.interval.s=1", "-o", "sr3.idle.quiet.s=1"]
     for key, value in conf.items():
@@ -88,7 +106,12 @@ def run(lab: Lab, out: Path, conf: dict[str, Any], *extra: str) -> dict[str, Any
             kind, at, pid = line.split("\t")
             marks[kind].append((float(at), int(pid)))
         tasks[int(path.stem.split("-")[1])] = marks
-    return {"report": json.loads(proc.stdout), "tasks": tasks, "started": started}
+    return {
+        "report": json.loads(proc.stdout),
+        "tasks": tasks,
+        "started": started,
+        "engine_cpu_s": json.loads(cpu_file.read_text(encoding="utf-8"))["cpu_s"],
+    }
 
 
 def add_load_args(parser: argparse.ArgumentParser, *, after: float) -> None:
@@ -185,6 +208,7 @@ def overhead(result: dict[str, Any], fill: int) -> dict[str, Any]:
     return {
         "tps": round(fill / span, 1),
         "span_s": round(span, 3),
+        "engine_cpu_ms_per_1k": round(1e6 * result["engine_cpu_s"] / fill, 1),
         "peak_log_bytes": local.get("peak_bytes", {}),
     }
 
@@ -211,21 +235,61 @@ def plot(failures: dict[str, dict[str, Any]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def log_cost_us(value_bytes: int, tuples: int = 100_000) -> float:
+    """Microseconds per tuple the task-scope logs add, measured alone.
+
+    One delivery logged (:class:`ChannelLogs`) and one emit recorded in the
+    output log per tuple, as the engine does under ``scope=task``, minus the
+    same loop building the message alone: steadier than the difference of two
+    whole runs on a shared machine.
+    """
+    from storm_bridge.cluster.acker import PendingInput  # noqa: PLC0415
+    from storm_bridge.cluster.channel_logs import ChannelLogs  # noqa: PLC0415
+    from storm_bridge.cluster.channels import Output, TaskLog  # noqa: PLC0415
+
+    task = SimpleNamespace(task_id=1, inputs={})
+    logs = ChannelLogs(tasks={1: task}, buffer_bytes=1 << 62, on_full=lambda: None)  # type: ignore[dict-item]
+    value = "v" * value_bytes
+
+    def one(n: int, *, log: bool) -> None:
+        tuple_id = str(n)
+        message = {"id": tuple_id, "stream": "default", "tuple": [tuple_id, value]}
+        task.inputs[tuple_id] = PendingInput({}, "spout", "default", [tuple_id, value])
+        if log:
+            logs.delivered(task, tuple_id, message)  # type: ignore[arg-type]
+            logs.logs[1].outputs.append(Output("default", message["tuple"], (2,)))
+
+    costs = []
+    for log in (False, True, False, True):
+        task.inputs.clear()
+        logs.logs[1] = TaskLog()
+        started = time.perf_counter()
+        for n in range(tuples):
+            one(n, log=log)
+        costs.append((time.perf_counter() - started) / tuples)
+    return 1e6 * ((costs[1] + costs[3]) - (costs[0] + costs[2])) / 2
+
+
 def plot_overhead(overhead: dict[str, dict[str, Any]], path: Path) -> None:
-    """Each failure-free run's fill throughput, per scope, with the medians."""
+    """Each failure-free run's fill throughput and engine CPU, with the medians."""
     import matplotlib  # noqa: PLC0415 - only when plotting
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    for x, (scope, measured) in enumerate(overhead.items()):
-        runs = measured["tps_runs"]
-        ax.scatter([x] * len(runs), runs, alpha=0.6, label=f"{scope} runs")
-        ax.hlines(measured["tps"], x - 0.25, x + 0.25, color="black")
-    ax.set_xticks(range(len(overhead)), [f"scope={s}" for s in overhead])
-    ax.set_ylabel("fill throughput (tuples/s)")
-    ax.set_title("Failure-free cost of logs and sequence numbers (bar: median)")
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    panels = (
+        ("tps_runs", "tps", "fill throughput (tuples/s)"),
+        ("engine_cpu_runs", "engine_cpu_ms_per_1k", "engine CPU (ms / 1000 tuples)"),
+    )
+    for ax, (runs_key, median_key, label) in zip(axes, panels, strict=True):
+        for x, measured in enumerate(overhead.values()):
+            runs = measured[runs_key]
+            ax.scatter([x] * len(runs), runs, alpha=0.6)
+            ax.hlines(measured[median_key], x - 0.25, x + 0.25, color="black")
+        ax.set_xticks(range(len(overhead)), [f"scope={s}" for s in overhead])
+        ax.set_ylabel(label)
+    fig.suptitle("Failure-free cost of logs and sequence numbers (bar: median)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -271,9 +335,12 @@ def main() -> None:
             if not measured:
                 continue
             tps = sorted(m["tps"] for m in measured)
+            cpu = sorted(m["engine_cpu_ms_per_1k"] for m in measured)
             results["overhead"][scope] = {
-                "tps": statistics.median(tps),
+                "tps": round(statistics.median(tps), 1),
                 "tps_runs": tps,
+                "engine_cpu_ms_per_1k": round(statistics.median(cpu), 1),
+                "engine_cpu_runs": cpu,
                 "peak_log_bytes": measured[-1]["peak_log_bytes"],
             }
         kill_at = args.kill_at if args.kill_at is not None else fill_s + args.margin
@@ -304,6 +371,8 @@ def main() -> None:
                 print(scope, kill_at, json.dumps(summary), file=sys.stderr)  # noqa: T201
                 print(json.dumps(result["report"]["recoveries"]), file=sys.stderr)  # noqa: T201
                 raise
+    if results["overhead"]:
+        results["log_us_per_tuple"] = round(log_cost_us(args.value_bytes), 2)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=2))
     if results["failure"]:
@@ -361,6 +430,12 @@ def markdown(results: dict[str, Any]) -> str:
     if not free:
         return "\n".join(lines) + "\n"
     cost = 1 - free["task"]["tps"] / free["global"]["tps"]
+    log_us = results.get("log_us_per_tuple", 0.0)
+    engine_us = free["global"]["engine_cpu_ms_per_1k"] or 1.0  # ms / 1000 = us / 1
+    cpu_cost = (
+        free["task"]["engine_cpu_ms_per_1k"] / free["global"]["engine_cpu_ms_per_1k"]
+        - 1
+    )
     peaks = free["task"]["peak_log_bytes"].values()
     lines += [
         "",
@@ -368,6 +443,14 @@ def markdown(results: dict[str, Any]) -> str:
         f"task {free['task']['tps']} tuples/s (cost {cost:.1%}; medians of "
         f"{results['args']['repeats']} alternated runs: global "
         f"{free['global']['tps_runs']}, task {free['task']['tps_runs']}).",
+        f"Engine CPU per 1000 fill tuples (the `sr3 run` process, whole run): "
+        f"global {free['global']['engine_cpu_ms_per_1k']} ms, task "
+        f"{free['task']['engine_cpu_ms_per_1k']} ms (cost {cpu_cost:.1%}; runs: "
+        f"global {free['global']['engine_cpu_runs']}, task "
+        f"{free['task']['engine_cpu_runs']}).",
+        f"The logs alone (a microbenchmark of one logged delivery and one logged "
+        f"emit): {log_us} us per tuple, {log_us / engine_us:.1%} of the engine's CPU "
+        "per tuple under global.",
         f"Peak log bytes per store task at a 1 s interval: max {max(peaks, default=0)}"
         f", mean {sum(peaks) / max(1, len(peaks)):.0f}.",
     ]
