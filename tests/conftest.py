@@ -107,17 +107,39 @@ _SLOWEST_MODULES: Final = 25
 #: A file each test's phases are appended to as they end (``SR3_TEST_TIMES``):
 #: where the time went, even in a run stopped before its summary.
 _TIMES_FILE: Final = os.environ.get("SR3_TEST_TIMES", "")
+#: The machine's busy CPU seconds when the last phase ended (SR3_TEST_TIMES).
+_BUSY_AT: list[float] = []
+
+
+def _busy_cpu_s() -> float:
+    """Every core's busy time since boot, in seconds (``/proc/stat``), or 0."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = [int(f) for f in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """Add each phase's duration to its module's total (and to SR3_TEST_TIMES)."""
+    """Add each phase's duration to its module's total (and to SR3_TEST_TIMES).
+
+    SR3_TEST_TIMES also gets the machine's busy CPU seconds since the previous
+    phase ended: on a machine running nothing else, what the phase cost in CPU
+    (its JVMs, ring nodes and task processes included), which bounds what
+    parallel workers can gain on few cores.
+    """
     module = report.nodeid.split("::", 1)[0]
     _MODULE_SECONDS[module] = _MODULE_SECONDS.get(module, 0.0) + report.duration
     if _TIMES_FILE:
+        busy = _busy_cpu_s()
+        cpu = busy - _BUSY_AT[0] if _BUSY_AT else 0.0
+        _BUSY_AT[:] = [busy]
         with open(_TIMES_FILE, "a", encoding="utf-8") as out:
             out.write(
                 f"{time.strftime('%H:%M:%S')}\t{report.when}\t{report.outcome}\t"
-                f"{report.duration:.1f}\t{report.nodeid}\n"
+                f"{report.duration:.1f}\t{report.nodeid}\t{cpu:.1f}\n"
             )
 
 
