@@ -253,13 +253,18 @@ def test_a_second_failure_during_the_replay_joins_the_recovery(world: Any) -> No
     assert local.emit(count, _emit(["w1", 1]), None)  # matched from 0 again
 
 
+def _over_the_bound(local: Any, count: Any, first: int) -> None:
+    """Deliver three tuples to ``count`` past a 300-byte log bound."""
+    local.buffer_bytes = 300
+    for n in range(first, first + 3):
+        _deliver(local, count, n)
+    assert local.over_budget()
+
+
 def test_a_commit_trims_the_logs_and_a_full_log_backpressures(world: Any) -> None:
     local, tasks, coordinator, _ = world
     count = tasks["count"][0]
-    local.buffer_bytes = 300
-    for n in range(3):
-        _deliver(local, count, n)
-    assert local.over_budget()
+    _over_the_bound(local, count, 0)
     assert local.over_budget_hits > 0
     local.logs[count.task_id].output_cut(4)
     local.committed(4)
@@ -273,14 +278,9 @@ def test_a_global_rollback_or_a_rebalance_lifts_the_backpressure_of_logs_it_empt
 ) -> None:
     local, tasks, _coordinator, _ = world
     count = tasks["count"][0]
-    local.buffer_bytes = 300
-    for n in range(3):
-        _deliver(local, count, n)
-    assert local.over_budget()
+    _over_the_bound(local, count, 0)
     local.reset()  # a global rollback: every log starts again, empty
     assert not local.over_budget()
-    for n in range(3, 6):
-        _deliver(local, count, n)
-    assert local.over_budget()
+    _over_the_bound(local, count, 3)
     local.retask([count.task_id])  # a rebalance switched the task: an empty log
     assert not local.over_budget()
