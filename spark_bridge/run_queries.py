@@ -44,7 +44,7 @@ _TRANSIENT_START: Final = (
 )
 
 
-def _transient_line(line: str) -> bool:
+def _transient(line: str) -> bool:
     return any(marker in line for marker in _TRANSIENT_START)
 
 
@@ -265,19 +265,18 @@ class RunQueries:
         Returns:
             Whether the query was started again.
         """
-        text = str(exc)
-        if not any(marker in text for marker in _TRANSIENT_START):
-            return False
-        if self.sink.committed > self.committed_at_launch:
+        reason = next(
+            (line.strip() for line in str(exc).splitlines() if _transient(line)), None
+        )
+        if reason is None or self.sink.committed > self.committed_at_launch:
             return False
         if len(self.start_retries) >= START_RETRIES:
             return False
-        reason = next(line for line in text.splitlines() if _transient_line(line))
-        self.start_retries.append(reason.strip())
+        self.start_retries.append(reason)
         logger.warning(
             "the Spark query failed before its first batch (%s); starting it "
             "again (%d of %d)",
-            reason.strip(),
+            reason,
             len(self.start_retries),
             START_RETRIES,
         )

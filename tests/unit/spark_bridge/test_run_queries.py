@@ -47,7 +47,7 @@ def run_queries(committed: int = 0) -> tuple[RunQueries, list[Path]]:
         run.committed_at_launch = run.sink.committed
         return object()
 
-    run.launch = launch  # type: ignore[method-assign]
+    run.launch = launch  # type: ignore[method-assign]  # no Spark: count launches
     return run, launched
 
 
