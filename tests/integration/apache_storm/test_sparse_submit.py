@@ -335,12 +335,28 @@ def test_sparse_submit_exact_after_worker_and_ring_node_kills(
 
 #: Word count whose count has 4 tasks on 2 executors: room for `storm rebalance`.
 _TASKS_TOPOLOGY = """
+import os
+import time
+
 from streamparse import Grouping, Topology
 from wordcount import Count, Lines, Split
 
 
+class GatedLines(Lines):
+    # at most 50 lines/s a task until the gate file exists: lines still flow
+    # when the rebalance is done, however fast or slow the machine is
+    def next_tuple(self):
+        if not os.path.exists(self.gate):
+            time.sleep(0.02)
+        super().next_tuple()
+
+    def initialize(self, stormconf, context):
+        super().initialize(stormconf, context)
+        self.gate = stormconf["test.gate"]
+
+
 class WordCountTasks(Topology):
-    lines = Lines.spec(par=2)
+    lines = GatedLines.spec(par=2)
     split = Split.spec(inputs={lines: Grouping.SHUFFLE}, par=2)
     count = Count.spec(
         inputs={split: Grouping.fields("word")}, par=2, config={"topology.tasks": 4}
@@ -372,9 +388,11 @@ def test_sr3_rebalance_on_storm_moves_executors_and_keeps_state_exact(
     (src / "wordcount.py").write_text(WORDCOUNT.read_text())
     (src / "wordcount_tasks.py").write_text(_TASKS_TOPOLOGY)
     nimbus = apache_storm.nimbus
-    # long enough that Storm restarts the moved executors while lines still flow
+    # the spouts crawl until the rebalance is done (the gate): Storm restarts
+    # the moved executors while lines still flow, on any machine
     lines = 8000
-    settings = {**STORM_CONF, "wordcount.lines": lines}
+    gate = tmp_path / "gate"
+    settings = {**STORM_CONF, "wordcount.lines": lines, "test.gate": gate}
     conf = [arg for k, v in settings.items() for arg in ("-o", f"{k}={v}")]
     run = subprocess.Popen(  # noqa: S603
         [sys.executable, "-m", "sr3_cli", "run", str(src / "wordcount_tasks.py"),
@@ -420,11 +438,14 @@ def test_sr3_rebalance_on_storm_moves_executors_and_keeps_state_exact(
         result = json.loads(moved.stdout)["result"]
         assert result["targets"] == {"count": {"from": 2, "to": 4}}
         assert result["done"] is True
+        gate.touch()
         out, err = run.communicate(timeout=300)
     finally:
         if run.poll() is None:
             run.kill()
-            run.communicate()
+        if run.stdout is not None and not run.stdout.closed:
+            # pytest shows this only when the test failed: what the run saw
+            print("sr3 run:", *(s[-3000:] for s in run.communicate()), sep="\n")
     assert run.returncode == 0, err[-3000:]
     report = json.loads(out)
     assert report["idle"] is True
