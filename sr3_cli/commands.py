@@ -13,7 +13,7 @@ from sr3_cli import lab_netns
 from sr3_cli.cluster import wait_for_members
 from sr3_cli.lab import Lab, resolve_lab_dir
 from sr3_cli.lab_netns_cmd import build_hosts
-from sr3_cli.processes import lab_processes, stop_processes
+from sr3_cli.processes import lab_processes, stop_lab_processes
 from sr3_cli.snapshot_cmd import run_get, run_put
 from sr3_cli.status import run_status
 
@@ -97,7 +97,7 @@ def lab_down(args: argparse.Namespace) -> int:
         lab_netns.teardown(root, None)  # hosts a crashed lab left, by name
         if not leftovers:
             raise
-        stop_processes(leftovers)
+        stop_lab_processes(root, leftovers)
         if args.purge and root.is_dir():
             shutil.rmtree(root)
         pids = ", ".join(map(str, leftovers))

@@ -45,7 +45,7 @@ from sr3_cli import lab_netns, lab_spark
 from sr3_cli.lab_nodes import node_log, spawn_node, wait_ready
 from sr3_cli.lab_state import LabState, resolve_lab_dir
 from sr3_cli.labfile import LabNode
-from sr3_cli.processes import lab_processes, stop_processes
+from sr3_cli.processes import lab_processes, stop_lab_processes, stop_processes
 from sr3_cli.processes import runs as _runs
 from sr3_cli.processes import terminate as _terminate
 from zk.launcher import EmbeddedZooKeeper, port_taken
@@ -385,7 +385,7 @@ class Lab(LabState):
             self.stop_nodes()
             self.stop_zookeeper()
             leftovers = lab_processes(self.root)
-            stop_processes(leftovers)
+            stop_lab_processes(self.root, leftovers)
             if self.netns is not None:
                 lab_netns.teardown(self.root, self.netns)
                 self.netns = None

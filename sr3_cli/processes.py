@@ -13,6 +13,7 @@ __all__ = [
     "command_line",
     "lab_processes",
     "runs",
+    "stop_lab_processes",
     "stop_processes",
     "terminate",
 ]
@@ -127,6 +128,19 @@ def lab_processes(root: Path) -> list[int]:
         for pid, session in candidates.items()
         if session == pid or session in candidates or session not in live
     )
+
+
+def stop_lab_processes(root: Path, pids: list[int]) -> None:
+    """Stop what :func:`lab_processes` found in ``root``: its ZooKeeper last.
+
+    As ``sr3 lab down`` does with a readable lab.json: the nodes and other
+    daemons first, so each leaves the ring and closes its session while
+    ZooKeeper still answers.
+    """
+    zk_dir = (f"{root}/zk/", f"{root.resolve()}/zk/")
+    last = [pid for pid in pids if _refers_to(pid, zk_dir)]
+    stop_processes([pid for pid in pids if pid not in last])
+    stop_processes(last)
 
 
 def stop_processes(pids: list[int], grace_s: float = 10.0) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
@@ -27,10 +27,22 @@ from sr3.errors import ConfigError, CoordinationError
 from zk.kazoo_errors import translate_error
 from zk.paths import ZkPaths
 
-__all__ = ["SessionState", "StateListener", "ZkSession", "connect"]
+__all__ = [
+    "SHUTDOWN_CALL_TIMEOUT_S",
+    "SessionState",
+    "StateListener",
+    "ZkSession",
+    "connect",
+]
 
 logger = logging.getLogger(__name__)
 
+#: One attempt's bound, without retries, for what a process does on its way
+#: out (leaving an election, withdrawing a ring member): its ephemeral znodes
+#: go with its session anyway, so a ZooKeeper that stopped first (``sr3 lab
+#: down`` of a lab without lab.json signals everything at once) must not hold
+#: the shutdown for the whole retry budget (15 s by default).
+SHUTDOWN_CALL_TIMEOUT_S: Final = 2.0
 # Reconnect fast: a short session timeout is useless if reconnects back off to 60 s.
 _RETRY_DELAY_S = 0.05
 _RETRY_MAX_DELAY_S = 0.5
@@ -131,7 +143,13 @@ class ZkSession:
         if relay is not None:
             self.client.remove_listener(relay)
 
-    def call(self, operation: Callable[[], Any], *, retry: bool = True) -> Any:
+    def call(
+        self,
+        operation: Callable[[], Any],
+        *,
+        retry: bool = True,
+        timeout_s: float | None = None,
+    ) -> Any:
         """Run a kazoo ``*_async`` operation and return its result.
 
         Args:
@@ -140,14 +158,18 @@ class ZkSession:
             retry: Retry on connection loss with the client's command retry
                 policy (until ``connect_timeout_s``); pass False for operations
                 that are not idempotent.
+            timeout_s: One attempt's bound (default ``connect_timeout_s``).
+                With ``retry=False`` and :data:`SHUTDOWN_CALL_TIMEOUT_S`, what
+                a process does on its way out.
 
         Raises:
             KazooException: as raised by kazoo; wrap the call in
                 :meth:`translate`.
         """
+        bound = self.config.connect_timeout_s if timeout_s is None else timeout_s
 
         def once() -> Any:
-            return operation().get(timeout=self.config.connect_timeout_s)
+            return operation().get(timeout=bound)
 
         return self.client.retry(once) if retry else once()
 

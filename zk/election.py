@@ -17,7 +17,7 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from sr3.errors import CoordinationError
-from zk.client import SessionState, ZkSession
+from zk.client import SHUTDOWN_CALL_TIMEOUT_S, SessionState, ZkSession
 from zk.paths import CONTENDER_PREFIX, ZkPaths
 
 __all__ = ["ElectionState", "LeadershipCallback", "ZkElection"]
@@ -258,11 +258,18 @@ class ZkElection:
         return live
 
     def _delete_ours(self, path: str) -> None:
+        # on the way out: one bounded attempt each (SHUTDOWN_CALL_TIMEOUT_S)
         client = self._session.client
+        call = partial(
+            self._session.call, retry=False, timeout_s=SHUTDOWN_CALL_TIMEOUT_S
+        )
         with self._session.translate(f"leave election as {self.identifier}", path):
-            stat = self._session.call(partial(client.exists_async, path))
+            stat = call(partial(client.exists_async, path))
             if stat is not None and stat.ephemeralOwner == self._session.session_id:
-                self._delete(path)
+                try:
+                    call(partial(client.delete_async, path))
+                except NoNodeError:
+                    logger.debug("election znode %s was already gone", path)
 
     def _delete(self, path: str) -> None:
         try:

@@ -21,7 +21,7 @@ from sr3.codec import pack_meta, unpack_meta
 from sr3.errors import CodecError, CoordinationError
 from sr3.ports import MembersCallback, NodeInfo
 from sr3.ring import MAX_CAPACITY
-from zk.client import SessionState, ZkSession
+from zk.client import SHUTDOWN_CALL_TIMEOUT_S, SessionState, ZkSession
 from zk.paths import unquote_name
 
 __all__ = ["METRICS_URL", "ZkMembership"]
@@ -92,20 +92,31 @@ class ZkMembership:
             self._registered[info.node_id] = data
             self._announce(info.node_id)
 
-    def unregister(self, node_id: str) -> None:
+    def unregister(self, node_id: str, *, leaving: bool = False) -> None:
         """Withdraw ``node_id`` if this session announced it (no error if gone).
 
         A znode owned by another session (another process using the same id) is
         left alone, with a warning.
+
+        Args:
+            node_id: The node.
+            leaving: The process is on its way out: one attempt per request,
+                bounded by :data:`~zk.client.SHUTDOWN_CALL_TIMEOUT_S`, instead of
+                retrying (the member znode goes with the session anyway).
 
         Raises:
             CoordinationError: ZooKeeper failed.
         """
         path = self._paths.member(node_id)
         client = self._session.client
+        call: Callable[[Callable[[], Any]], Any] = self._session.call
+        if leaving:
+            call = partial(
+                self._session.call, retry=False, timeout_s=SHUTDOWN_CALL_TIMEOUT_S
+            )
         with self._lock, self._session.translate(f"unregister node {node_id}", path):
             self._registered.pop(node_id, None)
-            stat = self._session.call(partial(client.exists_async, path))
+            stat = call(partial(client.exists_async, path))
             if stat is None:
                 return
             if stat.ephemeralOwner != self._session.session_id:
@@ -116,7 +127,7 @@ class ZkMembership:
                 )
                 return
             try:
-                self._session.call(partial(client.delete_async, path, stat.version))
+                call(partial(client.delete_async, path, stat.version))
             except NoNodeError:
                 logger.debug("member %s vanished while unregistering", node_id)
 

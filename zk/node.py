@@ -23,7 +23,12 @@ from pathlib import Path
 
 from sr3.client import ClientPool
 from sr3.config import Sr3Config
-from sr3.errors import AuthenticationError, ConfigError, StorageError
+from sr3.errors import (
+    AuthenticationError,
+    ConfigError,
+    CoordinationError,
+    StorageError,
+)
 from sr3.metrics import NodeMetrics
 from sr3.metrics_serving import Endpoint, serve
 from sr3.ports import NodeInfo
@@ -370,7 +375,14 @@ async def _serve(
         scrubber.stop()
         election.stop()
         if session.connected:
-            await asyncio.to_thread(membership.unregister, node_id)
+            try:
+                await asyncio.to_thread(
+                    partial(membership.unregister, node_id, leaving=True)
+                )
+            except CoordinationError as exc:
+                logger.warning(
+                    "node %s leaves the ring when its session expires: %s", node_id, exc
+                )
         else:
             # retrying would hold the shutdown for the whole retry budget: the
             # member znode is ephemeral and goes when the session expires

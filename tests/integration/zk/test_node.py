@@ -57,3 +57,37 @@ def test_a_node_stops_at_once_when_zookeeper_is_gone(
     assert node.returncode == 0, stderr
     assert "leaves the ring when its session expires" in stderr
     assert "sr3: error" not in stderr
+
+
+def test_a_node_stops_at_once_when_zookeeper_hangs(tmp_path: Path) -> None:
+    # a stopped (SIGSTOP) server still accepts connections and answers nothing:
+    # the node still thinks it is connected when told to stop, as when `sr3 lab
+    # down` signals ZooKeeper and the nodes at once. Leaving the election and the
+    # member list gets one bounded attempt each, not the retry budget (here
+    # 300 s, which the node used to wait out)
+    secret = tmp_path / "secret"
+    secret.write_text("s3cret-for-this-test\n")
+    with EmbeddedZooKeeper(tmp_path / "zk") as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
+        env["SR3_ZK_CONNECT_TIMEOUT_S"] = "300"
+        node = subprocess.Popen(  # noqa: S603 (this checkout's own CLI)
+            [sys.executable, "-m", "sr3_cli", "node", "--zk", server.hosts,
+             "--data-dir", str(tmp_path / "node"), "--secret-file", str(secret)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        assert server.pid is not None
+        try:
+            assert node.stdout is not None
+            ready = node.stdout.readline()
+            assert ready.startswith("READY "), node.stderr.read() if node.stderr else ""
+            os.kill(server.pid, signal.SIGSTOP)
+            node.send_signal(signal.SIGTERM)
+            _, stderr = node.communicate(timeout=60)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+            if node.poll() is None:
+                node.kill()
+                node.wait()
+    assert node.returncode == 0, stderr
+    assert "leaves the ring when its session expires" in stderr
+    assert "sr3: error" not in stderr
