@@ -295,7 +295,7 @@ class Recoverer:
             missing = assembly.missing_shards()
             if not missing:
                 return rounds
-            if rounds >= self.context.max_rounds:
+            if rounds >= self.context.max_rounds or _ruined(missing, assembly, job):
                 raise RecoveryError(_unserved(owner, missing, rounds, job))
             rounds += 1
             detail = f"{len(missing)} shards missing; failed {sorted(job.failed)}"
@@ -314,6 +314,19 @@ class Recoverer:
             StarRecovery(self.context).transfer(job)
 
 
+def _ruined(missing: list[str], assembly: Assembly, job: TransferJob) -> bool:
+    """Whether every holder of a missing shard served a corrupt copy of it.
+
+    Those copies are quarantined and no good one is left for repair to copy,
+    so no re-plan can serve the shard: the recovery fails at once.
+    """
+    corrupt = set(job.corrupt)
+    return any(
+        all((node_id, sid) in corrupt for node_id in assembly.metas[sid].holders)
+        for sid in missing
+    )
+
+
 def _unserved(owner: str, missing: list[str], rounds: int, job: TransferJob) -> str:
     """The error for shards still missing after the last re-plan, with the cause."""
     corrupt: dict[str, set[str]] = {}
@@ -323,8 +336,11 @@ def _unserved(owner: str, missing: list[str], rounds: int, job: TransferJob) -> 
     ruined = [sid for sid in missing if sid in corrupt]
     if ruined:
         sid = ruined[0]
+        served = "cannot be served"
+        if rounds:
+            served = f"were not served after {rounds} re-plans"
         return (
-            f"{head} were not served after {rounds} re-plans: every copy read of "
+            f"{head} {served}: every copy read of "
             f"{sid} failed its checksum (on {', '.join(sorted(corrupt[sid]))}; "
             f"{len(ruined)} shards like it) and no other replica is left; the "
             "corrupt copies are quarantined on their nodes: recover an earlier "

@@ -279,4 +279,7 @@ def test_a_shard_with_every_replica_corrupt_is_named_as_such(shared_lab: Lab) ->
     assert got.returncode != 0
     assert "Traceback" not in got.stderr
     assert f"every copy read of {meta.shard_id} failed its checksum" in got.stderr
+    # no re-plan can help (the copies are quarantined, none is left): no waits
+    assert f"{meta.shard_id}'] (1 in all) cannot be served" in got.stderr
+    assert "re-plans" not in got.stderr
     assert "recover an earlier epoch" in got.stderr
