@@ -283,7 +283,8 @@ def metrics_markdown() -> str:
         "in the lab (`LAB/prometheus/targets/`); `sr3 status --json` lists every "
         "endpoint under `metrics`. `sr3 lab up --metrics` starts a Prometheus "
         "server scraping them all (its URL: `sr3 status --json`, "
-        "`prometheus.url`).",
+        "`prometheus.url`); while it runs, a run that ends waits up to 3 s for "
+        "the scrape that reads its final values (without it, no run waits).",
         "",
         "Rates come from PromQL: tuples per second of a component are "
         '`rate(sr3_tuples_total{component="count"}[1m])`.',

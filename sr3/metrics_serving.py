@@ -28,6 +28,7 @@ __all__ = [
     "E_PORT",
     "FEED_INTERVAL_S",
     "FINAL_SCRAPE_S",
+    "SCRAPED_MARKER",
     "Endpoint",
     "RunPublisher",
     "serve",
@@ -45,6 +46,10 @@ FEED_INTERVAL_S: Final = 0.5
 #: How long a run's endpoint waits, when it ends, for the scrape that reads its
 #: final values (a lab's Prometheus scrapes every second).
 FINAL_SCRAPE_S: Final = 3.0
+#: A file a targets dir holds while a Prometheus reads it: a lab writes it when
+#: its Prometheus starts and removes it when it stops. Without it nobody
+#: scrapes the dir's targets, and a run's end waits for no final scrape.
+SCRAPED_MARKER: Final = "scraped-by-prometheus"
 
 
 class _Scrapes:
@@ -133,8 +138,9 @@ class RunPublisher:
     The engines' feeds (the local cluster's, Spark's driver's) give their
     ``feed`` (quick, never raising); this serves the registry when
     ``sr3.metrics.enabled``, lists the endpoint in a lab's Prometheus targets,
-    feeds on a thread, and on :meth:`close` feeds once more and waits for the
-    scrape that reads those final values before the endpoint and target go.
+    feeds on a thread, and on :meth:`close` feeds once more and, when a
+    Prometheus reads the targets (:data:`SCRAPED_MARKER`), waits for the scrape
+    that reads those final values before the endpoint and target go.
 
     Args:
         metrics: The run's metrics.
@@ -185,7 +191,8 @@ class RunPublisher:
         self._thread.join(timeout=5)
         if self._target is not None:
             # a lab's Prometheus reads the final values before the target goes
-            self.endpoint.close(final_scrape_s=FINAL_SCRAPE_S)
+            scraped = self._target.with_name(SCRAPED_MARKER).exists()
+            self.endpoint.close(final_scrape_s=FINAL_SCRAPE_S if scraped else 0.0)
             self._target.unlink(missing_ok=True)
         else:
             self.endpoint.close()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from sr3.errors import SR3Error
+from sr3.metrics_serving import SCRAPED_MARKER
 from sr3.net import free_port
 from sr3_cli.processes import runs, terminate
 
@@ -127,6 +128,7 @@ class PrometheusServer:
             SR3Error: it exited or was not ready in time (with its log's tail).
         """
         if self.running:
+            (targets_dir(self.root.parent) / SCRAPED_MARKER).touch()
             return self.url
         binary = shutil.which("prometheus")
         if binary is None:
@@ -152,11 +154,14 @@ class PrometheusServer:
             )
         self.pid = proc.pid
         self._wait_ready(proc)
+        # runs ending from now on wait for the scrape of their final values
+        (targets_dir(self.root.parent) / SCRAPED_MARKER).touch()
         logger.info("Prometheus ready at %s", self.url)
         return self.url
 
     def stop(self) -> None:
         """SIGTERM it (SIGKILL after 10 s), if it runs."""
+        (targets_dir(self.root.parent) / SCRAPED_MARKER).unlink(missing_ok=True)
         if self.running:
             terminate(self.pid)
         self.pid = None
