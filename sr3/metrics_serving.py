@@ -16,9 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
-from wsgiref.simple_server import WSGIServer
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from sr3.config_engine import MetricsConfig
 from sr3.errors import ConfigError
@@ -50,6 +51,18 @@ FINAL_SCRAPE_S: Final = 3.0
 #: its Prometheus starts and removes it when it stops. Without it nobody
 #: scrapes the dir's targets, and a run's end waits for no final scrape.
 SCRAPED_MARKER: Final = "scraped-by-prometheus"
+
+
+#: How often the serving thread looks for a close: socketserver's default
+#: (0.5 s) was added, up to that, to every ring node's stop and run's end.
+_SHUTDOWN_POLL_S: Final = 0.1
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """Serves a scrape and logs nothing for it (as prometheus_client's handler)."""
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (the base method's name)
+        """Log nothing."""
 
 
 class _Scrapes:
@@ -123,11 +136,25 @@ def serve(
     # has the two methods a registry calls, without the ABC's metric types
     registry.register(scrapes)  # type: ignore[arg-type]
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        # IPv4 (ThreadingWSGIServer's family): loopback or a netns host's address
+        server = make_server(
+            host,
+            port,
+            make_wsgi_app(registry),
+            ThreadingWSGIServer,
+            handler_class=_QuietHandler,
+        )
     except OSError as exc:
         registry.unregister(scrapes)  # type: ignore[arg-type]
         msg = E_PORT.format(port=port, exc=exc)
         raise ConfigError(msg) from exc
+    thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": _SHUTDOWN_POLL_S},
+        name="sr3-metrics-endpoint",
+        daemon=True,
+    )
+    thread.start()
     url = f"http://{host}:{server.server_port}/metrics"
     return Endpoint(url, server, thread, scrapes)
 
