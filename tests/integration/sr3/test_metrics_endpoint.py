@@ -65,7 +65,7 @@ def test_a_run_waits_for_its_final_scrape_only_where_a_prometheus_reads_its_targ
         # Prometheus scrapes every second: until the close saw one after it began
         while prometheus and closing.is_alive():
             try:
-                with urllib.request.urlopen(endpoint.url, timeout=5) as response:  # noqa: S310
+                with urllib.request.urlopen(endpoint.url, timeout=5) as response:  # noqa: S310 (our loopback endpoint)
                     assert b"sr3_" in response.read()
             except (urllib.error.URLError, ConnectionError):
                 break  # it served the scrape it waited for, and closed
