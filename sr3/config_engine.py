@@ -122,7 +122,8 @@ class StormConfig(_Section):
             ``integer`` (json-smart, Storm >= 2.6).
         idle_quiet_s: ``sr3.idle.quiet.s``, spouts: how long ``next`` must emit
             nothing before the spout counts as dry for ``--until-idle``
-            (default 2 s; a JSON number, as Storm's conf validation requires).
+            (default 2 s; a JSON number, as Storm's conf validation requires;
+            none for a spout that said its input ended, ``end_of_input``).
         rebalance_routing: ``sr3.rebalance.routing``, local cluster: ``fields``
             (default; Storm's hash mod tasks) or ``key-groups`` (a fields
             grouping into a stateful bolt routes through a versioned key group

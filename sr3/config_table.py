@@ -243,7 +243,8 @@ _ROWS: Final = (
         "bench/task_starts.py)."),
     Key("sr3.idle.quiet.s", "storm", "idle_quiet_s", STORM_SECONDS, 2.0,
         _COMPONENT, "Spouts: how long next must emit nothing before the spout "
-        "counts as dry for sr3 run --until-idle.", low=0.0,
+        "counts as dry for sr3 run --until-idle (none for a spout that called "
+        "end_of_input).", low=0.0,
         accepted="a non-negative number of seconds (a JSON number), "
         "<= 1000000", high=MAX_DURATION_S),
     # output: a component's outputs and errors
@@ -319,6 +320,7 @@ NOT_KEYS: Final = frozenset(
         "sr3.keygroups",
         "sr3.keygroups.table",
         "sr3.waiting",
+        "sr3.input.end",
         "sr3.local.cluster",
         "sr3.error",
         "sr3.kafka.out",

@@ -21,6 +21,7 @@ from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
 from topology_api.barriers import (
     BARRIER_COMMAND,
     BARRIER_STREAM,
+    END_OF_INPUT_METRIC,
     LOCAL_CLUSTER_KEY,
     WAITING_METRIC,
     task_index,
@@ -55,6 +56,8 @@ class SpoutRuntime:
         local: Whether the task runs on our local cluster (it reads the
             ``sr3.waiting`` metric; real Storm would die on it).
         waiting: What the spout last said it waits for (None: nothing).
+        at_end: Whether the spout said its input is at its end and has not
+            emitted since.
     """
 
     name: str
@@ -68,6 +71,7 @@ class SpoutRuntime:
     topology: str = ""
     local: bool = False
     waiting: str | None = None
+    at_end: bool = False
 
 
 class ReplayableSpout(Spout, ReplayableComponent):
@@ -130,6 +134,8 @@ class ReplayableSpout(Spout, ReplayableComponent):
             tup_id = agent.track(tup_id, offset)
         if offset is not None and runtime is not None:
             runtime.offset = offset
+        if runtime is not None and stream != BARRIER_STREAM:
+            runtime.at_end = False  # the local cluster sees the emit too
         return super().emit(
             tup,
             tup_id=tup_id,
@@ -157,6 +163,27 @@ class ReplayableSpout(Spout, ReplayableComponent):
         runtime.waiting = reason
         self.send_message(
             {"command": "metrics", "name": WAITING_METRIC, "params": {"reason": reason}}
+        )
+
+    def end_of_input(self) -> None:
+        """Say the spout's input is at its end: nothing more comes unless it replays.
+
+        ``sr3 run --until-idle`` waits ``sr3.idle.quiet.s`` (2 s) of empty
+        ``next_tuple`` calls before it takes a spout for dry, since a spout may
+        pause without saying so. A spout that knows its input is finite (a file
+        read to its end, a fixed list) calls this from ``next_tuple`` when it
+        finds nothing left, and the run ends as soon as nothing is in flight and
+        a final epoch committed, as a bounded source ends a Flink job. An emit
+        afterwards (a rollback seeks back and replays) takes it back; call it
+        again at the new end. Only the first call after an emit is sent, and
+        only on the local cluster (real Storm and Spark have their own ends).
+        """
+        runtime = self._sr3
+        if runtime is None or not runtime.local or runtime.at_end:
+            return
+        runtime.at_end = True
+        self.send_message(
+            {"command": "metrics", "name": END_OF_INPUT_METRIC, "params": {"end": True}}
         )
 
     def send_message(self, message: Any) -> None:

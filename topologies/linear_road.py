@@ -78,6 +78,7 @@ class PositionReports(ReplayableSpout):
 
     def next_tuple(self):
         if self.next_report >= len(self.reports):
+            self.end_of_input()  # --until-idle ends without a quiet period
             return
         n = self.next_report
         self.next_report += 1

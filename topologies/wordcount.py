@@ -63,6 +63,7 @@ class Lines(ReplayableSpout):
 
     def next_tuple(self):
         if self.next_line >= len(self.lines):
+            self.end_of_input()  # --until-idle ends without a quiet period
             return
         n = self.next_line
         self.next_line += self.step

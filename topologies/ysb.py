@@ -93,6 +93,7 @@ class AdEvents(ReplayableSpout):
     def next_tuple(self):
         s = self.settings
         if self.next_event >= s["events"]:
+            self.end_of_input()  # --until-idle ends without a quiet period
             return
         n = self.next_event
         self.next_event += self.step

@@ -17,6 +17,7 @@ __all__ = [
     "BARRIER_COMMAND",
     "BARRIER_FIELDS",
     "BARRIER_STREAM",
+    "END_OF_INPUT_METRIC",
     "KEY_GROUPS_METRIC",
     "KEY_GROUP_STREAM",
     "KEY_GROUP_TABLE_KEY",
@@ -62,6 +63,11 @@ KEY_GROUPS_METRIC: Final = "sr3.keygroups"
 #: None}``). A waiting spout is not dry: ``sr3 run --until-idle`` does not end
 #: the run on it, and says what it waits for.
 WAITING_METRIC: Final = "sr3.waiting"
+#: ``metrics`` name a spout sends when its input is at its end (params ``{"end":
+#: True}``): ``sr3 run --until-idle`` then ends the run as soon as nothing is in
+#: flight, without the quiet period of ``sr3.idle.quiet.s``. An emit after it
+#: (a rollback replaying, say) takes it back.
+END_OF_INPUT_METRIC: Final = "sr3.input.end"
 #: Conf key the local cluster sets (True) on every task's conf: the ``sr3.*``
 #: metrics only it reads may be sent. Real Storm's ShellSpout and ShellBolt die
 #: on a metric no Java code registered ("Could not find metric by name").

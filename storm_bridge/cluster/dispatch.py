@@ -32,7 +32,11 @@ from storm_bridge.messages import (
     parse_shell_msg,
 )
 from storm_bridge.native import MAX_REPLAYS
-from topology_api.barriers import KEY_GROUPS_METRIC, WAITING_METRIC
+from topology_api.barriers import (
+    END_OF_INPUT_METRIC,
+    KEY_GROUPS_METRIC,
+    WAITING_METRIC,
+)
 
 if TYPE_CHECKING:
     from storm_bridge.cluster.engine import Engine
@@ -151,6 +155,8 @@ class Dispatcher:
             coordinator, local = self._engine.coordinator, self._engine.local
             if metric == WAITING_METRIC and rt.is_spout:
                 self._engine.spouts.source_waiting(rt, params)
+            elif metric == END_OF_INPUT_METRIC and rt.is_spout:
+                self._engine.spouts.input_ended(rt, params)
             elif coordinator is not None:
                 if metric == RESTORED_METRIC:
                     if local is None or not local.restored(rt, params):
@@ -268,6 +274,7 @@ class Dispatcher:
             if self._engine.coordinator is not None:
                 self._engine.coordinator.spout_barrier(rt, list(msg.values))
         elif msg.command == "emit":
+            rt.at_end = False  # an emit after the end of input: a replay
             local = self._engine.local
             if local is not None and local.emit(rt, msg, rt.process):
                 rt.emitted_in_command += 1

@@ -397,7 +397,12 @@ class Engine:
                 ):
                     return f"{where} still emits ({rt.empty_streak} empty nexts)", None
                 dry_s = 0.0 if rt.dry_since is None else now - rt.dry_since
-                if self.active and dry_s < rt.settings.idle_quiet_s and quiet is None:
+                if (
+                    self.active
+                    and not rt.at_end
+                    and dry_s < rt.settings.idle_quiet_s
+                    and quiet is None
+                ):
                     quiet = (
                         f"{where} emitted nothing for {dry_s:.2f} s, not yet "
                         f"{rt.settings.idle_quiet_s} s (sr3.idle.quiet.s)"

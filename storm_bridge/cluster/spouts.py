@@ -122,6 +122,14 @@ class SpoutDriver:
             rt.empty_streak = 0
             rt.dry_since = None
 
+    def input_ended(self, rt: TaskRuntime, params: Any) -> None:
+        """Handle a spout's ``sr3.input.end`` metric: its input is at its end.
+
+        Dry without the quiet period of ``sr3.idle.quiet.s`` until it emits
+        again (:class:`Dispatcher` clears it on an emit).
+        """
+        rt.at_end = isinstance(params, dict) and params.get("end") is True
+
     def synced(self, rt: TaskRuntime) -> None:
         """Handle a spout's ``sync``: the command in flight is done.
 

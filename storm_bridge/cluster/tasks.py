@@ -99,6 +99,8 @@ class TaskRuntime:
         dry_since: Spouts: when the first of those calls was answered.
         waiting: Spouts: what the spout said it waits for (its source down:
             not dry, whatever it emits), or None.
+        at_end: Spouts: the spout said its input is at its end and emitted
+            nothing since (dry without the quiet period of ``sr3.idle.quiet.s``).
         next_at: Spouts: earliest clock reading for the next ``next``.
         wake_at: Spouts: when a scheduled wake-up will pump it, if any.
         last_error: The last error the current subprocess reported (an
@@ -138,6 +140,7 @@ class TaskRuntime:
     empty_streak: int = 0
     dry_since: float | None = None
     waiting: str | None = None
+    at_end: bool = False
     next_at: float = 0.0
     wake_at: float | None = None
     last_error: str | None = None
@@ -176,6 +179,7 @@ class TaskRuntime:
         self.empty_streak = 0
         self.dry_since = None
         self.waiting = None
+        self.at_end = False
         self.next_at = 0.0
         self.wake_at = None
         self.emits_since_ack = 0

@@ -38,7 +38,9 @@ class Lines(ReplayableSpout):
         self.next_line = self.index if offset is None else offset + self.step
 
     def next_tuple(self):
-        if self.next_line < len(self.lines):
+        if self.next_line >= len(self.lines):
+            self.end_of_input()
+        else:
             if self.pause_s:
                 time.sleep(self.pause_s)
             n = self.next_line

@@ -47,7 +47,9 @@ class _Side(ReplayableSpout):
         self.next_row = self.index if offset is None else offset + self.step
 
     def next_tuple(self):
-        if self.next_row < len(self.rows):
+        if self.next_row >= len(self.rows):
+            self.end_of_input()
+        else:
             if self.pause_s:
                 time.sleep(self.pause_s)
             n = self.next_row

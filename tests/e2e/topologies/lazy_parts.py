@@ -52,6 +52,7 @@ class Records(ReplayableSpout):
     def next_tuple(self):
         r = self.next_record
         if r >= self.total:
+            self.end_of_input()
             return
         self.next_record += self.step
         if r >= self.keys:

@@ -62,6 +62,7 @@ class _Paced(ReplayableSpout):
 
     def next_tuple(self):
         if self.next >= len(self.events):
+            self.end_of_input()
             return
         if self.next >= self.budget:
             if self.gate.exists():

@@ -47,6 +47,7 @@ class Words(ReplayableSpout):
 
     def next_tuple(self):
         if self.next >= len(self.words):
+            self.end_of_input()
             return
         n = self.next
         self.next += 1

@@ -50,6 +50,7 @@ class Visits(ReplayableSpout):
 
     def next_tuple(self):
         if self.next >= len(self.visits):
+            self.end_of_input()
             return
         n = self.next
         self.next += 1

@@ -62,6 +62,27 @@ def test_a_spout_waiting_for_its_source_is_not_taken_for_dry(
     assert read_counts() == dict(Counter(WORDS))
 
 
+def test_a_spout_at_the_end_of_its_input_ends_the_run_without_a_quiet_period(
+    make_cluster: Callable[..., LocalCluster],
+    read_counts: Callable[[], dict[str, int]],
+) -> None:
+    # the spout says its input ended (end_of_input) while its slow bolts still
+    # count: --until-idle waits for them, then ends without the quiet period of
+    # sr3.idle.quiet.s, here longer than the wait (a spout that says nothing
+    # would keep the run going for ten minutes)
+    conf = {
+        "sbt.sentences": WORDS,
+        "sbt.bolt_sleep_s": 0.02,
+        "sr3.idle.quiet.s": 600.0,
+    }
+    cluster = make_cluster("sbt_finite", conf)
+    cluster.start()
+
+    assert cluster.run_until_idle(IDLE_TIMEOUT_S)
+    assert cluster.counters()["finite_spout"].acked == len(WORDS)
+    assert read_counts() == dict(Counter(WORDS))
+
+
 def test_a_streamparse_project_layout_runs(
     make_cluster: Callable[..., LocalCluster],
     read_counts: Callable[[], dict[str, int]],

@@ -16,7 +16,7 @@ from storm_bridge.components import (
     SNAPSHOT_METRIC,
 )
 from storm_bridge.multilang import get_serializer
-from topology_api.barriers import LOCAL_CLUSTER_KEY, WAITING_METRIC
+from topology_api.barriers import END_OF_INPUT_METRIC, LOCAL_CLUSTER_KEY, WAITING_METRIC
 from topology_api.contract import (
     ReplayableComponent,
     StatefulComponent,
@@ -327,3 +327,58 @@ def test_a_spout_says_when_its_source_goes_away_and_comes_back() -> None:
 def test_a_spout_off_the_local_cluster_sends_no_waiting_metric() -> None:
     # real Storm's ShellSpout dies on a metric no Java code registered
     assert waiting_reports({}, [False, True, False]) == []
+
+
+class Finite(ReplayableSpout):
+    """Two words, then the end of its input; ``rewind`` replays them."""
+
+    outputs = ["word"]
+
+    def initialize(self, stormconf, context):
+        self.position = 0
+        self.rewind = False
+
+    def seek(self, offset):
+        self.position = 0 if offset is None else offset + 1
+
+    def next_tuple(self):
+        if self.rewind:
+            self.rewind = False
+            self.seek(None)
+        if self.position >= 2:
+            self.end_of_input()
+            return
+        self.emit(["w"], offset=self.position)
+        self.position += 1
+
+
+def finite_messages(conf: dict[str, Any], nexts: int, rewind_at: int) -> list[Any]:
+    commands = [JSON.encode({"command": "next", "id": ""}) for _ in range(nexts)]
+    out = io.BytesIO()
+    spout = Finite(input_stream=io.BytesIO(b"".join(commands)), output_stream=out)
+    ctx = context("words", None)
+    spout._setup_component({"topology.name": "t", **conf}, ctx)
+    spout.initialize({}, ctx)
+    for n in range(nexts):
+        spout.rewind = n == rewind_at
+        spout._run()
+    return [
+        "emit" if m["command"] == "emit" else m["params"]
+        for m in messages(out)
+        if m["command"] == "emit"
+        or (m["command"] == "metrics" and m["name"] == END_OF_INPUT_METRIC)
+    ]
+
+
+def test_a_spout_says_once_that_its_input_ended_and_again_after_a_replay() -> None:
+    # --until-idle ends the run on it without the quiet period: said once per
+    # end, and an emit after it (a rollback replaying) takes it back
+    got = finite_messages({LOCAL_CLUSTER_KEY: True}, nexts=8, rewind_at=5)
+
+    end = {"end": True}
+    assert got == ["emit", "emit", end, "emit", "emit", end]
+
+
+def test_a_spout_off_the_local_cluster_sends_no_end_of_input_metric() -> None:
+    # real Storm's ShellSpout dies on a metric no Java code registered
+    assert finite_messages({}, nexts=8, rewind_at=5) == ["emit"] * 4
