@@ -37,7 +37,7 @@ class SlowCountBolt(CountBolt):
         self.sleep_s = float(storm_conf.get("sbt.bolt_sleep_s", 0.0))
 
     def process(self, tup):
-        time.sleep(self.sleep_s)
+        time.sleep(self.sleep_s)  # slow on purpose: tuples in flight at the end
         super().process(tup)
 
 
