@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sr3.config import Sr3Config
-from sr3.errors import SR3Error
+from sr3.errors import ConfigError, SR3Error
 from sr3_cli.chaos import (
     NETNS_KINDS,
     RUN_KINDS,
@@ -79,6 +79,15 @@ class Injector:
     ) -> None:
         self._root = lab.root
         self._faults = [f for f in faults if f.kind not in RUN_KINDS]
+        restarts = [f for f in self._faults if f.kind == "restart-zk"]
+        if restarts and lab.zk_external:
+            msg = (
+                f"the schedule restarts ZooKeeper ({restarts[0].describe()}) but "
+                f"the lab in {lab.root} uses the external ZooKeeper at "
+                f"{lab.zk_external}, which it does not stop: run the campaign "
+                "on a lab with its own ZooKeeper (`sr3 lab up` without --zk)"
+            )
+            raise ConfigError(msg)
         #: Kill the nodes too (the Spark runner has no node-kill hook).
         self._kills_nodes = kills_nodes
         self._stop = threading.Event()

@@ -66,6 +66,14 @@ def _lab_up(args: argparse.Namespace, lab: Lab) -> int:
             f"--nodes {wanted} removes none (`sr3 lab kill` stops some)"
         )
     started = time.perf_counter()
+    if getattr(args, "zk", None):
+        if getattr(args, "netns", False):
+            msg = (
+                "a netns lab runs its ZooKeeper on one of its hosts; "
+                f"`--zk {args.zk}` cannot be combined with --netns"
+            )
+            raise ConfigError(msg)
+        lab.use_zookeeper(args.zk)
     hosts = build_hosts(args, lab, wanted)
     lab.start_zookeeper()
     missing = wanted - len(lab.nodes)
@@ -78,8 +86,11 @@ def _lab_up(args: argparse.Namespace, lab: Lab) -> int:
     if args.spark:
         url = lab.start_spark(cores=args.spark_cores, memory=args.spark_memory)
         spark = f", Spark master {url}"
+    where = lab.zk_hosts
+    if lab.zk_external:
+        where += f" (external, chroot {lab.chroot})"
     print(
-        f"lab up in {root}: ZooKeeper {lab.zk_hosts}, {len(lab.nodes)} ring nodes"
+        f"lab up in {root}: ZooKeeper {where}, {len(lab.nodes)} ring nodes"
         f"{spark}{hosts} ({time.perf_counter() - started:.1f}s)\n"
         f"use it with: export SR3_LAB={root}"
     )

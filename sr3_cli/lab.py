@@ -5,7 +5,8 @@ Layout of a lab dir::
     lab.json          ports, pids and data dirs (written by ``sr3 lab up``)
     lab.lock          held (``flock``) by whatever changes lab.json; holds its pid
     secret            the ring's shared HMAC secret
-    zk/               ZooKeeper's data dir and log
+    zk/               ZooKeeper's data dir and log (none with ``sr3 lab up --zk``:
+                      the lab uses that ZooKeeper, :mod:`sr3_cli.lab_zk`)
     nodes/<id>/       each node's data dir and node.log
     spark/            with ``sr3 lab up --spark``: a Spark standalone master and
                       worker(s) (logs, work dirs); lab.json's ``spark.master`` is
@@ -41,14 +42,13 @@ from pathlib import Path
 
 from sr3.config import NodeConfig, Sr3Config, ZkConfig
 from sr3.errors import ConfigError, SR3Error
-from sr3_cli import lab_netns, lab_spark
+from sr3_cli import lab_netns, lab_spark, lab_zk
 from sr3_cli.lab_nodes import node_log, spawn_node, wait_ready
 from sr3_cli.lab_state import LabState, resolve_lab_dir
 from sr3_cli.labfile import LabNode
 from sr3_cli.processes import lab_processes, stop_lab_processes, stop_processes
 from sr3_cli.processes import runs as _runs
 from sr3_cli.processes import terminate as _terminate
-from zk.launcher import EmbeddedZooKeeper, port_taken
 
 __all__ = ["Lab", "LabNode", "resolve_lab_dir"]
 
@@ -65,12 +65,20 @@ class Lab(LabState):
 
     @property
     def zookeeper_running(self) -> bool:
-        """Whether the lab's ZooKeeper process runs (not another on its pid)."""
+        """Whether the lab's ZooKeeper process runs (not another on its pid).
+
+        An external ZooKeeper (``sr3 lab up --zk``) counts as running: the lab
+        neither starts nor stops it, and a command that cannot reach it says so.
+        """
+        if self.zk_external:
+            return True
         return _runs(self.zk_pid, self.root / "zk" / "zoo.cfg")
 
     @property
     def zk_hosts(self) -> str:
         """Client connect string of the lab's ZooKeeper (its host's, with --netns)."""
+        if self.zk_external:
+            return self.zk_external
         placement = lab_netns.zk_placement(self)
         host = placement.address if placement else "127.0.0.1"
         return f"{host}:{self.zk_port}"
@@ -132,6 +140,7 @@ class Lab(LabState):
     def start_zookeeper(self) -> None:
         """Start the lab's ZooKeeper unless it runs already (same port on restart).
 
+        A lab on an external ZooKeeper (``sr3 lab up --zk``) starts nothing.
         One that runs from the lab's zk dir but is missing from lab.json (a
         stale copy written back by hand) is adopted, not started twice.
 
@@ -142,43 +151,26 @@ class Lab(LabState):
         with self.locked():
             self._start_zookeeper()
 
+    def use_zookeeper(self, hosts: str) -> None:
+        """Make a new lab use the running ZooKeeper at ``hosts`` instead of its own.
+
+        See :func:`sr3_cli.lab_zk.use_external`.
+
+        Raises:
+            ConfigError: as that function does.
+        """
+        with self.locked():
+            lab_zk.use_external(self, hosts)
+
     def _start_zookeeper(self) -> None:
-        if self.zookeeper_running:
-            return
-        zk_dir = self.root / "zk"
-        running = EmbeddedZooKeeper.detached_pid(zk_dir)
-        hosts = EmbeddedZooKeeper.detached_hosts(zk_dir)
-        if running is not None and hosts is not None:
-            logger.warning(
-                "lab.json did not list the lab's running ZooKeeper (pid %s); "
-                "adopting it",
-                running,
-            )
-            self.zk_pid, self.zk_port = running, int(hosts.rsplit(":", 1)[1])
-            return
-        if self.zk_port and self.netns is None and port_taken(self.zk_port):
-            # ZooKeeper keeps its data across ports; only `--zk` users must follow
-            logger.warning(
-                "the lab's ZooKeeper port %s is taken by another process; it "
-                "listens on a new one (`--zk` users: see the address printed)",
-                self.zk_port,
-            )
-            self.zk_port = 0
-        where = lab_netns.zk_placement(self)
-        zk = EmbeddedZooKeeper(
-            zk_dir,
-            port=self.zk_port,
-            detached=True,
-            host=where.address if where else "127.0.0.1",
-            command_prefix=where.prefix if where else (),
-        )
-        zk.start()
-        self.zk_port = zk.port
-        self.zk_pid = zk.pid
+        if not self.zookeeper_running:
+            lab_zk.start_own(self)
 
     def stop_zookeeper(self) -> None:
-        """Stop the lab's ZooKeeper."""
+        """Stop the lab's ZooKeeper (an external one is left running)."""
         with self.locked():
+            if self.zk_external:
+                return
             if self.zookeeper_running:
                 _terminate(self.zk_pid)
             self.zk_pid = None

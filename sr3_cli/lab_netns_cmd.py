@@ -20,6 +20,13 @@ def build_hosts(args: argparse.Namespace, lab: Lab, nodes: int) -> str:
             msg = "--hosts and --netem shape a netns lab: add --netns"
             raise ConfigError(msg)
         return ""
+    if lab.zk_external:
+        msg = (
+            f"the lab in {lab.root} uses the external ZooKeeper at "
+            f"{lab.zk_external}; a netns lab runs its own on one of its hosts: "
+            "give `sr3 lab up --netns` a new --dir"
+        )
+        raise ConfigError(msg)
     running = lab.zookeeper_running or any(n.alive for n in lab.nodes.values())
     if lab.netns is None and running:
         msg = (

@@ -20,6 +20,7 @@ from typing import Any, Self
 from sr3.errors import ConfigError
 from sr3_cli.labfile import (
     LabNode,
+    external_zk,
     lab_nodes,
     optional_object,
     pid_value,
@@ -38,7 +39,9 @@ LOCK_TIMEOUT_S = 300.0
 #: Optional sections of lab.json, each an object or null, read and written as
 #: they are (a field of :class:`LabState` of the same name holds each).
 _SECTIONS = ("spark", "storm", "kafka", "prometheus", "netns")
-_KNOWN_KEYS = frozenset({"zk_port", "zk_pid", "chroot", "nodes", *_SECTIONS})
+_KNOWN_KEYS = frozenset(
+    {"zk_port", "zk_pid", "zk_external", "chroot", "nodes", *_SECTIONS}
+)
 
 
 E_NO_LAB = "no lab in {root}: run `sr3 lab up --dir {root}` first"
@@ -78,6 +81,9 @@ class LabState:
     zk_port: int = 0
     zk_pid: int | None = None
     chroot: str = "/sr3/default"
+    #: with ``sr3 lab up --zk``: the connect string of a ZooKeeper the lab uses
+    #: but neither starts nor stops (``zk_port``, ``zk_pid`` then stay unset)
+    zk_external: str | None = None
     nodes: dict[str, LabNode] = field(default_factory=dict)
     spark: dict[str, Any] | None = None
     storm: dict[str, Any] | None = None
@@ -110,6 +116,7 @@ class LabState:
                 zk_port=port_value(raw["zk_port"]),
                 zk_pid=pid_value(raw.get("zk_pid")),
                 chroot=str(raw.get("chroot", "/sr3/default")),
+                zk_external=external_zk(raw.get("zk_external")),
                 nodes=lab_nodes(raw),
                 extra={k: v for k, v in raw.items() if k not in _KNOWN_KEYS},
             )
@@ -193,10 +200,11 @@ class LabState:
 
     def _refresh(self) -> None:
         fresh = type(self).load(self.root)
-        self.zk_port, self.zk_pid, self.chroot = (
+        self.zk_port, self.zk_pid, self.chroot, self.zk_external = (
             fresh.zk_port,
             fresh.zk_pid,
             fresh.chroot,
+            fresh.zk_external,
         )
         self.nodes, self.extra = fresh.nodes, fresh.extra
         for name in _SECTIONS:
@@ -228,6 +236,7 @@ class LabState:
             "zk_port": self.zk_port,
             "zk_pid": self.zk_pid,
             "chroot": self.chroot,
+            "zk_external": self.zk_external,
             "nodes": {k: vars(v) for k, v in self.nodes.items()},
         }
         raw.update({name: getattr(self, name) for name in _SECTIONS})

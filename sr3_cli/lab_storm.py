@@ -43,12 +43,24 @@ __all__ = [
     "storm_daemons",
     "storm_cluster",
     "storm_status",
+    "storm_zk_root",
 ]
 
 logger = logging.getLogger(__name__)
 
 #: Storm's znode root in the lab's ZooKeeper (the ring lives under /sr3).
 ZK_ROOT: Final = "/storm"
+
+
+def storm_zk_root(lab: Lab) -> str:
+    """Storm's znode root: ``/storm``, or beside the lab's chroot on a shared one.
+
+    A lab on an external ZooKeeper (``sr3 lab up --zk``) shares it with other
+    labs, so its Storm cluster gets a root named after its chroot.
+    """
+    if lab.zk_external:
+        return f"/storm-{lab.chroot.rsplit('/', 1)[-1]}"
+    return ZK_ROOT
 
 
 def _env(lab: Lab) -> dict[str, str]:
@@ -143,7 +155,7 @@ def start_storm(
         cluster = ApacheStormCluster(
             lab.root / "storm",
             zk_hosts=lab.zk_hosts,
-            zk_root=ZK_ROOT,
+            zk_root=storm_zk_root(lab),
             supervisors=supervisors,
             slots=slots,
             nimbus_port=nimbus_port,

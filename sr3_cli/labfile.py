@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sr3.config_values import check_zk_hosts
+from sr3.errors import ConfigError
 from sr3_cli.processes import runs as _runs
 
 __all__ = [
     "LabNode",
+    "external_zk",
     "lab_nodes",
     "optional_object",
     "pid_value",
@@ -41,6 +44,19 @@ def port_value(value: object) -> int:
         msg = f"zk_port {value!r} is not a TCP port"
         raise ValueError(msg)
     return value
+
+
+def external_zk(value: object) -> str | None:
+    """Return ``value`` if a ZooKeeper connect string or None (ValueError if not)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or "/" in value:
+        msg = f"zk_external {value!r} is not a ZooKeeper connect string (HOST:PORT,...)"
+        raise ValueError(msg)
+    try:
+        return check_zk_hosts(value)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def pid_value(value: object) -> int | None:

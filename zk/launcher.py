@@ -209,6 +209,10 @@ class EmbeddedZooKeeper:
             f"clientPort={port}",
             f"clientPortAddress={self.host}",
             "admin.enableServer=false",
+            # no cap on connections per client address (ZooKeeper's default is
+            # 60): every client of a loopback lab comes from 127.0.0.1, and labs
+            # on one server (`sr3 lab up --zk`) add up
+            "maxClientCnxns=0",
             "4lw.commands.whitelist=srvr,mntr,ruok",
         ]
         self.config_path.write_text("\n".join(lines) + "\n", encoding="utf-8")

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from sr3_cli.args.common import handler, lab_dir_arg
-from sr3_cli.argtypes import at_least, int_between, tcp_port
+from sr3_cli.argtypes import at_least, int_between, nonempty, tcp_port
 
 __all__ = ["MAX_HOSTS", "MAX_LAB_NODES", "add_parsers"]
 
@@ -38,6 +38,15 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
     )
     up.add_argument(
         "--zones", default="", help="comma-separated zone labels, round robin"
+    )
+    up.add_argument(
+        "--zk",
+        metavar="HOST:PORT[,HOST:PORT]",
+        type=nonempty,
+        default=None,
+        help="use this running ZooKeeper instead of starting one (a new lab "
+        "only; it gets a chroot of its own there, and `lab down` leaves the "
+        "ZooKeeper running)",
     )
     up.add_argument(
         "--spark",

@@ -154,18 +154,26 @@ def zk_restart(
 
 @contextmanager
 def running_lab(
-    root: Path, nodes: int = 3, *, log_level: str = "WARNING"
+    root: Path,
+    nodes: int = 3,
+    *,
+    log_level: str = "WARNING",
+    zk_hosts: str | None = None,
 ) -> Iterator[Lab]:
-    """Run a lab (its own ZooKeeper and ``nodes`` ring nodes) in ``root``.
+    """Run a lab of ``nodes`` ring nodes in ``root``.
 
-    The nodes log at ``log_level`` to ``<data dir>/node.log``. On exit it stops
-    what the lab's state file lists then, so a test may grow or restart the lab
-    through the command line.
+    With ``zk_hosts`` (the session's ZooKeeper, as ``sr3 lab up --zk`` does) the
+    lab uses that ZooKeeper under a chroot of its own; without, it starts its
+    own (tests that stop or kill it). The nodes log at ``log_level`` to
+    ``<data dir>/node.log``. On exit it stops what the lab's state file lists
+    then, so a test may grow or restart the lab through the command line.
     """
     lab = Lab(root=root)
     root.mkdir(parents=True, exist_ok=True)
     lab.save()
     try:
+        if zk_hosts:
+            lab.use_zookeeper(zk_hosts)
         lab.start_zookeeper()
         lab.add_nodes(nodes)
         lab.start_nodes(sorted(lab.nodes), log_level=log_level)
@@ -177,10 +185,25 @@ def running_lab(
         current.stop_zookeeper()
 
 
+def shared_zookeeper(request: pytest.FixtureRequest, server: object) -> str | None:
+    """The session ZooKeeper's address for a test's lab; None: the lab runs its own.
+
+    Labs share the session's server under chroots of their own (each saves a
+    ZooKeeper JVM start and stop, ~0.8 s); a test marked ``own_zookeeper``
+    (it stops, kills or moves its lab's) gets one of its own.
+    """
+    if request.node.get_closest_marker("own_zookeeper"):
+        return None
+    return server.hosts if isinstance(server, EmbeddedZooKeeper) else None
+
+
 @pytest.fixture
-def lab(tmp_path: Path, zk_server: object) -> Iterator[Lab]:
-    """A lab of three ring nodes (``zk_server`` only skips without ZooKeeper)."""
-    with running_lab(tmp_path / "lab") as running:
+def lab(
+    tmp_path: Path, zk_server: EmbeddedZooKeeper, request: pytest.FixtureRequest
+) -> Iterator[Lab]:
+    """A lab of three ring nodes on the session's ZooKeeper (see shared_zookeeper)."""
+    zk_hosts = shared_zookeeper(request, zk_server)
+    with running_lab(tmp_path / "lab", zk_hosts=zk_hosts) as running:
         yield running
 
 

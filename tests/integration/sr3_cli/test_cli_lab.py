@@ -24,7 +24,8 @@ from sr3_cli.lab import Lab
 from sr3_cli.lab_nodes import node_log, spawn_node
 from sr3_cli.processes import alive, lab_processes, terminate
 
-pytestmark = [pytest.mark.zk]
+# each case stops, kills or moves the lab's ZooKeeper: the lab runs its own
+pytestmark = [pytest.mark.zk, pytest.mark.own_zookeeper]
 
 
 def sr3(*args: str) -> subprocess.CompletedProcess[str]:

@@ -22,7 +22,8 @@ from sr3_cli.lab import Lab
 from sr3_cli.processes import alive, command_line, lab_processes, terminate
 from tests.integration.conftest import WaitUntil
 
-pytestmark = [pytest.mark.zk, pytest.mark.slow]
+# each case stops, kills or moves the lab's ZooKeeper: the lab runs its own
+pytestmark = [pytest.mark.zk, pytest.mark.slow, pytest.mark.own_zookeeper]
 
 ZK_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 ROUNDS = 5

@@ -21,7 +21,8 @@ from sr3_cli.lab import Lab
 from sr3_cli.processes import alive, lab_processes, terminate
 from tests.integration.conftest import WaitUntil, running_lab
 
-pytestmark = [pytest.mark.zk, pytest.mark.slow]
+# each case stops, kills or moves the lab's ZooKeeper: the lab runs its own
+pytestmark = [pytest.mark.zk, pytest.mark.slow, pytest.mark.own_zookeeper]
 
 
 def sr3(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sr3_cli.lab import Lab
 from sr3_cli.main import main
 
 VALID = {
@@ -33,6 +34,10 @@ CORRUPT = {
         {**VALID, "nodes": {"node-1": {**VALID["nodes"]["node-1"], "bogus": 1}}}  # type: ignore[index, dict-item]  # literal above
     ),
     "nodes not an object": json.dumps({**VALID, "nodes": []}),
+    "external zookeeper not a string": json.dumps({**VALID, "zk_external": 2181}),
+    "external zookeeper with a bad port": json.dumps(
+        {**VALID, "zk_external": "zk1:99999"}
+    ),
 }
 
 
@@ -122,3 +127,26 @@ def test_lab_down_on_a_dir_never_up_creates_nothing(
     assert main(["lab", "down", "--dir", str(never)]) == 2
     assert "no lab in" in capsys.readouterr().err
     assert not never.exists()
+
+
+def test_an_external_zookeeper_is_kept_across_loads(tmp_path: Path) -> None:
+    lab = Lab(root=tmp_path)
+    lab.save()
+    lab.use_zookeeper("zk1:2181,zk2:2181")
+    again = Lab.load(tmp_path)
+    assert again.zk_external == "zk1:2181,zk2:2181"
+    assert again.zk_hosts == "zk1:2181,zk2:2181"
+    assert again.zookeeper_running  # the lab neither starts nor stops it
+    assert again.chroot.startswith("/sr3/lab-")
+    other = Lab(root=tmp_path / "other")
+    other.root.mkdir()
+    other.save()
+    other.use_zookeeper("zk1:2181,zk2:2181")
+    assert other.chroot.startswith("/sr3/lab-")
+    assert other.chroot != again.chroot  # two labs on one ZooKeeper never meet
+    again.use_zookeeper("zk1:2181,zk2:2181")  # the same again: nothing changes
+    assert Lab.load(tmp_path).chroot == again.chroot
+    with pytest.raises(ValueError, match="already uses the ZooKeeper at zk1:2181"):
+        again.use_zookeeper("zk3:2181")
+    again.stop_zookeeper()  # left running: nothing to signal, nothing recorded
+    assert Lab.load(tmp_path).zk_external == "zk1:2181,zk2:2181"
