@@ -11,8 +11,9 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 # per stateful task (measured: 0.96 s -> 0.60 s per task start in test_exactly_once)
 export PYTHONDONTWRITEBYTECODE :=
 # pytest workers for `make test`: 1 runs serially (CI); 2 use xdist, the Storm/netns
-# tests grouped on one worker and the Spark tests on one (tests/conftest.py): about
-# 35 min against 54, but the doubled load still fails timing-bound tests (CONTRIBUTING)
+# tests grouped on one worker and the Spark tests on one (tests/conftest.py). Measured
+# four times, never reliably faster on two cores: the JVM groups then run at once
+# (3.55x per test in the last try) and timing-bound tests fail (CONTRIBUTING)
 TEST_WORKERS ?= 1
 XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -34,6 +35,21 @@ from spark_bridge.kafka_jars import spark_kafka_jars
 REPO_ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 WaitUntil = Callable[..., Any]
+
+
+def run_sr3(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``sr3 ARGS`` as a user would (no ``SR3_*`` variables); check no traceback."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "sr3_cli", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=240,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
 
 
 def load_module(path: Path, name: str) -> ModuleType:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,23 +10,9 @@ from confluent_kafka.admin import AdminClient
 
 from sr3_cli.daemons.kafka import KafkaBroker
 from sr3_cli.processes import alive, lab_processes
+from tests.conftest import run_sr3 as sr3
 
 pytestmark = [pytest.mark.kafka, pytest.mark.zk, pytest.mark.slow]
-
-
-def sr3(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``sr3 ARGS``; check it printed no traceback."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "sr3_cli", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=240,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 def test_lab_up_kafka_reports_the_broker_and_lab_down_stops_it(

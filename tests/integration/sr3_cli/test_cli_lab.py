@@ -8,11 +8,9 @@ processes run afterwards.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,24 +21,10 @@ from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
 from sr3_cli.lab_nodes import node_log, spawn_node
 from sr3_cli.processes import alive, lab_processes, terminate
+from tests.conftest import run_sr3 as sr3
 
 # each case stops, kills or moves the lab's ZooKeeper: the lab runs its own
 pytestmark = [pytest.mark.zk, pytest.mark.own_zookeeper]
-
-
-def sr3(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``sr3 ARGS``; check it printed no traceback."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "sr3_cli", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=240,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,25 +17,11 @@ import pytest
 
 from sr3_cli.lab import Lab
 from sr3_cli.processes import alive, lab_processes, terminate
+from tests.conftest import run_sr3 as sr3
 from tests.integration.conftest import WaitUntil, running_lab
 
 # each case stops, kills or moves the lab's ZooKeeper: the lab runs its own
 pytestmark = [pytest.mark.zk, pytest.mark.slow, pytest.mark.own_zookeeper]
-
-
-def sr3(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``sr3 ARGS``; check it printed no traceback."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "sr3_cli", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=240,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 def lab_pids(root: Path) -> list[int]:

@@ -7,33 +7,16 @@ ZooKeeper, as a user with a ZooKeeper ensemble of their own would.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from sr3_cli.lab import Lab
 from sr3_cli.processes import lab_processes, terminate
+from tests.conftest import run_sr3 as sr3
 from zk.launcher import EmbeddedZooKeeper
 
 pytestmark = [pytest.mark.zk, pytest.mark.slow]
-
-
-def sr3(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``sr3 ARGS``; check it printed no traceback."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "sr3_cli", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=240,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 def test_two_labs_share_one_zookeeper_and_down_leaves_it_running(
