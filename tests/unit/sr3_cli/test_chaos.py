@@ -29,6 +29,8 @@ from sr3_cli.chaos import (
     replay_command,
     summarize_recoveries,
 )
+from sr3_cli.chaos_runs import Injector
+from sr3_cli.lab import Lab
 from storm_bridge.report import RunReport
 from topology_api.topology import load_topology
 
@@ -213,3 +215,15 @@ def test_executor_and_driver_recoveries_timed_end_to_end_count_under_their_kinds
         "kill-driver": [9.0],
         "kill-node": [1.5],
     }
+
+
+def test_a_zookeeper_restart_is_refused_on_a_lab_that_does_not_own_its_zookeeper(
+    tmp_path: Path,
+) -> None:
+    lab = Lab(root=tmp_path)
+    lab.save()
+    lab.use_zookeeper("zk1:2181")
+    restart = Fault("restart-zk", 1.0, "zookeeper", 0.5)
+    with pytest.raises(ConfigError, match="uses the external ZooKeeper at zk1:2181"):
+        Injector(Lab.load(tmp_path), [restart])
+    Injector(Lab.load(tmp_path), [Fault("freeze-node", 1.0, "node-1", 0.5)])  # fine
