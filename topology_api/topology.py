@@ -83,6 +83,28 @@ class LoadedTopology:
         """Ids of the components whose class declares itself stateful."""
         return [c.name for c in self.components.values() if c.stateful]
 
+    def downstream(self) -> dict[str, frozenset[str]]:
+        """``{component: the bolts its tuples reach}``, directly or through others.
+
+        Every stream counts, the system streams of a topology included; a cycle
+        (a bolt subscribing to one downstream of it) is followed once.
+        """
+        direct: dict[str, set[str]] = {name: set() for name in self.components}
+        for comp in self.components.values():
+            for sub in comp.inputs:
+                direct.setdefault(sub.source, set()).add(comp.name)
+        reach: dict[str, frozenset[str]] = {}
+        for name, bolts in direct.items():
+            seen: set[str] = set()
+            todo = list(bolts)
+            while todo:
+                bolt = todo.pop()
+                if bolt not in seen:
+                    seen.add(bolt)
+                    todo.extend(direct.get(bolt, ()))
+            reach[name] = frozenset(seen)
+        return reach
+
     def fixed_parallelism(self) -> dict[str, tuple[int, str]]:
         """``{component: (tasks, why)}`` of stateful bolts whose count is fixed.
 

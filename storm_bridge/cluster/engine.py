@@ -146,6 +146,8 @@ class Engine:
                 conf[LOCAL_CLUSTER_KEY] = True  # the sr3.* metrics are read here
                 settings = TaskSettings.from_conf(conf)
                 self.tasks[task_id] = TaskRuntime(task_id, component, conf, settings)
+        #: The bolts each component's tuples reach, directly or through others.
+        self._downstream = topology.downstream()
         self.spouts = SpoutDriver(
             clock=clock,
             timers=self.timers,
@@ -324,14 +326,23 @@ class Engine:
             spouts = [rt for rt in self.tasks.values() if rt.is_spout]
             self.spouts.set_active(False, spouts)
 
-    def _backpressured(self) -> bool:
+    def _backpressured(self, spout: TaskRuntime) -> bool:
+        """Whether ``spout`` waits: a bolt downstream of it has too much queued.
+
+        As on Storm 2, a congested bolt holds back only what feeds it (there,
+        the executors sending to its full queue, and theirs in turn): a spout
+        whose tuples never reach it keeps emitting. The upstream-backup logs'
+        budget (task-scope recovery) still holds back every spout: only a
+        commit trims them.
+        """
         if self.local is not None and self.local.over_budget():
             return True
+        downstream = self._downstream.get(spout.component.name, frozenset())
         return any(
             rt.process is not None
             and rt.process.outbox_size > rt.settings.shellbolt_max_pending
             for rt in self.tasks.values()
-            if not rt.is_spout
+            if not rt.is_spout and rt.component.name in downstream
         )
 
     # -- messages ----------------------------------------------------------------------

@@ -30,8 +30,8 @@ class SpoutDriver:
         timers: Where wake-ups are scheduled.
         idle_max_s: Longest pause after ``next`` calls that emitted nothing; the
             pause doubles from 1 ms up to it (Storm sleeps 1 ms every time).
-        backpressured: Whether a bolt has more queued than
-            ``topology.shellbolt.max.pending``.
+        backpressured: Whether a spout task must wait: a bolt downstream of
+            it has more queued than ``topology.shellbolt.max.pending``.
 
     Attributes:
         active: Whether the topology is active.
@@ -43,7 +43,7 @@ class SpoutDriver:
         clock: Callable[[], float],
         timers: TimerQueue,
         idle_max_s: float,
-        backpressured: Callable[[], bool],
+        backpressured: Callable[[TaskRuntime], bool],
     ) -> None:
         self._clock = clock
         self._timers = timers
@@ -98,7 +98,7 @@ class SpoutDriver:
             if limit is not None and len(rt.pending) >= limit:
                 return  # pumped again when an ack or fail frees a slot
             now = self._clock()
-            if self._backpressured():
+            if self._backpressured(rt):
                 self._wake(rt, now + _BACKPRESSURE_RETRY_S)
                 return
             if now < rt.next_at:

@@ -74,7 +74,7 @@ def make_driver(clock: Clock, backpressured: bool = False) -> SpoutDriver:
         clock=clock,
         timers=TimerQueue(),
         idle_max_s=0.05,
-        backpressured=lambda: backpressured,
+        backpressured=lambda _rt: backpressured,
     )
 
 

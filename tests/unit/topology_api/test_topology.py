@@ -230,3 +230,13 @@ def test_a_task_the_topology_lacks_is_named_with_what_exists(
     assert problem is not None
     assert "has no component 'counter'" in problem
     assert "(components: word_spout, count_bolt, sink)" in problem
+
+
+def test_downstream_names_every_bolt_a_components_tuples_reach() -> None:
+    # two branches: a congested word count must not hold back the join's spouts
+    path = Path(__file__).parents[2] / "e2e" / "topologies" / "rebalance_topo.py"
+    reach = load_topology(path).downstream()
+    assert reach["lines"] == {"split", "count", "count_sink"}
+    assert reach["orders"] == reach["payments"] == {"join", "join_sink"}
+    assert reach["count"] == {"count_sink"}
+    assert reach["join_sink"] == frozenset()
