@@ -311,3 +311,21 @@ def test_lifecycle_errors(make_cluster: Callable[..., LocalCluster]) -> None:
     cluster.stop()  # idempotent
     with pytest.raises(ClusterStateError, match="is stopped"):
         cluster.kill_task(1)
+
+
+def test_a_stuck_bolt_holds_back_only_the_spouts_whose_tuples_reach_it(
+    make_cluster: Callable[..., LocalCluster],
+    read_counts: Callable[[], dict[str, int]],
+) -> None:
+    # as on Storm 2: a full queue blocks what sends to it, not unrelated spouts;
+    # 4 KB words fill the stuck task's stdin pipe after a few, then its queue
+    words = [f"w{i % 7}" + "x" * 4096 for i in range(60)]
+    conf = {"sbt.sentences": words, "topology.shellbolt.max.pending": 4}
+    cluster = make_cluster("sbt_branches", conf)
+    cluster.start()
+    counted = cluster.wait_for(
+        lambda c: c.counters()["count_bolt"].acked == len(words), timeout_s=60
+    )
+    assert counted, cluster.counters()
+    assert read_counts() == expected_counts(words)
+    assert cluster.counters()["stuck_bolt"].acked == 0  # still stuck on its first
