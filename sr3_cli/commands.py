@@ -67,13 +67,7 @@ def _lab_up(args: argparse.Namespace, lab: Lab) -> int:
         )
     started = time.perf_counter()
     if getattr(args, "zk", None):
-        if getattr(args, "netns", False):
-            msg = (
-                "a netns lab runs its ZooKeeper on one of its hosts; "
-                f"`--zk {args.zk}` cannot be combined with --netns"
-            )
-            raise ConfigError(msg)
-        lab.use_zookeeper(args.zk)
+        lab.use_zookeeper(args.zk, netns=bool(getattr(args, "netns", False)))
     hosts = build_hosts(args, lab, wanted)
     lab.start_zookeeper()
     missing = wanted - len(lab.nodes)

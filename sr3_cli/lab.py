@@ -151,16 +151,17 @@ class Lab(LabState):
         with self.locked():
             self._start_zookeeper()
 
-    def use_zookeeper(self, hosts: str) -> None:
+    def use_zookeeper(self, hosts: str, *, netns: bool = False) -> None:
         """Make a new lab use the running ZooKeeper at ``hosts`` instead of its own.
 
-        See :func:`sr3_cli.lab_zk.use_external`.
+        ``netns``: the lab is to be built on hosts (refused). See
+        :func:`sr3_cli.lab_zk.use_external`.
 
         Raises:
             ConfigError: as that function does.
         """
         with self.locked():
-            lab_zk.use_external(self, hosts)
+            lab_zk.use_external(self, hosts, netns=netns)
 
     def _start_zookeeper(self) -> None:
         if not self.zookeeper_running:

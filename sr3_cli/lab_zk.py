@@ -23,16 +23,18 @@ __all__ = ["start_own", "use_external"]
 logger = logging.getLogger(__name__)
 
 
-def use_external(lab: LabState, hosts: str) -> None:
+def use_external(lab: LabState, hosts: str, *, netns: bool = False) -> None:
     """Make a new ``lab`` use the running ZooKeeper at ``hosts`` (inside its lock).
 
-    The lab gets the chroot ``/sr3/lab-<random>`` there. Asking again with the
-    same ``hosts`` changes nothing.
+    ``netns``: the lab is to be built on hosts (``sr3 lab up --netns``), where
+    its ZooKeeper runs on one of them: refused, as for a netns lab. The lab
+    gets the chroot ``/sr3/lab-<random>`` there. Asking again with the same
+    ``hosts`` changes nothing.
 
     Raises:
         ConfigError: ``hosts`` is not a connect string; the lab already has its
             own ZooKeeper (or nodes started on one) or another external one;
-            it is a netns lab.
+            it is (or is to be) a netns lab.
     """
     try:
         wanted = external_zk(hosts)
@@ -53,7 +55,7 @@ def use_external(lab: LabState, hosts: str) -> None:
             "leave out --zk"
         )
         raise ConfigError(msg)
-    if lab.netns is not None:
+    if netns or lab.netns is not None:
         msg = (
             "a netns lab runs its ZooKeeper on one of its hosts; "
             f"`--zk {hosts}` cannot be combined with --netns"
