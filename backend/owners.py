@@ -15,6 +15,7 @@ __all__ = [
     "component_owners",
     "owner_name",
     "owner_topology",
+    "task_label",
     "topology_owners",
     "writer_name",
 ]
@@ -75,6 +76,12 @@ def owner_topology(name: str) -> str | None:
     if len(parts) != 3 or not all(parts):  # noqa: PLR2004 (three parts)
         return None
     return parts[0]
+
+
+def task_label(owner: str) -> str:
+    """``component:index`` of an owner ``<topology>/<component>/<index>``."""
+    parts = owner.split("/")
+    return ":".join(parts[-2:]) if len(parts) >= 2 else owner  # noqa: PLR2004 (two parts)
 
 
 def _parsed(names: Iterable[str]) -> list[OwnerId]:

@@ -19,9 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final
 
 from storm_bridge.native import BoltAgent
+from storm_bridge.native_scope import OwnerScopeFacts
 
 if TYPE_CHECKING:
     from backend.checkpointer import OwnerCheckpointer
+    from storm_bridge.lineage import Dedupe
     from storm_bridge.wiring import RingAccess
 
 __all__ = ["NativeControl"]
@@ -49,6 +51,8 @@ class NativeControl:
     dropped: int
     store: Any
     restored: tuple[str, dict[str, Any], float] | None
+    dedupe: Dedupe | None
+    order: str | None
 
     def _native_setup(self) -> None:
         from storm_bridge.native import OWNER  # noqa: PLC0415 - ring clients on demand
@@ -61,7 +65,7 @@ class NativeControl:
         # a restart bumps even before the first control record: the dead
         # process's counts are lost, so the spouts must replay
         bumped = store.register(OWNER, self.owner)
-        agent = BoltAgent(bumped=bumped)
+        agent = BoltAgent(bumped=bumped, owner=self.owner)
         if bumped:
             agent.min_generation = store.bump_generation()
             logger.info("owner %s restarted: rollback requested", self.owner)
@@ -81,14 +85,24 @@ class NativeControl:
         if agent is None:
             return
         with self.lock:
+            dedupe = self.dedupe
+            if dedupe is not None and control is not None:
+                dedupe.observe(control.phase.value, control.epoch, control.generation)
             action = agent.action(control)
             if action is None:
                 return
             try:
                 if action == BoltAgent.SNAPSHOT:
                     report = self._native_snapshot(control)
+                elif action == BoltAgent.REPORT:
+                    report = self._scope_facts()
+                elif action == BoltAgent.KEEP:
+                    report = {**self._straggler_report(), "kept": True}
+                    self.restored = (control.step(), report, 0.0)
                 else:
                     report = self._native_restore()
+                    if dedupe is not None:
+                        dedupe.reset()
                     self.restored = (control.step(), report, 0.0)
                 self.store.report(control.step(), self.owner, report)
             except Exception as exc:
@@ -99,7 +113,23 @@ class NativeControl:
                 return
             agent.done(control, action)
 
+    def _scope_facts(self) -> dict[str, Any]:
+        """The ROLLBACK report: what restoring only some owners needs of this one."""
+        agent = self.agent
+        dedupe = self.dedupe
+        held = {"traced": False, "over": False} if dedupe is None else dedupe.report()
+        facts = OwnerScopeFacts(
+            fresh=agent is not None and agent.fresh,
+            traced=held["traced"] is True,
+            over=held["over"] is True,
+            order=self.order,
+        )
+        return facts.report(held)
+
     def _native_snapshot(self, control: Any) -> dict[str, Any]:
+        if self.dedupe is not None:
+            # every tree before this PAUSE ended: the window is complete
+            self.dedupe.close(control.epoch, control.generation)
         captured = self.checkpointer.capture()
         written = self.checkpointer.write(captured, control.epoch, control.offsets)
         self.checkpointer.confirm()

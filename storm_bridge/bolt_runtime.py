@@ -30,7 +30,9 @@ from sr3.config import Sr3Config
 from sr3.keygroups import decode_table
 from sr3.state import KeyState
 from storm_bridge.bolt_native import NativeControl
+from storm_bridge.lineage import Dedupe, Emitted
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode, require_ring
+from storm_bridge.native_scope import TASK, order_reason
 from storm_bridge.restore_progress import RestoreProgress
 from topology_api.barriers import (
     KEY_GROUP_TABLE_KEY,
@@ -91,6 +93,7 @@ class BoltRuntime(NativeControl):
         *,
         routed: bool,
         send: Send,
+        nondeterministic: bool = False,
     ) -> None:
         """Set the task up (no ring I/O: :meth:`start` restores).
 
@@ -101,6 +104,7 @@ class BoltRuntime(NativeControl):
                 key then keeps its route with it, so a rescaled task gets the
                 keys whose tuples it gets).
             send: Sends a multilang message to Storm.
+            nondeterministic: The class declares ``sr3_nondeterministic``.
         """
         self.current: KeyState | None = None
         self.tag: int | None = None
@@ -156,6 +160,23 @@ class BoltRuntime(NativeControl):
             ),
             table=table,
         )
+        #: Native mode under task scope: what this task processed since the
+        #: last commit, to drop replays of it (:mod:`storm_bridge.lineage`).
+        self.dedupe = (
+            Dedupe(settings.checkpoint.recovery_buffer_bytes)
+            if self.native and settings.checkpoint.recovery_scope == TASK
+            else None
+        )
+        #: Lineage of the tuple read last (None: none).
+        self.lineage: int | None = None
+        #: The emits of the tuple being processed (while one is kept).
+        self.capture: list[Emitted] | None = None
+        #: The lineage an emit is sent again under (a replay's duplicate).
+        self.reemit: int | None = None
+        #: Why this task alone could not be restored exactly (None: it could).
+        self.order = order_reason(
+            self.component, context, nondeterministic=nondeterministic
+        )
         # native mode restores on its control thread too: it stays eager
         self.lazy = settings.recovery.lazy and not self.native
         self.progress = RestoreProgress(self.owner, lazy=self.lazy)
@@ -169,9 +190,16 @@ class BoltRuntime(NativeControl):
         *,
         routed: bool,
         send: Send,
+        nondeterministic: bool = False,
     ) -> BoltRuntime:
         """Set a task up and restore its state (the bolt's handshake step)."""
-        runtime = cls(storm_conf, context, routed=routed, send=send)
+        runtime = cls(
+            storm_conf,
+            context,
+            routed=routed,
+            send=send,
+            nondeterministic=nondeterministic,
+        )
         runtime._restore()
         return runtime
 

@@ -30,6 +30,17 @@ never see the field:
   emit carries null), a bolt's is the newest generation among its anchors'
   (as the local cluster passes it on), null when unanchored or unknown.
 
+The same value carries the tuple's lineage (:mod:`storm_bridge.lineage`), by
+which a stateful task under ``sr3.recovery.scope=task`` tells a replayed tuple
+it already processed: the value is then the text ``"<generation>:<lineage>"``
+(text, which every Storm serializer passes between workers), else the
+generation alone. A spout's lineage is its emit's
+:data:`~storm_bridge.messages.LINEAGE_KEY`; a bolt's is derived from its
+anchors' and the emit's position among those anchored on the same first input,
+unless the emit names one (a stateful task emitting again what it emitted
+before). The lineage an emit got is written back into the caller's message
+under that key, so the stateful task can keep it.
+
 Java components' streams carry no such field; a Java bolt subscribed to a
 Python stream receives the extra trailing value (by name, ``_sr3_g``).
 """
@@ -45,10 +56,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from storm_bridge.lineage import derive
 from storm_bridge.messages import (
     GENERATION_FIELD_KEY,
     GENERATION_KEY,
     HIDDEN_GENERATION_FIELD,
+    LINEAGE_KEY,
 )
 from topology_api.barriers import internal_stream
 
@@ -90,6 +103,24 @@ def _generation(value: object) -> int | None:
     return value
 
 
+def _tag(value: object) -> tuple[int | None, int | None]:
+    """Return (generation, lineage) of a hidden field's value."""
+    if isinstance(value, str):
+        generation, _, lineage = value.partition(":")
+        try:
+            return (int(generation) if generation else None), int(lineage)
+        except ValueError:
+            return None, None
+    return _generation(value), None
+
+
+def _value(generation: int | None, lineage: int | None) -> Any:
+    """The hidden field's value of a (generation, lineage)."""
+    if lineage is None:
+        return generation
+    return f"{'' if generation is None else generation}:{lineage}"
+
+
 class GenerationFieldSerializer:
     """A pystorm serializer that appends and strips the hidden generation field.
 
@@ -105,8 +136,11 @@ class GenerationFieldSerializer:
         self.on = False
         #: The (source component, stream) this task reads that carry the field.
         self._tagged: set[tuple[str, str]] = set()
-        #: Generation of each input tuple not yet acked or failed, by tuple id.
-        self._pending: dict[str, int | None] = {}
+        #: (generation, lineage) of each input tuple not yet acked or failed,
+        #: by tuple id.
+        self._pending: dict[str, tuple[int | None, int | None]] = {}
+        #: Emits anchored on each pending input so far (its first anchor).
+        self._emits: dict[str, int] = {}
         self._lock = threading.Lock()
 
     @property
@@ -138,6 +172,7 @@ class GenerationFieldSerializer:
             elif command in ("ack", "fail"):
                 with self._lock:
                     self._pending.pop(str(message.get("id")), None)
+                    self._emits.pop(str(message.get("id")), None)
         self.inner.send_message(message)
 
     def serialize_dict(self, message: Mapping[str, Any]) -> Any:
@@ -162,29 +197,42 @@ class GenerationFieldSerializer:
         values = message.get("tuple")
         if key not in self._tagged or not isinstance(values, list) or not values:
             return
-        generation = _generation(values.pop())
+        generation, lineage = _tag(values.pop())
         if generation is not None:
             message[GENERATION_KEY] = generation
+        if lineage is not None:
+            message[LINEAGE_KEY] = lineage
         with self._lock:
-            self._pending[str(message.get("id"))] = generation
+            self._pending[str(message.get("id"))] = (generation, lineage)
             if len(self._pending) > PENDING_MAX:  # the oldest first (insertion order)
-                del self._pending[next(iter(self._pending))]
+                oldest = next(iter(self._pending))
+                del self._pending[oldest]
+                self._emits.pop(oldest, None)
 
-    def _append(self, message: Mapping[str, Any]) -> dict[str, Any]:
+    def _append(self, message: dict[str, Any]) -> dict[str, Any]:
         out = dict(message)
         spout_generation = out.pop(GENERATION_KEY, None)
+        named = out.pop(LINEAGE_KEY, None)
         stream = out.get("stream") or "default"
         if not carries_generation(str(stream)):
             return out
-        anchors = out.get("anchors") or []
+        anchors = [str(a) for a in out.get("anchors") or []]
+        lineage = named if isinstance(named, int) else None
         if anchors:
             with self._lock:
-                known = [self._pending.get(str(a)) for a in anchors]
-            tagged = [g for g in known if g is not None]
-            generation = max(tagged) if tagged else None
+                known = [self._pending.get(a, (None, None)) for a in anchors]
+                tagged = [g for g, _ in known if g is not None]
+                generation = max(tagged) if tagged else None
+                parents = [lin for _, lin in known if lin is not None]
+                if lineage is None and len(parents) == len(anchors):
+                    n = self._emits.get(anchors[0], 0)
+                    self._emits[anchors[0]] = n + 1
+                    lineage = derive(parents, n)
         else:
             generation = _generation(spout_generation)
-        out["tuple"] = [*out.get("tuple", []), generation]
+        # the caller keeps the lineage its emit got (a stateful task's buffer)
+        message[LINEAGE_KEY] = lineage
+        out["tuple"] = [*out.get("tuple", []), _value(generation, lineage)]
         return out
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_STREAM",
     "GENERATION_FIELD_KEY",
     "GENERATION_KEY",
+    "LINEAGE_KEY",
     "HIDDEN_GENERATION_FIELD",
     "HEARTBEAT_STREAM",
     "LOG_LEVELS",
@@ -42,6 +43,10 @@ DEFAULT_STREAM: Final = "default"
 #: generation travels in :data:`HIDDEN_GENERATION_FIELD` instead, which
 #: :mod:`storm_bridge.generation_field` turns back into this key.
 GENERATION_KEY: Final = "sr3_generation"
+#: Multilang key of a tuple's lineage (:mod:`storm_bridge.lineage`): set on a
+#: tuple in by :mod:`storm_bridge.generation_field`, on an emit by a replayable
+#: spout (its root) or by a stateful task emitting again what it emitted before.
+LINEAGE_KEY: Final = "sr3_lineage"
 #: Trailing output field declared (at submit to real Storm, native mode) on
 #: every stream of every Python component: the tree's generation, or null.
 HIDDEN_GENERATION_FIELD: Final = "_sr3_g"

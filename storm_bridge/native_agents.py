@@ -206,17 +206,25 @@ class BoltAgent:
     Args:
         bumped: Whether this task bumped the generation when it started: it then
             snapshots nothing before restoring in a rollback.
+        owner: The task's owner id (a RESTORE may name the owners to restore).
     """
 
     SNAPSHOT: Final = "snapshot"
     RESTORE: Final = "restore"
+    #: A rollback's owners report what restoring only some of them needs.
+    REPORT: Final = "report"
+    #: A RESTORE that restores other owners: this one keeps its state.
+    KEEP: Final = "keep"
     #: Verdicts of :meth:`straggler`.
     STALE: Final = "stale"
     UNTAGGED: Final = "untagged"
 
-    def __init__(self, *, bumped: bool) -> None:
+    def __init__(self, *, bumped: bool, owner: str = "") -> None:
         #: Control records of an older generation are ignored (set after a bump).
         self.min_generation = 0
+        self.owner = owner
+        #: Restarted and not restored since: its state is gone.
+        self.fresh = bumped
         self._synced: int | None = None
         self._adopt = not bumped
         self._done: set[str] = set()
@@ -245,14 +253,23 @@ class BoltAgent:
             return None
         if control.phase is Phase.SNAPSHOT and self._synced == generation:
             return self.SNAPSHOT
+        if control.phase is Phase.ROLLBACK:
+            return self.REPORT
         if control.phase is Phase.RESTORE:
-            return self.RESTORE
+            if self.fresh or control.restores(self.owner):
+                return self.RESTORE
+            return self.KEEP
         return None
 
     def done(self, control: EpochControl, action: str) -> None:
         """Record that ``action`` of ``control`` completed."""
         self._done.add(control.step())
+        if action == self.KEEP:
+            # its state stands: it snapshots in this generation, and fences
+            # nothing new (it drops replays by lineage instead)
+            self._synced = control.generation
         if action == self.RESTORE:
+            self.fresh = False
             self._synced = control.generation
             self.awaiting = control.generation
             self.fence = control.generation

@@ -12,11 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from storm_bridge.native import NATIVE, OWNER, SPOUT
 from storm_bridge.native_agents import as_int
+from storm_bridge.native_scope import GLOBAL, TASK, decide_native_scope
 from zk.epoch_control import EpochControl, Phase
 
 if TYPE_CHECKING:  # kazoo loads only in a task that talks to ZooKeeper
@@ -78,9 +79,12 @@ class _Stats:
     pause_total_s: float = 0.0
     pause_max_s: float = 0.0
     last_pause_s: float = 0.0
+    #: Each rollback's scope, restored owners and reason, by generation.
+    scopes: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "scopes": dict(self.scopes),
             "commits": self.commits,
             "rollbacks": self.rollbacks,
             "pause_total_s": round(self.pause_total_s, 6),
@@ -103,6 +107,9 @@ class NativeCoordinator:
             a straggler (a data tuple of the rolled-back generation, still in
             flight) before spouts resume (``sr3.checkpoint.rollback.quiet.s``);
             only where tuples carry no generation (see :meth:`_quiet`).
+        scope: ``sr3.recovery.scope``: under ``task`` a rollback restores only
+            the owners that lost their state
+            (:func:`~storm_bridge.native_scope.decide_native_scope`).
     """
 
     def __init__(
@@ -115,8 +122,10 @@ class NativeCoordinator:
         timeout_s: float,
         clock: Callable[[], float],
         quiet_s: float = 1.0,
+        scope: str = GLOBAL,
     ) -> None:
         self._quiet_s = quiet_s
+        self._scope = scope
         #: Stragglers the owners reported dropped, and when that last changed.
         self._dropped: tuple[int, float] = (0, clock())
         self._store = store
@@ -138,6 +147,7 @@ class NativeCoordinator:
             control.generation,
             control.offsets,
             stats.to_dict(),
+            control.restore,
         )
         self._store.set_control(control)
         if control.phase is Phase.RESTORE:
@@ -201,8 +211,12 @@ class NativeCoordinator:
             return control
         kind = SPOUT if phase in (Phase.PAUSE, Phase.ROLLBACK) else OWNER
         expected = self._store.registered(kind)
+        owners: set[str] = set()
+        if phase is Phase.ROLLBACK and self._scope == TASK:
+            # under task scope the owners say what restoring only some needs
+            owners = self._store.registered(OWNER)
         reports = self._store.reports(control.step())
-        if not expected <= set(reports):
+        if not expected | owners <= set(reports):
             return control
         if phase is Phase.PAUSE:
             offsets = {t: dict(reports[t]).get("offset") for t in sorted(expected)}
@@ -212,7 +226,21 @@ class NativeCoordinator:
         if phase is Phase.SNAPSHOT:
             return self._commit(control, sorted(expected))
         if phase is Phase.ROLLBACK:
-            return self._enter(EpochControl(Phase.RESTORE, control.epoch, generation))
+            scope = decide_native_scope(self._scope, reports, sorted(owners))
+            stats = self._stats
+            stats.scopes[str(generation)] = scope.to_dict()
+            logger.info(
+                "rollback of %s to generation %s: scope %s (%s)",
+                self._topology,
+                generation,
+                scope.scope,
+                scope.reason,
+            )
+            return self._enter(
+                EpochControl(
+                    Phase.RESTORE, control.epoch, generation, restore=scope.restore
+                )
+            )
         if not self._quiet(reports, now):
             return control
         stats = self._stats

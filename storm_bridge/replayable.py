@@ -16,7 +16,8 @@ from streamparse import Spout
 
 from sr3.config import CheckpointConfig
 from storm_bridge.errors import StormBridgeError
-from storm_bridge.messages import GENERATION_KEY
+from storm_bridge.lineage import root
+from storm_bridge.messages import GENERATION_FIELD_KEY, GENERATION_KEY, LINEAGE_KEY
 from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
 from topology_api.barriers import (
     BARRIER_COMMAND,
@@ -58,6 +59,10 @@ class SpoutRuntime:
         waiting: What the spout last said it waits for (None: nothing).
         at_end: Whether the spout said its input is at its end and has not
             emitted since.
+        lineages: Whether emits carry lineages (real Storm, native mode, the
+            hidden field on: :mod:`storm_bridge.lineage`).
+        lineage: The lineage of the emit being sent (None: none).
+        at_offset: The offset of the last emit and the emits at it so far.
     """
 
     name: str
@@ -72,6 +77,18 @@ class SpoutRuntime:
     local: bool = False
     waiting: str | None = None
     at_end: bool = False
+    lineages: bool = False
+    lineage: int | None = None
+    at_offset: tuple[Any, int] = (None, 0)
+
+    def next_lineage(self, offset: Any) -> int | None:
+        """Return the lineage of an emit at ``offset`` (None: no offset, or off)."""
+        if not self.lineages or offset is None:
+            return None
+        last, n = self.at_offset
+        n = n + 1 if last == offset else 0
+        self.at_offset = (offset, n)
+        return root(self.name, offset, n)
 
 
 class ReplayableSpout(Spout, ReplayableComponent):
@@ -136,13 +153,18 @@ class ReplayableSpout(Spout, ReplayableComponent):
             runtime.offset = offset
         if runtime is not None and stream != BARRIER_STREAM:
             runtime.at_end = False  # the local cluster sees the emit too
-        return super().emit(
-            tup,
-            tup_id=tup_id,
-            stream=stream,
-            direct_task=direct_task,
-            need_task_ids=need_task_ids,
-        )
+            runtime.lineage = runtime.next_lineage(offset)
+        try:
+            return super().emit(
+                tup,
+                tup_id=tup_id,
+                stream=stream,
+                direct_task=direct_task,
+                need_task_ids=need_task_ids,
+            )
+        finally:
+            if runtime is not None:
+                runtime.lineage = None
 
     def waiting_for_source(self, reason: str | None) -> None:
         """Say the spout waits for its source (``reason``), or no longer does (None).
@@ -202,6 +224,8 @@ class ReplayableSpout(Spout, ReplayableComponent):
             and message.get("stream") != BARRIER_STREAM
         ):
             message = {**message, GENERATION_KEY: agent.emit_generation}
+            if runtime is not None and runtime.lineage is not None:
+                message[LINEAGE_KEY] = runtime.lineage
         super().send_message(message)
 
     def _setup_component(self, storm_conf: Any, context: Any) -> None:
@@ -210,6 +234,7 @@ class ReplayableSpout(Spout, ReplayableComponent):
         runtime = SpoutRuntime(
             name=f"{context['componentid']}/{index}",
             local=bool(storm_conf.get(LOCAL_CLUSTER_KEY)),
+            lineages=storm_conf.get(GENERATION_FIELD_KEY) is True,
         )
         from storm_bridge.wiring import RingAccess  # noqa: PLC0415 - ring clients on demand
 
@@ -267,6 +292,7 @@ class ReplayableSpout(Spout, ReplayableComponent):
                 timeout_s=checkpoints.timeout_s,
                 clock=time.monotonic,
                 quiet_s=checkpoints.rollback_quiet_s,
+                scope=checkpoints.recovery_scope,
             )
             CoordinatorThread(
                 store=store,
@@ -330,6 +356,7 @@ class ReplayableSpout(Spout, ReplayableComponent):
         offset = None if record is None else record.offsets.get(runtime.name)
         self.seek(offset)
         runtime.offset = offset
+        runtime.at_offset = (None, 0)  # the replay's lineages start over
         runtime.agent.reset()
         logger.info("spout %s rewound to offset %r", runtime.name, offset)
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from backend.owners import task_label
 from storm_bridge.cluster.checkpoints import Coordinator, Recovery
 from storm_bridge.cluster.events import ComponentCounters
 from storm_bridge.cluster.health import TaskOutcome
@@ -144,7 +145,7 @@ def recovery_dict(
         "restored_bytes": sum(int(r.get("bytes", 0)) for r in restores.values()),
         "restores": restores,
         "scope": recovery.scope,
-        "restored_tasks": sorted(_task_of(owner) for owner in restores),
+        "restored_tasks": sorted(task_label(owner) for owner in restores),
         "reason": recovery.reason,
         "lazy": any(r.get("lazy") is True for r in restores.values()),
         # the structure a lazy restore's background load ran (star, line, tree)
@@ -171,12 +172,6 @@ def _latest(restores: Iterable[Mapping[str, Any]], name: str) -> float | None:
     """
     found = [float(r[name]) for r in restores if r.get(name) is not None]
     return max(found) if found else None
-
-
-def _task_of(owner: str) -> str:
-    """``component:index`` of a stateful owner (``topology/component/index``)."""
-    parts = owner.split("/")
-    return ":".join(parts[-2:]) if len(parts) >= 2 else owner
 
 
 def checkpoint_dict(coordinator: Coordinator, interval_s: float) -> dict[str, Any]:
@@ -212,6 +207,9 @@ def native_checkpoints(
         "max_duration_s": stats.get("pause_max_s") if commits else None,
         "rollbacks": int(stats.get("rollbacks", 0)),
         "abandoned": 0,
+        # each rollback's sr3.recovery.scope decision, by generation: the
+        # owners it restored (None: all) and why
+        "scopes": dict(stats.get("scopes") or {}),
     }
 
 

@@ -16,10 +16,15 @@ from streamparse import Bolt
 
 from sr3.errors import RecoveryError, StorageError
 from storm_bridge.errors import StormBridgeError
-from storm_bridge.messages import GENERATION_KEY
+from storm_bridge.lineage import Emitted
+from storm_bridge.messages import GENERATION_KEY, LINEAGE_KEY
 from storm_bridge.native import NATIVE, BoltAgent, checkpoint_mode
 from topology_api.barriers import BARRIER_STREAM, KEY_GROUP_STREAM, with_barrier
-from topology_api.contract import StatefulComponent, overrides_state_key
+from topology_api.contract import (
+    StatefulComponent,
+    is_nondeterministic_class,
+    overrides_state_key,
+)
 
 if TYPE_CHECKING:
     from sr3.state import KeyedState, KeyState
@@ -170,6 +175,7 @@ class StatefulBolt(Bolt, StatefulComponent):
             context,
             routed=overrides_state_key(type(self)),
             send=self.send_message,
+            nondeterministic=is_nondeterministic_class(type(self)),
         )
 
     def read_command(self) -> Any:
@@ -179,7 +185,40 @@ class StatefulBolt(Bolt, StatefulComponent):
             tag = command.get(GENERATION_KEY)
             ok = isinstance(tag, int) and not isinstance(tag, bool)
             self._sr3.tag = tag if ok else None
+            lineage = command.get(LINEAGE_KEY)
+            ok = isinstance(lineage, int) and not isinstance(lineage, bool)
+            self._sr3.lineage = lineage if ok else None
         return command
+
+    def send_message(self, message: Any) -> None:
+        """Send ``message`` to Storm; keep a data emit's values under task scope.
+
+        While a tuple is processed under ``sr3.recovery.scope=task`` (native
+        mode), each emit is kept with the lineage it got, to be sent again if
+        the tuple is replayed (:mod:`storm_bridge.lineage`).
+        """
+        runtime: BoltRuntime | None = getattr(self, "_sr3", None)
+        if runtime is None:
+            super().send_message(message)
+            return
+        emit = (
+            isinstance(message, dict)
+            and message.get("command") == "emit"
+            and message.get("stream") != BARRIER_STREAM
+        )
+        if emit and runtime.reemit is not None:
+            message[LINEAGE_KEY] = runtime.reemit
+        super().send_message(message)
+        if emit and runtime.capture is not None:
+            lineage = message.get(LINEAGE_KEY)
+            runtime.capture.append(
+                Emitted(
+                    values=list(message.get("tuple") or []),
+                    stream=message.get("stream"),
+                    direct_task=message.get("task"),
+                    lineage=lineage if isinstance(lineage, int) else None,
+                )
+            )
 
     def _run(self) -> None:
         runtime = self._sr3
@@ -208,7 +247,48 @@ class StatefulBolt(Bolt, StatefulComponent):
                 if self.auto_ack:
                     self.ack(tup)
                 return
+            if data and runtime.dedupe is not None:
+                self._sr3_dispatch_once(tup)
+                return
             self._sr3_dispatch(tup)
+
+    def _sr3_dispatch_once(self, tup: StormTuple) -> None:
+        """Process a data tuple unless its lineage was processed (task scope).
+
+        A replayed tuple this task already processed is not processed again:
+        what it emitted the first time is emitted again, anchored on the
+        replay, for a restored task downstream (the others drop it in turn).
+        """
+        runtime = self._sr3
+        dedupe = runtime.dedupe
+        lineage = runtime.lineage
+        if dedupe is None or lineage is None:
+            if dedupe is not None:
+                dedupe.untraced()
+            self._sr3_dispatch(tup)
+            return
+        done = dedupe.emits(lineage)
+        if done is not None:
+            for emitted in done:
+                runtime.reemit = emitted.lineage
+                try:
+                    self.emit(
+                        emitted.values,
+                        stream=emitted.stream,
+                        anchors=[tup],
+                        direct_task=emitted.direct_task,
+                    )
+                finally:
+                    runtime.reemit = None
+            if self.auto_ack:
+                self.ack(tup)
+            return
+        runtime.capture = []
+        try:
+            self._sr3_dispatch(tup)
+            dedupe.record(lineage, runtime.capture)
+        finally:
+            runtime.capture = None
 
     def _sr3_dispatch(self, tup: StormTuple) -> None:
         runtime = self._sr3

@@ -13,11 +13,13 @@ from typing import Any, ClassVar, Final
 
 __all__ = [
     "FIXED_PARALLELISM_MARKER",
+    "NONDETERMINISTIC_ATTR",
     "REPLAYABLE_MARKER",
     "STATEFUL_MARKER",
     "ReplayableComponent",
     "StatefulComponent",
     "fixed_parallelism",
+    "is_nondeterministic_class",
     "is_replayable_class",
     "is_stateful_class",
     "overrides_state_key",
@@ -29,6 +31,9 @@ STATEFUL_MARKER: Final = "sr3_stateful"
 REPLAYABLE_MARKER: Final = "sr3_replayable"
 #: Class attribute of a stateful bolt whose task count must not change: why.
 FIXED_PARALLELISM_MARKER: Final = "sr3_fixed_parallelism"
+#: Class attribute a component sets to declare its outputs nondeterministic
+#: (time, randomness): a failure of one of its tasks is then recovered globally.
+NONDETERMINISTIC_ATTR: Final = "sr3_nondeterministic"
 
 
 class StatefulComponent:
@@ -101,6 +106,11 @@ def fixed_parallelism(component_cls: type) -> str | None:
 def is_replayable_class(component_cls: type) -> bool:
     """Return whether a spout class seeks to committed offsets (``sr3_replayable``)."""
     return getattr(component_cls, REPLAYABLE_MARKER, False) is True
+
+
+def is_nondeterministic_class(component_cls: type) -> bool:
+    """Whether a class declares its outputs nondeterministic (time, randomness)."""
+    return getattr(component_cls, NONDETERMINISTIC_ATTR, False) is True
 
 
 def overrides_state_key(cls: type) -> bool:

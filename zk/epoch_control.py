@@ -39,6 +39,8 @@ class EpochControl:
         generation: Rollback counter the phase belongs to.
         offsets: Spout offsets of the epoch (SNAPSHOT).
         stats: Coordinator statistics (commits, pause durations, rollbacks).
+        restore: The owners a RESTORE asks to restore (None: every owner; the
+            others keep their state: ``sr3.recovery.scope=task``).
     """
 
     phase: Phase
@@ -46,6 +48,11 @@ class EpochControl:
     generation: int
     offsets: Mapping[str, Any] = field(default_factory=dict)
     stats: Mapping[str, Any] = field(default_factory=dict)
+    restore: tuple[str, ...] | None = None
+
+    def restores(self, owner: str) -> bool:
+        """Whether this RESTORE asks ``owner`` to restore the commit."""
+        return self.restore is None or owner in self.restore
 
     def step(self) -> str:
         """Return the name of the reports this phase waits for."""
@@ -59,6 +66,7 @@ class EpochControl:
             "generation": self.generation,
             "offsets": dict(self.offsets),
             "stats": dict(self.stats),
+            "restore": None if self.restore is None else list(self.restore),
         }
 
     @classmethod
@@ -75,10 +83,20 @@ class EpochControl:
                 generation=int(raw["generation"]),
                 offsets=dict(raw.get("offsets") or {}),
                 stats=dict(raw.get("stats") or {}),
+                restore=_owners(raw.get("restore")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             msg = f"malformed native epoch control {dict(raw)!r}: {exc}"
             raise CodecError(msg) from exc
+
+
+def _owners(raw: Any) -> tuple[str, ...] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list | tuple):
+        msg = f"restore must be a list of owners, got {raw!r}"
+        raise TypeError(msg)
+    return tuple(str(o) for o in raw)
 
 
 def step_name(phase: Phase, generation: int, epoch: int) -> str:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final
 
 from storm_bridge.cluster.rollbacks import is_replayable, is_stateful_bolt
 from storm_bridge.cluster.tasks import TaskRuntime
+from topology_api.contract import NONDETERMINISTIC_ATTR, is_nondeterministic_class
 
 __all__ = [
     "NONDETERMINISTIC_ATTR",
@@ -24,9 +24,6 @@ __all__ = [
     "decide_ring_scope",
     "decide_scope",
 ]
-
-#: The class attribute a component sets to declare its outputs nondeterministic.
-NONDETERMINISTIC_ATTR: Final = "sr3_nondeterministic"
 
 
 class RecoveryScope(enum.Enum):
@@ -90,7 +87,7 @@ def decide_scope(
         return common
     if rt.is_spout and not is_replayable(rt):
         return _global(f"{name} is a plain spout: it cannot seek to a committed offset")
-    if getattr(rt.component.component_cls, NONDETERMINISTIC_ATTR, False) is True:
+    if is_nondeterministic_class(rt.component.component_cls):
         return _global(f"{name} declares {NONDETERMINISTIC_ATTR} = True")
     if is_stateful_bolt(rt) and not rt.conf.get("sr3.zk.hosts"):
         return _global(f"{name} keeps its state in memory only (no ring)")

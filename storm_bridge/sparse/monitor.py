@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from backend.owners import task_label
 from sr3.errors import SR3Error
 from storm_bridge.wiring import RingAccess
 from zk.epochs import EpochControl, Phase, ZkEpochStore
@@ -66,6 +67,8 @@ class ControlMonitor:
         self._commits: list[_Commit] = []
         self._restores: dict[int, dict[str, Any]] = {}
         self._restores_done: set[int] = set()
+        #: Each rollback's scope, restored owners and reason, by generation.
+        self._scopes: dict[str, Any] = {}
         record = ring.committed(topology)
         self._base_epoch = -1 if record is None else record.epoch
         self._stop = threading.Event()
@@ -95,6 +98,7 @@ class ControlMonitor:
         record = self.ring.committed(self.topology)
         with self._lock:
             if control is not None:
+                self._scopes.update(dict(control.stats.get("scopes") or {}))
                 seen = _Seen(now, control.phase, control.epoch, control.generation)
                 last = self._seen[-1] if self._seen else None
                 if last is None or (last.phase, last.epoch, last.generation) != (
@@ -181,6 +185,20 @@ class ControlMonitor:
                 return first.at
         return None
 
+    def _merged(self, gens: list[int]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The restore reports and the scope of the rollbacks of ``gens`` (locked).
+
+        Scope ``global`` if any of them was, with its reason; else the last's.
+        """
+        restores: dict[str, Any] = {}
+        scope: dict[str, Any] = {}
+        for gen in gens:
+            _merge_restores(restores, self._restores.get(gen, {}))
+            entry = dict(self._scopes.get(str(gen)) or {})
+            if entry and scope.get("scope") != "global":
+                scope = entry
+        return restores, scope
+
     def recovery(self, cause: str, at: float, started: float) -> dict[str, Any]:
         """The report entry of the rollback a kill at ``at`` caused."""
         with self._lock:
@@ -203,16 +221,28 @@ class ControlMonitor:
             restored_gen = next(
                 (s.generation for s in later if s.phase is Phase.RUNNING), new_gen
             )
-            restores = (
-                self._restores.get(restored_gen, {}) if restored_gen is not None else {}
+            # every rollback until the first commit after the kill belongs to
+            # this recovery: on Storm the killed tasks come back only after
+            # rollbacks that restored no one (their trees timed out first)
+            first_commit = next((c.at for c in self._commits if c.at >= at), None)
+            gens = sorted(
+                {
+                    s.generation
+                    for s in later
+                    if first_commit is None or s.at <= first_commit
+                }
             )
+            restores, scope = self._merged(gens)
         timeline = {
             "detect_s": _span(at, detected),
             "restore_s": _span(detected, running),
             "replay_s": _span(running, commit),
         }
-        mechanisms = sorted({str(dict(r).get("mechanism")) for r in restores.values()})
-        used = sorted({str(dict(r).get("used")) for r in restores.values()})
+        restored = {
+            owner: r for owner, r in restores.items() if dict(r).get("kept") is not True
+        }
+        mechanisms = sorted({str(dict(r).get("mechanism")) for r in restored.values()})
+        used = sorted({str(dict(r).get("used")) for r in restored.values()})
         return {
             "cause": cause,
             "at_s": round(at - started, 3),
@@ -227,10 +257,24 @@ class ControlMonitor:
             ],
             "restore_started_s": _span(at, restore),
             "restored_bytes": sum(
-                int(dict(r).get("bytes", 0)) for r in restores.values()
+                int(dict(r).get("bytes", 0)) for r in restored.values()
             ),
             "restores": restores,
+            # sr3.recovery.scope: which owners restored (the others kept their
+            # state and dropped the replay's duplicates), and why
+            "scope": scope.get("scope"),
+            "generations": gens,
+            "restored_tasks": sorted(task_label(owner) for owner in restored),
+            "reason": scope.get("reason"),
         }
+
+
+def _merge_restores(merged: dict[str, Any], reports: dict[str, Any]) -> dict[str, Any]:
+    """Add one generation's restore reports; an owner that restored wins."""
+    for owner, report in reports.items():
+        if dict(report).get("kept") is not True or owner not in merged:
+            merged[owner] = report
+    return merged
 
 
 def _span(start: float | None, end: float | None) -> float | None:

@@ -24,10 +24,12 @@ from storm_bridge.generation_field import (
     carries_generation,
     launch_script,
 )
+from storm_bridge.lineage import derive
 from storm_bridge.messages import (
     GENERATION_FIELD_KEY,
     GENERATION_KEY,
     HIDDEN_GENERATION_FIELD,
+    LINEAGE_KEY,
 )
 from storm_bridge.sparse.submit import python_components
 from topology_api.barriers import BARRIER_STREAM
@@ -168,6 +170,54 @@ def test_a_spout_emit_moves_its_generation_key_into_the_field() -> None:
     assert sent[0]["tuple"] == ["l", 3]
     assert GENERATION_KEY not in sent[0]
     assert sent[1]["tuple"] == [1, {}]
+
+
+def test_a_spout_emit_carries_its_lineage_beside_its_generation_as_text() -> None:
+    wrapped, out = _serializer()
+    message = {"command": "emit", "tuple": ["l"], GENERATION_KEY: 3, LINEAGE_KEY: 77}
+    wrapped.send_message(message)
+    sent = _sent(out)[0]
+    assert sent["tuple"] == ["l", "3:77"]  # text: every Storm serializer passes it
+    assert LINEAGE_KEY not in sent
+
+
+def test_a_bolt_emit_derives_its_lineage_from_its_anchors_and_its_position() -> None:
+    wrapped, out = _serializer(
+        _tuple("t1", "lines", ["a b", "2:41"]), _tuple("t2", "lines", ["c", ":42"])
+    )
+    first = wrapped.read_message()
+    assert (first["tuple"], first[GENERATION_KEY], first[LINEAGE_KEY]) == (
+        ["a b"],
+        2,
+        41,
+    )
+    second = wrapped.read_message()
+    assert GENERATION_KEY not in second
+    assert second[LINEAGE_KEY] == 42
+    emits = [
+        {"command": "emit", "tuple": ["a"], "anchors": ["t1"]},
+        {"command": "emit", "tuple": ["b"], "anchors": ["t1"]},
+        {"command": "emit", "tuple": ["j"], "anchors": ["t2", "t1"]},
+        # a stateful task emitting again what it emitted before names it
+        {"command": "emit", "tuple": ["a"], "anchors": ["t2"], LINEAGE_KEY: 5},
+        {"command": "emit", "tuple": ["u"]},
+    ]
+    for message in emits:
+        wrapped.send_message(message)
+    expected = [derive([41], 0), derive([41], 1), derive([42, 41], 0), 5, None]
+    # the caller's message keeps the lineage its emit got
+    assert [m[LINEAGE_KEY] for m in emits] == expected
+    tags = [m["tuple"][-1] for m in _sent(out)]
+    assert tags == [
+        f"2:{expected[0]}",
+        f"2:{expected[1]}",
+        f"2:{expected[2]}",
+        ":5",  # anchored on t2 alone, which carried no generation
+        None,
+    ]
+    wrapped.send_message({"command": "ack", "id": "t1"})
+    wrapped.send_message({"command": "emit", "tuple": ["late"], "anchors": ["t1"]})
+    assert _sent(out)[-1]["tuple"] == ["late", None]  # forgotten once acked
 
 
 def test_without_the_conf_key_messages_pass_through() -> None:
