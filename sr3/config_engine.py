@@ -68,11 +68,12 @@ class CheckpointConfig(_Section):
             rate and queue count (default 1000).
         straggler_check_s: ``sr3.straggler.check.s``, time between checks
             (default 1 s).
-        recovery_scope: ``sr3.recovery.scope``, local cluster: ``task``
-            (default: only the failed task restores and replays) or
+        recovery_scope: ``sr3.recovery.scope``: ``task`` (default: only the
+            failed task restores; on real Storm the restarted ones) or
             ``global`` (every task rolls back).
-        recovery_buffer_bytes: ``sr3.recovery.buffer.bytes``, local cluster:
-            bound of one task's delivery log (default 64 MiB).
+        recovery_buffer_bytes: ``sr3.recovery.buffer.bytes``: bound of one
+            task's delivery log (local cluster) or of what a stateful task
+            keeps to drop replays (real Storm; default 64 MiB).
 
     Raises:
         ConfigError: a value is outside its key's accepted values.

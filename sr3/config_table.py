@@ -204,14 +204,18 @@ _ROWS: Final = (
     _seconds("sr3.straggler.check.s", "checkpoint", "straggler_check_s", 1.0,
         _TOPOLOGY, "How often tasks are checked for stragglers."),
     Key("sr3.recovery.scope", "checkpoint", "recovery_scope", TEXT, "task",
-        _TOPOLOGY, "Local cluster: what a task failure rolls back: only the "
-        "failed task (task: it restores its own state and replays its logged "
-        "input; docs/local-recovery.md says when it falls back) or every task "
+        _TOPOLOGY, "What a task failure rolls back: only the failed task "
+        "(task: on the local cluster it restores its own state and replays its "
+        "logged input, docs/local-recovery.md; on real Storm, native mode, only "
+        "the restarted tasks restore and the others drop the spouts' replay by "
+        "lineage, docs/storm.md; each says when it falls back) or every task "
         "(global).", choices=("task", "global")),
     Key("sr3.recovery.buffer.bytes", "checkpoint", "recovery_buffer_bytes", SIZE,
-        64 * 1024**2, _TOPOLOGY, "Local cluster, scope task: estimated bytes "
-        "of input one task's delivery log may hold since its last committed "
-        "checkpoint; over it spouts are backpressured and an epoch is forced.",
+        64 * 1024**2, _TOPOLOGY, "Scope task: estimated bytes one task may "
+        "hold since its last committed checkpoint. Local cluster: its delivery "
+        "log's input; over it spouts are backpressured and an epoch is forced. "
+        "Real Storm: a stateful task's processed lineages and their emits; over "
+        "it the next rollback is global.",
         low=1024),
     # metrics: each process's Prometheus endpoint
     Key("sr3.metrics.enabled", "metrics", "enabled", BOOL, True, _CLUSTER,

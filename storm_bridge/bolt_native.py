@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from storm_bridge.native import BoltAgent
 from storm_bridge.native_scope import OwnerScopeFacts
+from zk.epoch_control import replay_step
 
 if TYPE_CHECKING:
     from backend.checkpointer import OwnerCheckpointer
@@ -53,6 +54,7 @@ class NativeControl:
     restored: tuple[str, dict[str, Any], float] | None
     dedupe: Dedupe | None
     order: str | None
+    replays_step: str | None
 
     def _native_setup(self) -> None:
         from storm_bridge.native import OWNER  # noqa: PLC0415 - ring clients on demand
@@ -97,7 +99,12 @@ class NativeControl:
                 elif action == BoltAgent.REPORT:
                     report = self._scope_facts()
                 elif action == BoltAgent.KEEP:
-                    report = {**self._straggler_report(), "kept": True}
+                    held = {}
+                    if dedupe is not None:
+                        dedupe.keep()
+                        held = dedupe.report()
+                        self._await_replays(control.generation)
+                    report = {**self._straggler_report(), **held, "kept": True}
                     self.restored = (control.step(), report, 0.0)
                 else:
                     report = self._native_restore()
@@ -112,6 +119,24 @@ class NativeControl:
                 self.failed = exc
                 return
             agent.done(control, action)
+
+    def _await_replays(self, generation: int) -> None:
+        """Say how many replays this kept task awaits (no epoch opens meanwhile)."""
+        dedupe = self.dedupe
+        if dedupe is None or dedupe.replays_due == 0:
+            self.replays_step = None
+            return
+        self.replays_step = replay_step(generation)
+        self.store.report(self.replays_step, self.owner, {"due": dedupe.replays_due})
+
+    def replays_progress(self) -> None:
+        """Tell the coordinator once the replays this task awaited all came."""
+        dedupe = self.dedupe
+        step = self.replays_step
+        if step is None or dedupe is None or dedupe.replays_due > 0:
+            return
+        self.replays_step = None
+        self.store.report(step, self.owner, {"due": 0})
 
     def _scope_facts(self) -> dict[str, Any]:
         """The ROLLBACK report: what restoring only some owners needs of this one."""

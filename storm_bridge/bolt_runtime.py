@@ -167,6 +167,8 @@ class BoltRuntime(NativeControl):
             if self.native and settings.checkpoint.recovery_scope == TASK
             else None
         )
+        #: Where this task reports the replays it awaits (None: it awaits none).
+        self.replays_step: str | None = None
         #: Lineage of the tuple read last (None: none).
         self.lineage: int | None = None
         #: The emits of the tuple being processed (while one is kept).

@@ -83,7 +83,11 @@ class Dedupe:
 
     Windows close at each SNAPSHOT and are dropped once their epoch commits:
     a rollback restores a commit and its spouts replay from its offsets, so
-    what came before it never comes again.
+    what came before it never comes again. A task that keeps its state through
+    a rollback (:meth:`keep`) moves what it holds to the replays it awaits:
+    it processed those tuples ahead of the replay, which reaches them only
+    after later commits, so they stay until their replay comes (and then join
+    the open window, as processed in the new generation).
 
     Args:
         limit_bytes: ``sr3.recovery.buffer.bytes``; over it the task stops
@@ -94,12 +98,24 @@ class Dedupe:
         self._limit = limit_bytes
         self._open = _Window()
         self._closed: list[_Window] = []
+        #: Lineages processed before a rollback this task kept its state
+        #: through, with their emits and estimated bytes: their replay is due.
+        self._replays: dict[int, tuple[tuple[Emitted, ...], int]] = {}
+        self._replay_bytes = 0
 
     def _windows(self) -> list[_Window]:
         return [*self._closed, self._open]
 
     def emits(self, lineage: int) -> tuple[Emitted, ...] | None:
         """The emits of an already processed ``lineage`` (None: not processed)."""
+        due = self._replays.pop(lineage, None)
+        if due is not None:
+            # its replay came: from now on it counts as processed anew
+            emitted, size = due
+            self._replay_bytes -= size
+            self._open.seen[lineage] = emitted
+            self._open.bytes += size
+            return emitted
         for window in reversed(self._windows()):
             found = window.seen.get(lineage)
             if found is not None:
@@ -125,7 +141,26 @@ class Dedupe:
     @property
     def bytes(self) -> int:
         """Estimated bytes held."""
-        return sum(w.bytes for w in self._windows())
+        return self._replay_bytes + sum(w.bytes for w in self._windows())
+
+    @property
+    def replays_due(self) -> int:
+        """Lineages processed before a kept rollback whose replay has not come."""
+        return len(self._replays)
+
+    def keep(self) -> None:
+        """Await the replay of everything held (a rollback kept this task's state).
+
+        The rollback's scope decision saw every window traced and within
+        bounds, so each entry has its emits.
+        """
+        for window in self._windows():
+            size = window.bytes // max(1, len(window.seen))
+            for lineage, emitted in window.seen.items():
+                self._replays[lineage] = (emitted, size)
+                self._replay_bytes += size
+        self._open = _Window()
+        self._closed = []
 
     def close(self, epoch: int, generation: int) -> None:
         """Close the window at SNAPSHOT(``epoch``, ``generation``)."""
@@ -155,6 +190,8 @@ class Dedupe:
         """Forget everything (the task restored a commit: it processes anew)."""
         self._open = _Window()
         self._closed = []
+        self._replays = {}
+        self._replay_bytes = 0
 
     def report(self) -> dict[str, Any]:
         """What a rollback's scope decision needs of this task."""
@@ -164,4 +201,5 @@ class Dedupe:
             "over": any(w.over for w in windows),
             "buffer_bytes": self.bytes,
             "lineages": sum(len(w.seen) for w in windows),
+            "replays_due": len(self._replays),
         }

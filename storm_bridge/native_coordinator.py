@@ -17,8 +17,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from storm_bridge.native import NATIVE, OWNER, SPOUT
 from storm_bridge.native_agents import as_int
-from storm_bridge.native_scope import GLOBAL, TASK, decide_native_scope
-from zk.epoch_control import EpochControl, Phase
+from storm_bridge.native_scope import (
+    GLOBAL,
+    TASK,
+    decide_native_scope,
+    replays_overdue,
+)
+from zk.epoch_control import EpochControl, Phase, replay_step
 
 if TYPE_CHECKING:  # kazoo loads only in a task that talks to ZooKeeper
     from zk.checkpoints import CommitRecord
@@ -126,6 +131,8 @@ class NativeCoordinator:
     ) -> None:
         self._quiet_s = quiet_s
         self._scope = scope
+        #: Why the next rollback restores every owner (replays overdue).
+        self._forced: str | None = None
         #: Stragglers the owners reported dropped, and when that last changed.
         self._dropped: tuple[int, float] = (0, clock())
         self._store = store
@@ -154,7 +161,9 @@ class NativeCoordinator:
             self._restore_step = control.step()
         # the generation's restore reports stay until the next restore, so a
         # run report can name each owner's mechanism after the phase has passed
-        self._store.drop_steps(keep={control.step(), self._restore_step})
+        self._store.drop_steps(
+            keep={control.step(), self._restore_step, replay_step(control.generation)}
+        )
         self._since = self._clock()
         if control.phase is Phase.PAUSE:
             self._pause_started = self._since
@@ -194,6 +203,8 @@ class NativeCoordinator:
             return self._enter(EpochControl(Phase.ROLLBACK, control.epoch, generation))
         if phase is Phase.RUNNING:
             if now - self._since >= self._interval_s:
+                if self._scope == TASK and self._replays_waiting(generation, now):
+                    return control
                 opened = EpochControl(Phase.PAUSE, control.epoch + 1, generation)
                 return self._enter(opened)
             return control
@@ -226,7 +237,10 @@ class NativeCoordinator:
         if phase is Phase.SNAPSHOT:
             return self._commit(control, sorted(expected))
         if phase is Phase.ROLLBACK:
-            scope = decide_native_scope(self._scope, reports, sorted(owners))
+            scope = decide_native_scope(
+                self._scope, reports, sorted(owners), forced=self._forced
+            )
+            self._forced = None
             stats = self._stats
             stats.scopes[str(generation)] = scope.to_dict()
             logger.info(
@@ -246,6 +260,23 @@ class NativeCoordinator:
         stats = self._stats
         stats.rollbacks += 1
         return self._enter(EpochControl(Phase.RUNNING, control.epoch, generation))
+
+    def _replays_waiting(self, generation: int, now: float) -> bool:
+        """Whether an owner that kept its state awaits replays (no epoch opens).
+
+        Past ``timeout_s`` the generation is bumped and the rollback is global.
+        """
+        reports = self._store.reports(replay_step(generation))
+        due = {o: as_int(dict(r).get("due", 0)) for o, r in reports.items()}
+        due = {o: n for o, n in due.items() if n > 0}
+        if not due:
+            return False
+        waited = now - self._since
+        if waited >= self._timeout_s:
+            self._forced = replays_overdue(due, waited)
+            logger.error("%s: %s", self._topology, self._forced)
+            self._store.bump_generation()
+        return True
 
     def _quiet(self, reports: Mapping[str, Any], now: float) -> bool:
         """Whether spouts may resume after the owners restored (RESTORE).

@@ -25,6 +25,7 @@ __all__ = [
     "OwnerScopeFacts",
     "decide_native_scope",
     "order_reason",
+    "replays_overdue",
 ]
 
 TASK: Final = "task"
@@ -116,7 +117,11 @@ class OwnerScopeFacts:
 
 
 def decide_native_scope(
-    scope: str, reports: Mapping[str, Mapping[str, Any]], owners: Sequence[str]
+    scope: str,
+    reports: Mapping[str, Mapping[str, Any]],
+    owners: Sequence[str],
+    *,
+    forced: str | None = None,
 ) -> NativeScope:
     """Return what a rollback restores.
 
@@ -124,9 +129,13 @@ def decide_native_scope(
         scope: ``sr3.recovery.scope``.
         reports: The owners' ROLLBACK reports, by owner.
         owners: The registered owners.
+        forced: Why the coordinator rolled back globally itself (None: it did
+            not; see :func:`replays_overdue`).
     """
     if scope != TASK:
         return NativeScope(GLOBAL, None, "sr3.recovery.scope is global")
+    if forced is not None:
+        return NativeScope(GLOBAL, None, forced)
     for owner in owners:
         report = dict(reports.get(owner) or {})
         if report.get("traced") is not True:
@@ -162,4 +171,21 @@ def decide_native_scope(
         tuple(fresh),
         f"only the restarted tasks restore ({', '.join(fresh)}); the others keep "
         "their state and drop the replayed tuples they processed",
+    )
+
+
+def replays_overdue(due: Mapping[str, int], waited_s: float) -> str:
+    """Why a rollback that kept some owners' state is undone globally.
+
+    An owner that kept its state had processed tuples ahead of the replay; its
+    snapshot would hold them before the spouts' offsets do, so no epoch opens
+    until their replay came. One that never comes (a poison tuple skipped, a
+    bolt upstream emitting otherwise on replay) would stop every commit: after
+    ``sr3.checkpoint.timeout.s`` every owner restores instead.
+    """
+    owner = max(due, key=lambda o: due[o])
+    return (
+        f"{owner} still awaited the replay of {due[owner]} tuples it processed "
+        f"before the rollback after {waited_s:.0f} s (a poison tuple skipped, or "
+        "a bolt upstream that emits otherwise on replay): every owner restores"
     )

@@ -282,6 +282,7 @@ class StatefulBolt(Bolt, StatefulComponent):
                     runtime.reemit = None
             if self.auto_ack:
                 self.ack(tup)
+            runtime.replays_progress()
             return
         runtime.capture = []
         try:

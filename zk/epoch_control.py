@@ -15,7 +15,7 @@ from typing import Any
 
 from sr3.errors import CodecError
 
-__all__ = ["EpochControl", "Phase", "step_name"]
+__all__ = ["EpochControl", "Phase", "replay_step", "step_name"]
 
 
 class Phase(enum.Enum):
@@ -102,3 +102,13 @@ def _owners(raw: Any) -> tuple[str, ...] | None:
 def step_name(phase: Phase, generation: int, epoch: int) -> str:
     """Return the report directory name of a phase: ``<phase>-<gen>-<epoch>``."""
     return f"{phase.value}-{generation}-{epoch}"
+
+
+def replay_step(generation: int) -> str:
+    """Return the report directory of the replays owners await after a rollback.
+
+    Under task scope an owner that kept its state reports there how many
+    tuples it processed before the rollback still await their replay; no
+    epoch opens until none does (:mod:`storm_bridge.native_scope`).
+    """
+    return f"replays-{generation}"

@@ -74,5 +74,28 @@ def test_an_untraced_tuple_is_reported_and_a_restore_forgets_everything() -> Non
         "over": False,
         "buffer_bytes": 0,
         "lineages": 0,
+        "replays_due": 0,
     }
     assert dedupe.emits(1) is None
+
+
+def test_what_a_kept_task_processed_ahead_of_the_replay_stays_until_it_comes() -> None:
+    # processed after commit 1, then a task-scope rollback to commit 1 kept
+    # this task's state: the spouts replay from commit 1's offsets, slowly
+    dedupe = Dedupe(1 << 20)
+    for lineage in (21, 22, 23):
+        dedupe.record(lineage, [_emit("w", lineage * 10)])
+    dedupe.close(2, 0)  # SNAPSHOT(2, 0), never committed
+    dedupe.keep()
+    assert dedupe.report()["replays_due"] == 3
+    # the replay reached 21 before epoch 3 of the new generation committed
+    assert dedupe.emits(21) == (_emit("w", 210),)
+    dedupe.close(3, 1)
+    dedupe.observe("running", 3, 1)
+    # 22 and 23 lie beyond commit 3's offsets: their replay is still due
+    assert dedupe.emits(22) == (_emit("w", 220),)
+    assert dedupe.emits(21) is None  # replayed before commit 3: never again
+    assert dedupe.report()["replays_due"] == 1
+    dedupe.reset()
+    assert dedupe.report()["replays_due"] == 0
+    assert dedupe.bytes == 0

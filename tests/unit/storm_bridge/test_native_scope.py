@@ -14,7 +14,7 @@ from storm_bridge.native_scope import (
     order_reason,
 )
 from tests.unit.storm_bridge.test_native import Clock, MemoryLog, MemoryStore
-from zk.epoch_control import EpochControl, Phase
+from zk.epoch_control import EpochControl, Phase, replay_step
 
 OWNERS = ["wc/count/0", "wc/count/1"]
 
@@ -150,3 +150,46 @@ def test_a_restarted_owner_always_restores() -> None:
     agent.done(restore, BoltAgent.RESTORE)
     assert not agent.fresh
     assert agent.stale(0) is True
+
+
+def _resumed_keeping(store: MemoryStore, coordinator: NativeCoordinator) -> None:
+    store.report_all({"wc/count/0"}, _facts(fresh=True))
+    store.report_all({"wc/count/1"}, _facts())
+    assert coordinator.step().phase is Phase.RESTORE
+    store.report_all(set(OWNERS), {"fenced": True})
+    assert coordinator.step().phase is Phase.RUNNING
+
+
+def test_no_epoch_opens_while_a_kept_owner_awaits_replays_of_what_it_processed() -> (
+    None
+):
+    coordinator, store = _rolled_back(TASK)
+    clock = coordinator._clock  # noqa: SLF001 - the test's own clock
+    assert isinstance(clock, Clock)
+    _resumed_keeping(store, coordinator)
+    # count/1 processed tuples ahead of the replay: its snapshot would hold
+    # them before the spouts' offsets do
+    store.by_step[replay_step(1)] = {"wc/count/1": {"due": 40}}
+    clock.now += 5.0
+    assert coordinator.step().phase is Phase.RUNNING
+    store.by_step[replay_step(1)] = {"wc/count/1": {"due": 0}}
+    assert coordinator.step().phase is Phase.PAUSE
+
+
+def test_replays_that_never_come_end_in_a_global_rollback_saying_why() -> None:
+    coordinator, store = _rolled_back(TASK)
+    clock = coordinator._clock  # noqa: SLF001 - the test's own clock
+    assert isinstance(clock, Clock)
+    _resumed_keeping(store, coordinator)
+    store.by_step[replay_step(1)] = {"wc/count/1": {"due": 3}}
+    clock.now += 10.0  # the coordinator's timeout_s
+    assert coordinator.step().phase is Phase.RUNNING
+    assert store.generation() == 2
+    rollback = coordinator.step()
+    assert (rollback.phase, rollback.generation) == (Phase.ROLLBACK, 2)
+    store.report_all(store.registered(SPOUT), {"offset": 3})
+    store.report_all(set(OWNERS), _facts())
+    restore = coordinator.step()
+    assert (restore.phase, restore.restore) == (Phase.RESTORE, None)
+    reason = restore.stats["scopes"]["2"]["reason"]
+    assert "wc/count/1 still awaited the replay of 3 tuples" in reason
