@@ -1,0 +1,176 @@
+"""A worker kill on real Apache Storm: task scope against global rollback.
+
+Starts a throw-away lab (ZooKeeper + 3 ring nodes) and an Apache Storm 2.x
+cluster from the fetched jars (Nimbus + 1 supervisor, 2 slots), then runs
+``bench/topologies/local_store.py`` on it with ``topology.workers=2`` (eight
+``store`` tasks over both workers, each keeping a ``--value-bytes`` payload
+per key: ``--fill`` records of state in all, then a paced stream), native
+checkpoints every second, and SIGKILLs worker 0 at ``--kill-at`` seconds. The
+same run under ``sr3.recovery.scope=task`` and ``global``, alternating
+``--rounds`` times so neither always runs first. Per run, from ``sr3 run
+--json``'s recovery: the owners that restored and the bytes they read, Storm's
+part (kill to the relaunched tasks bumping the generation), ours (restore,
+replay to the first commit after) and the replays the kept owners awaited.
+
+Prints a table with the task / global ratio of the run's medians, writes
+bench/results/storm_scope.{json,md,png}. Not a test.
+
+    .venv/bin/python bench/storm_scope.py --fill 8192 --value-bytes 4096
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.lab_session import bench_lab  # noqa: E402
+from bench.storm_apache import storm_cluster  # noqa: E402
+from sr3.config import Sr3Config  # noqa: E402
+from sr3_cli.output import table  # noqa: E402
+from storm_bridge.sparse.run import Kill, StormRunOptions, run_on_storm  # noqa: E402
+from storm_bridge.wiring import RingAccess  # noqa: E402
+
+TOPOLOGY = ROOT / "bench" / "topologies" / "local_store.py"
+RESULTS = ROOT / "bench" / "results"
+SCOPES = ("task", "global")
+
+
+def one_run(
+    ring: RingAccess, nimbus: str, out: Path, scope: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Run the topology once under ``scope`` with the worker kill; the row."""
+    out.mkdir(parents=True)
+    report = run_on_storm(
+        TOPOLOGY,
+        ring=ring,
+        nimbus=nimbus,
+        options=StormRunOptions(
+            until_idle=True,
+            kills=[Kill("worker", args.kill_at)],
+            conf={
+                "lr.out": str(out),
+                "lr.fill": args.fill,
+                "lr.stream": args.stream,
+                "lr.rate": args.rate,
+                "lr.value.bytes": args.value_bytes,
+                "topology.workers": 2,
+                "topology.message.timeout.secs": 5,
+                "sr3.checkpoint.interval.s": 1.0,
+                "sr3.recovery.scope": scope,
+            },
+        ),
+        secret_in_conf=False,
+    )
+    (recovery,) = report["recoveries"]
+    timeline = recovery["timeline"]
+    kept = [r for r in recovery["restores"].values() if r.get("kept") is True]
+    return {
+        "scope": recovery["scope"],
+        "reason": recovery["reason"],
+        "restored_tasks": len(recovery["restored_tasks"]),
+        "kept_tasks": len(kept),
+        "restored_mb": round(recovery["restored_bytes"] / 1e6, 2),
+        "detect_s": timeline["detect_s"],
+        "restore_s": timeline["restore_s"],
+        "replay_s": timeline["replay_s"],
+        "replays_due": sum(int(r.get("replays_due", 0)) for r in kept),
+        "tuples_per_s": report["throughput"]["tuples_per_s"],
+    }
+
+
+def median(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [float(r[key]) for r in rows if r.get(key) is not None]
+    return round(statistics.median(values), 3) if values else None
+
+
+def summary(runs: list[dict[str, Any]]) -> list[list[Any]]:
+    """Rows: measure, task median, global median, task / global."""
+    keys = [
+        "restored_tasks",
+        "kept_tasks",
+        "restored_mb",
+        "detect_s",
+        "restore_s",
+        "replay_s",
+        "replays_due",
+        "tuples_per_s",
+    ]
+    rows = []
+    for key in keys:
+        task = median([r for r in runs if r["asked"] == "task"], key)
+        glob = median([r for r in runs if r["asked"] == "global"], key)
+        ratio = f"{task / glob:.2f}" if task is not None and glob else ""
+        rows.append([key, task, glob, ratio])
+    return rows
+
+
+def plot(runs: list[dict[str, Any]], path: Path) -> None:
+    """Bars per run: restored MB, and our recovery phases stacked."""
+    import matplotlib  # noqa: PLC0415 - plotting only here
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, (mb, phases) = plt.subplots(1, 2, figsize=(10, 4))
+    labels = [f"{r['asked']}\n#{i + 1}" for i, r in enumerate(runs)]
+    colours = ["tab:green" if r["asked"] == "task" else "tab:grey" for r in runs]
+    mb.bar(labels, [r["restored_mb"] for r in runs], color=colours)
+    mb.set_ylabel("MB restored from the ring")
+    mb.set_title("state restored after a worker kill")
+    restore = [r["restore_s"] or 0.0 for r in runs]
+    replay = [r["replay_s"] or 0.0 for r in runs]
+    phases.bar(labels, restore, label="restore (rollback to resumed)")
+    phases.bar(labels, replay, bottom=restore, label="replay (to the next commit)")
+    phases.set_ylabel("seconds")
+    phases.set_title("SR3's part of the recovery")
+    phases.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fill", type=int, default=8192)
+    parser.add_argument("--value-bytes", type=int, default=4096)
+    parser.add_argument("--stream", type=int, default=6000)
+    parser.add_argument("--rate", type=float, default=400.0)
+    parser.add_argument("--kill-at", type=float, default=12.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    runs: list[dict[str, Any]] = []
+    with bench_lab(3) as lab, tempfile.TemporaryDirectory(prefix="sr3-scope-") as tmp:
+        ring = RingAccess(lab.config(Sr3Config()))
+        cluster = storm_cluster(lab, Path(tmp) / "storm")
+        cluster.start()
+        try:
+            for n, scope in enumerate(SCOPES * args.rounds):
+                row = one_run(ring, cluster.nimbus, Path(tmp) / f"run{n}", scope, args)
+                runs.append({"asked": scope, **row})
+                print(json.dumps(runs[-1]), flush=True)
+        finally:
+            cluster.stop()
+            ring.close()
+    headers = ["measure", "task (median)", "global (median)", "task / global"]
+    text = table(headers, summary(runs))
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "storm_scope.json").write_text(
+        json.dumps({"args": vars(args), "runs": runs}, indent=2) + "\n"
+    )
+    (RESULTS / "storm_scope.md").write_text(
+        "Worker kill on Apache Storm, task scope against global rollback "
+        f"(`bench/storm_scope.py`, {vars(args)}):\n\n```\n{text}\n```\n"
+    )
+    plot(runs, RESULTS / "storm_scope.png")
+
+
+if __name__ == "__main__":
+    main()
