@@ -12,7 +12,12 @@ same run under ``sr3.recovery.scope=task`` and ``global``, alternating
 part (kill to the relaunched tasks bumping the generation), ours (restore,
 replay to the first commit after) and the replays the kept owners awaited.
 
-Prints a table with the task / global ratio of the run's medians, writes
+Then the failure-free cost of task scope (lineages hashed at every emit, each
+stateful task keeping what it processed since the last commit): word count
+(every component at parallelism 2, ``--cost-lines`` lines) until idle, under
+both scopes, alternating ``--cost-rounds`` times.
+
+Prints tables with the task / global ratio of the run's medians, writes
 bench/results/storm_scope.{json,md,png}. Not a test.
 
     .venv/bin/python bench/storm_scope.py --fill 8192 --value-bytes 4096
@@ -39,6 +44,7 @@ from storm_bridge.sparse.run import Kill, StormRunOptions, run_on_storm  # noqa:
 from storm_bridge.wiring import RingAccess  # noqa: E402
 
 TOPOLOGY = ROOT / "bench" / "topologies" / "local_store.py"
+WORDCOUNT = ROOT / "topologies" / "wordcount.py"
 RESULTS = ROOT / "bench" / "results"
 SCOPES = ("task", "global")
 
@@ -83,6 +89,32 @@ def one_run(
         "replay_s": timeline["replay_s"],
         "replays_due": sum(int(r.get("replays_due", 0)) for r in kept),
         "tuples_per_s": report["throughput"]["tuples_per_s"],
+    }
+
+
+def cost_run(
+    ring: RingAccess, nimbus: str, scope: str, args: argparse.Namespace
+) -> dict[str, Any]:
+    """Word count until idle under ``scope``, no failure; the row."""
+    report = run_on_storm(
+        WORDCOUNT,
+        ring=ring,
+        nimbus=nimbus,
+        options=StormRunOptions(
+            until_idle=True,
+            conf={
+                "wordcount.lines": args.cost_lines,
+                "sr3.checkpoint.interval.s": 1.0,
+                "sr3.recovery.scope": scope,
+            },
+        ),
+        secret_in_conf=False,
+    )
+    return {
+        "scope": scope,
+        "tuples_per_s": report["throughput"]["tuples_per_s"],
+        "bolt_tuples": report["throughput"]["bolt_tuples"],
+        "seconds": report["seconds"],
     }
 
 
@@ -144,8 +176,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=400.0)
     parser.add_argument("--kill-at", type=float, default=12.0)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cost-lines", type=int, default=20000)
+    parser.add_argument("--cost-rounds", type=int, default=2)
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
+    costs: list[dict[str, Any]] = []
     with bench_lab(3) as lab, tempfile.TemporaryDirectory(prefix="sr3-scope-") as tmp:
         ring = RingAccess(lab.config(Sr3Config()))
         cluster = storm_cluster(lab, Path(tmp) / "storm")
@@ -155,15 +190,37 @@ def main() -> None:
                 row = one_run(ring, cluster.nimbus, Path(tmp) / f"run{n}", scope, args)
                 runs.append({"asked": scope, **row})
                 print(json.dumps(runs[-1]), flush=True)
+            for scope in SCOPES * args.cost_rounds:
+                costs.append(cost_run(ring, cluster.nimbus, scope, args))
+                print(json.dumps(costs[-1]), flush=True)
         finally:
             cluster.stop()
             ring.close()
     headers = ["measure", "task (median)", "global (median)", "task / global"]
     text = table(headers, summary(runs))
+    task_cost = median([c for c in costs if c["scope"] == "task"], "tuples_per_s")
+    global_cost = median([c for c in costs if c["scope"] == "global"], "tuples_per_s")
+    cost_text = table(
+        [
+            "failure-free word count",
+            "task (median)",
+            "global (median)",
+            "task / global",
+        ],
+        [
+            [
+                "tuples/s",
+                task_cost,
+                global_cost,
+                f"{task_cost / global_cost:.3f}" if task_cost and global_cost else "",
+            ]
+        ],
+    )
+    text = f"{text}\n\n{cost_text}"
     print(text)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "storm_scope.json").write_text(
-        json.dumps({"args": vars(args), "runs": runs}, indent=2) + "\n"
+        json.dumps({"args": vars(args), "runs": runs, "costs": costs}, indent=2) + "\n"
     )
     (RESULTS / "storm_scope.md").write_text(
         "Worker kill on Apache Storm, task scope against global rollback "

@@ -56,6 +56,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from sr3.config_table import read_setting
 from storm_bridge.lineage import derive
 from storm_bridge.messages import (
     GENERATION_FIELD_KEY,
@@ -63,6 +64,7 @@ from storm_bridge.messages import (
     HIDDEN_GENERATION_FIELD,
     LINEAGE_KEY,
 )
+from storm_bridge.native_scope import SCOPE_KEY, TASK
 from topology_api.barriers import internal_stream
 
 __all__ = [
@@ -73,6 +75,7 @@ __all__ = [
     "cli",
     "launch_script",
     "launch_target",
+    "lineages_on",
     "main",
 ]
 
@@ -95,6 +98,13 @@ def carries_generation(stream: str) -> bool:
     (native mode sends no barriers).
     """
     return not internal_stream(stream)
+
+
+def lineages_on(conf: Mapping[str, Any]) -> bool:
+    """Whether a Storm conf's tuples carry lineages (the field, scope ``task``)."""
+    return conf.get(GENERATION_FIELD_KEY) is True and (
+        read_setting(conf, SCOPE_KEY) == TASK
+    )
 
 
 def _generation(value: object) -> int | None:
@@ -134,6 +144,8 @@ class GenerationFieldSerializer:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.on = False
+        #: Whether emits get lineages (``sr3.recovery.scope=task``).
+        self.lineages = False
         #: The (source component, stream) this task reads that carry the field.
         self._tagged: set[tuple[str, str]] = set()
         #: (generation, lineage) of each input tuple not yet acked or failed,
@@ -183,6 +195,8 @@ class GenerationFieldSerializer:
         self.on = conf.get(GENERATION_FIELD_KEY) is True
         if not self.on:
             return
+        # lineages serve task scope only: under global scope nothing reads them
+        self.lineages = lineages_on(conf)
         sources = context.get("source->stream->fields") or {}
         for source, streams in sources.items():
             for stream, names in (streams or {}).items():
@@ -224,7 +238,7 @@ class GenerationFieldSerializer:
                 tagged = [g for g, _ in known if g is not None]
                 generation = max(tagged) if tagged else None
                 parents = [lin for _, lin in known if lin is not None]
-                if lineage is None and len(parents) == len(anchors):
+                if self.lineages and lineage is None and len(parents) == len(anchors):
                     n = self._emits.get(anchors[0], 0)
                     self._emits[anchors[0]] = n + 1
                     lineage = derive(parents, n)

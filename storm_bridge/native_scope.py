@@ -20,6 +20,7 @@ from topology_api.barriers import internal_stream
 
 __all__ = [
     "GLOBAL",
+    "SCOPE_KEY",
     "TASK",
     "NativeScope",
     "OwnerScopeFacts",
@@ -28,6 +29,8 @@ __all__ = [
     "replays_overdue",
 ]
 
+#: Conf key of the recovery scope.
+SCOPE_KEY: Final = "sr3.recovery.scope"
 TASK: Final = "task"
 GLOBAL: Final = "global"
 

@@ -16,8 +16,9 @@ from streamparse import Spout
 
 from sr3.config import CheckpointConfig
 from storm_bridge.errors import StormBridgeError
+from storm_bridge.generation_field import lineages_on
 from storm_bridge.lineage import root
-from storm_bridge.messages import GENERATION_FIELD_KEY, GENERATION_KEY, LINEAGE_KEY
+from storm_bridge.messages import GENERATION_KEY, LINEAGE_KEY
 from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
 from topology_api.barriers import (
     BARRIER_COMMAND,
@@ -234,7 +235,7 @@ class ReplayableSpout(Spout, ReplayableComponent):
         runtime = SpoutRuntime(
             name=f"{context['componentid']}/{index}",
             local=bool(storm_conf.get(LOCAL_CLUSTER_KEY)),
-            lineages=storm_conf.get(GENERATION_FIELD_KEY) is True,
+            lineages=lineages_on(storm_conf),
         )
         from storm_bridge.wiring import RingAccess  # noqa: PLC0415 - ring clients on demand
 

@@ -53,8 +53,10 @@ def _wire(*messages: Any) -> str:
     return "".join(f"{json.dumps(m)}\nend\n" for m in messages)
 
 
-def _serializer(*messages: Any, on: bool = True) -> tuple[Any, Any]:
-    conf = {GENERATION_FIELD_KEY: True} if on else {}
+def _serializer(
+    *messages: Any, on: bool = True, scope: str = "task"
+) -> tuple[Any, Any]:
+    conf = {GENERATION_FIELD_KEY: True, "sr3.recovery.scope": scope} if on else {}
     handshake = {"conf": conf, "context": CONTEXT, "pidDir": "/nonexistent"}
     wire_in = io.BytesIO(_wire(handshake, *messages).encode())
     inner = JSONSerializer(wire_in, io.BytesIO(), _Lock(), _Lock())
@@ -218,6 +220,14 @@ def test_a_bolt_emit_derives_its_lineage_from_its_anchors_and_its_position() -> 
     wrapped.send_message({"command": "ack", "id": "t1"})
     wrapped.send_message({"command": "emit", "tuple": ["late"], "anchors": ["t1"]})
     assert _sent(out)[-1]["tuple"] == ["late", None]  # forgotten once acked
+
+
+def test_under_global_scope_bolt_emits_carry_no_lineage() -> None:
+    # nothing reads them there: the hashing is left out
+    wrapped, out = _serializer(_tuple("t1", "lines", ["a b", "2:41"]), scope="global")
+    assert wrapped.read_message()[LINEAGE_KEY] == 41
+    wrapped.send_message({"command": "emit", "tuple": ["a"], "anchors": ["t1"]})
+    assert _sent(out)[0]["tuple"] == ["a", 2]
 
 
 def test_without_the_conf_key_messages_pass_through() -> None:
