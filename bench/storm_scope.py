@@ -178,6 +178,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cost-lines", type=int, default=20000)
     parser.add_argument("--cost-rounds", type=int, default=2)
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="where the result files go"
+    )
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
     costs: list[dict[str, Any]] = []
@@ -218,15 +221,17 @@ def main() -> None:
     )
     text = f"{text}\n\n{cost_text}"
     print(text)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "storm_scope.json").write_text(
-        json.dumps({"args": vars(args), "runs": runs, "costs": costs}, indent=2) + "\n"
+    results = args.results
+    results.mkdir(exist_ok=True)
+    shown = {**vars(args), "results": str(results)}
+    (results / "storm_scope.json").write_text(
+        json.dumps({"args": shown, "runs": runs, "costs": costs}, indent=2) + "\n"
     )
-    (RESULTS / "storm_scope.md").write_text(
+    (results / "storm_scope.md").write_text(
         "Worker kill on Apache Storm, task scope against global rollback "
-        f"(`bench/storm_scope.py`, {vars(args)}):\n\n```\n{text}\n```\n"
+        f"(`bench/storm_scope.py`, {shown}):\n\n```\n{text}\n```\n"
     )
-    plot(runs, RESULTS / "storm_scope.png")
+    plot(runs, results / "storm_scope.png")
 
 
 if __name__ == "__main__":

@@ -151,20 +151,30 @@ def test_sr3_run_on_storm_exact_after_a_task_kill(
     assert "wordcount" not in NimbusSession(apache_storm.nimbus).topologies()
 
 
-def test_under_task_scope_only_the_killed_workers_owners_restore_on_storm(
-    apache_storm: ApacheStormCluster, ring_lab: Lab, ring: RingAccess
-) -> None:
-    # two workers: the supervisor's two slots; count's three tasks span both
+def _wordcount_worker_kill(
+    cluster: ApacheStormCluster, lab: Lab, scope: str
+) -> dict[str, Any]:
+    """Word count on two workers, worker 0 SIGKILLed at 1 s; the one recovery."""
+    # the supervisor's two slots: count's three tasks span both workers
     conf = [arg for k, v in STORM_CONF.items() for arg in ("-o", f"{k}={v}")]
     proc = sr3_run(
-        [str(WORDCOUNT), "--lab", str(ring_lab.root), "--until-idle", "--json",
+        [str(WORDCOUNT), "--lab", str(lab.root), "--until-idle", "--json",
          "--timeout", str(_TIMEOUT_S), "--kill-worker", "0@1", *conf,
-         "-o", "topology.workers=2"],
-        apache_storm.nimbus,
+         "-o", "topology.workers=2", "-o", f"sr3.recovery.scope={scope}"],
+        cluster.nimbus,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     report: dict[str, Any] = json.loads(proc.stdout)
     (recovery,) = report["recoveries"]
+    scopes = report["checkpoints"]["scopes"].values()
+    assert all(s["scope"] == scope for s in scopes), scopes
+    return dict(recovery)
+
+
+def test_under_task_scope_only_the_killed_workers_owners_restore_on_storm(
+    apache_storm: ApacheStormCluster, ring_lab: Lab, ring: RingAccess
+) -> None:
+    recovery = _wordcount_worker_kill(apache_storm, ring_lab, "task")
     assert recovery["scope"] == "task", recovery
     owners = {"count:0", "count:1", "count:2"}
     restored = set(recovery["restored_tasks"])
@@ -173,23 +183,13 @@ def test_under_task_scope_only_the_killed_workers_owners_restore_on_storm(
     assert restored < owners, recovery
     kept = {k for k, r in recovery["restores"].items() if r.get("kept") is True}
     assert len(kept) == len(owners - restored), recovery
-    scopes = report["checkpoints"]["scopes"].values()
-    assert all(s["scope"] == "task" for s in scopes), scopes
     assert committed_counts(ring, "wordcount") == expected_counts()
 
 
 def test_under_global_scope_every_owner_restores_on_storm(
     apache_storm: ApacheStormCluster, ring_lab: Lab, ring: RingAccess
 ) -> None:
-    conf = [arg for k, v in STORM_CONF.items() for arg in ("-o", f"{k}={v}")]
-    proc = sr3_run(
-        [str(WORDCOUNT), "--lab", str(ring_lab.root), "--until-idle", "--json",
-         "--timeout", str(_TIMEOUT_S), "--kill-worker", "0@1", *conf,
-         "-o", "topology.workers=2", "-o", "sr3.recovery.scope=global"],
-        apache_storm.nimbus,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (recovery,) = json.loads(proc.stdout)["recoveries"]
+    recovery = _wordcount_worker_kill(apache_storm, ring_lab, "global")
     assert recovery["scope"] == "global", recovery
     assert recovery["reason"] == "sr3.recovery.scope is global"
     assert set(recovery["restored_tasks"]) == {"count:0", "count:1", "count:2"}
