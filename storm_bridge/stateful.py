@@ -280,8 +280,9 @@ class StatefulBolt(Bolt, StatefulComponent):
                     )
                 finally:
                     runtime.reemit = None
-            if self.auto_ack:
-                self.ack(tup)
+            # acked whatever auto_ack says: the bolt never sees the duplicate,
+            # and its replayed tree must complete
+            self.ack(tup)
             runtime.replays_progress()
             return
         runtime.capture = []
