@@ -36,12 +36,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.lab_session import bench_lab  # noqa: E402
-from bench.storm_apache import storm_cluster  # noqa: E402
-from sr3.config import Sr3Config  # noqa: E402
-from sr3_cli.output import table  # noqa: E402
-from storm_bridge.sparse.run import Kill, StormRunOptions, run_on_storm  # noqa: E402
-from storm_bridge.wiring import RingAccess  # noqa: E402
+from bench.lab_session import bench_lab  # noqa: E402 - after the sys.path insert
+from bench.storm_apache import storm_cluster  # noqa: E402 - after the sys.path insert
+from sr3.config import Sr3Config  # noqa: E402 - after the sys.path insert
+from sr3_cli.output import table  # noqa: E402 - after the sys.path insert
+from storm_bridge.sparse.run import Kill, StormRunOptions, run_on_storm  # noqa: E402 - after the sys.path insert
+from storm_bridge.wiring import RingAccess  # noqa: E402 - after the sys.path insert
 
 TOPOLOGY = ROOT / "bench" / "topologies" / "local_store.py"
 WORDCOUNT = ROOT / "topologies" / "wordcount.py"
@@ -149,7 +149,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     import matplotlib  # noqa: PLC0415 - plotting only here
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - plotting only here
 
     fig, (mb, phases) = plt.subplots(1, 2, figsize=(10, 4))
     labels = [f"{r['asked']}\n#{i + 1}" for i, r in enumerate(runs)]

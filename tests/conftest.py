@@ -37,15 +37,27 @@ T = TypeVar("T")
 WaitUntil = Callable[..., Any]
 
 
-def run_sr3(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``sr3 ARGS`` as a user would (no ``SR3_*`` variables); check no traceback."""
+def run_sr3(
+    *args: str,
+    lab_root: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout_s: float = 240,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``sr3 ARGS`` as a user would; check it printed no traceback.
+
+    No ``SR3_*`` variable of this process passes on; ``lab_root`` sets
+    ``SR3_LAB`` (the command then targets that lab), ``env`` adds others.
+    """
     environ = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
+    if lab_root is not None:
+        environ["SR3_LAB"] = str(lab_root)
+    environ.update(env or {})
     proc = subprocess.run(
         [sys.executable, "-m", "sr3_cli", *args],
         capture_output=True,
         text=True,
         env=environ,
-        timeout=240,
+        timeout=timeout_s,
         check=False,
     )
     assert "Traceback" not in proc.stderr, proc.stderr

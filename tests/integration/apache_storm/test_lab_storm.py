@@ -8,9 +8,7 @@ down`` is shown to stop workers too (they outlive their supervisor on Storm).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 
 from storm_bridge.apache import ApacheStormCluster, StormHome, jar_command
+from tests.conftest import run_sr3
 
 pytestmark = [pytest.mark.zk, pytest.mark.apache_storm, pytest.mark.slow]
 
@@ -26,17 +25,7 @@ TOPOLOGY = Path(__file__).parent / "topologies" / "java_words.yaml"
 
 def sr3(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
     """Run ``sr3 ARGS``; check it printed no traceback."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "sr3_cli", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=timeout_s,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    return run_sr3(*args, timeout_s=timeout_s)
 
 
 def processes_under(root: Path) -> list[str]:

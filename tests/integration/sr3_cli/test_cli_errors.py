@@ -8,10 +8,8 @@ traceback, and that the lab's stored state and processes are as before.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import pytest
 
 from sr3_cli.commands import wait_for_members
 from sr3_cli.lab import Lab
+from tests.conftest import run_sr3
 from tests.integration.conftest import running_lab
 
 pytestmark = [pytest.mark.zk]
@@ -53,20 +52,7 @@ def sr3(
     *args: str, lab: Lab | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``sr3 ARGS`` (against ``lab`` when given); check it printed no traceback."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
-    if lab is not None:
-        environ["SR3_LAB"] = str(lab.root)
-    environ.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-m", "sr3_cli", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=240,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    return run_sr3(*args, lab_root=None if lab is None else lab.root, env=env)
 
 
 def closed_port() -> int:

@@ -12,7 +12,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +24,7 @@ from sr3.codec import pack_meta, unpack_meta
 from sr3.errors import ProtocolError
 from sr3.ports import NodeInfo
 from sr3_cli.lab import Lab
+from tests.conftest import run_sr3
 from zk.client import ZkSession, connect
 from zk.membership import ZkMembership
 
@@ -35,19 +35,7 @@ def sr3(
     *args: str, lab: Lab, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """Run ``sr3 ARGS`` against ``lab``; check it printed no traceback."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("SR3_")}
-    environ["SR3_LAB"] = str(lab.root)
-    environ.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-m", "sr3_cli", *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        timeout=240,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    return run_sr3(*args, lab_root=lab.root, env=env)
 
 
 @contextmanager

@@ -18,7 +18,9 @@ from tests.unit.storm_bridge.test_native import (
 from zk.epochs import EpochControl, Phase
 
 
-def _coordinator(store: MemoryStore, clock: Clock) -> NativeCoordinator:
+def _coordinator(
+    store: MemoryStore, clock: Clock, scope: str = "global"
+) -> NativeCoordinator:
     return NativeCoordinator(
         store=store,
         log=MemoryLog(),
@@ -26,6 +28,7 @@ def _coordinator(store: MemoryStore, clock: Clock) -> NativeCoordinator:
         interval_s=1.0,
         timeout_s=10.0,
         clock=clock,
+        scope=scope,
     )
 
 

@@ -13,7 +13,8 @@ from storm_bridge.native_scope import (
     decide_native_scope,
     order_reason,
 )
-from tests.unit.storm_bridge.test_native import Clock, MemoryLog, MemoryStore
+from tests.unit.storm_bridge.test_native import Clock, MemoryStore
+from tests.unit.storm_bridge.test_native_agents import _coordinator
 from zk.epoch_control import EpochControl, Phase, replay_step
 
 OWNERS = ["wc/count/0", "wc/count/1"]
@@ -86,28 +87,20 @@ def test_an_owner_that_emits_downstream_cannot_restore_alone() -> None:
     assert declared == "count declares sr3_nondeterministic = True"
 
 
-def _rolled_back(scope: str) -> tuple[NativeCoordinator, MemoryStore]:
+def _rolled_back(scope: str) -> tuple[NativeCoordinator, MemoryStore, Clock]:
     store, clock = MemoryStore(), Clock()
-    coordinator = NativeCoordinator(
-        store=store,
-        log=MemoryLog(),
-        topology="wc",
-        interval_s=1.0,
-        timeout_s=10.0,
-        clock=clock,
-        scope=scope,
-    )
+    coordinator = _coordinator(store, clock, scope)
     coordinator.step()
     store.bump_generation()
     assert coordinator.step().phase is Phase.ROLLBACK
     store.report_all(store.registered(SPOUT), {"offset": 3})
-    return coordinator, store
+    return coordinator, store, clock
 
 
 def test_under_task_scope_a_rollback_waits_for_owners_and_names_whom_to_restore() -> (
     None
 ):
-    coordinator, store = _rolled_back(TASK)
+    coordinator, store, _clock = _rolled_back(TASK)
     assert coordinator.step().phase is Phase.ROLLBACK  # the owners have not said
     store.report_all({"wc/count/0"}, _facts(fresh=True))
     store.report_all({"wc/count/1"}, _facts())
@@ -119,7 +112,7 @@ def test_under_task_scope_a_rollback_waits_for_owners_and_names_whom_to_restore(
 
 
 def test_under_global_scope_the_rollback_restores_every_owner_as_before() -> None:
-    coordinator, store = _rolled_back(GLOBAL)
+    coordinator, store, _clock = _rolled_back(GLOBAL)
     restore = coordinator.step()  # the spouts' reports are enough
     assert (restore.phase, restore.restore) == (Phase.RESTORE, None)
     assert restore.restores("wc/count/1")
@@ -163,9 +156,7 @@ def _resumed_keeping(store: MemoryStore, coordinator: NativeCoordinator) -> None
 def test_no_epoch_opens_while_a_kept_owner_awaits_replays_of_what_it_processed() -> (
     None
 ):
-    coordinator, store = _rolled_back(TASK)
-    clock = coordinator._clock  # noqa: SLF001 - the test's own clock
-    assert isinstance(clock, Clock)
+    coordinator, store, clock = _rolled_back(TASK)
     _resumed_keeping(store, coordinator)
     # count/1 processed tuples ahead of the replay: its snapshot would hold
     # them before the spouts' offsets do
@@ -177,9 +168,7 @@ def test_no_epoch_opens_while_a_kept_owner_awaits_replays_of_what_it_processed()
 
 
 def test_replays_that_never_come_end_in_a_global_rollback_saying_why() -> None:
-    coordinator, store = _rolled_back(TASK)
-    clock = coordinator._clock  # noqa: SLF001 - the test's own clock
-    assert isinstance(clock, Clock)
+    coordinator, store, clock = _rolled_back(TASK)
     _resumed_keeping(store, coordinator)
     store.by_step[replay_step(1)] = {"wc/count/1": {"due": 3}}
     clock.now += 10.0  # the coordinator's timeout_s
