@@ -73,6 +73,7 @@ __all__ = [
     "GenerationFieldSerializer",
     "carries_generation",
     "cli",
+    "field_on",
     "launch_script",
     "launch_target",
     "lineages_on",
@@ -100,11 +101,14 @@ def carries_generation(stream: str) -> bool:
     return not internal_stream(stream)
 
 
+def field_on(conf: Mapping[str, Any]) -> bool:
+    """Whether a Storm conf's tuples carry the hidden field (their generation)."""
+    return conf.get(GENERATION_FIELD_KEY) is True
+
+
 def lineages_on(conf: Mapping[str, Any]) -> bool:
     """Whether a Storm conf's tuples carry lineages (the field, scope ``task``)."""
-    return conf.get(GENERATION_FIELD_KEY) is True and (
-        read_setting(conf, SCOPE_KEY) == TASK
-    )
+    return field_on(conf) and read_setting(conf, SCOPE_KEY) == TASK
 
 
 def _generation(value: object) -> int | None:
@@ -192,7 +196,7 @@ class GenerationFieldSerializer:
         return self.inner.serialize_dict(message)
 
     def _handshake(self, conf: Mapping[str, Any], context: dict[str, Any]) -> None:
-        self.on = conf.get(GENERATION_FIELD_KEY) is True
+        self.on = field_on(conf)
         if not self.on:
             return
         # lineages serve task scope only: under global scope nothing reads them

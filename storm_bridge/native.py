@@ -45,10 +45,13 @@ tells when the topology is quiescent. Phases of the control record::
   (a tree failed, a task restarted) makes that record a ROLLBACK: spouts may
   have emitted and owners counted already.
 * A stateful bolt or replayable spout task that (re)starts while the protocol
-  runs bumps the generation: spouts drain (failed and timed-out trees count),
-  every owner restores the committed epoch, spouts seek to its offsets. On real
-  Storm the in-flight tuples of a crashed task only fail after
-  ``topology.message.timeout.secs``, which bounds the rollback's drain.
+  runs bumps the generation: spouts stop emitting, every owner restores the
+  committed epoch, spouts seek to its offsets. Where every tuple carries its
+  generation (the hidden field) spouts do not wait for their trees in flight:
+  on real Storm those lost with a crashed worker only fail after
+  ``topology.message.timeout.secs`` (30 s by default), and owners drop them by
+  generation anyway. Where tuples may carry none, spouts drain first (failed
+  and timed-out trees count), which that timeout bounds.
 
 This module holds the protocol's settings (:func:`checkpoint_mode`,
 :func:`require_ring`); the coordinator's state machine and thread are in

@@ -54,12 +54,16 @@ class SpoutAgent:
         name: The spout task (``component/index``).
         bumped: Whether this task bumped the generation when it started (it then
             waits for the rollback's RUNNING before emitting).
+        fenced: Whether every tuple carries its tree's generation (real Storm's
+            hidden field): a rollback then need not wait for the trees in
+            flight (:meth:`may_report`).
     """
 
-    def __init__(self, *, name: str, bumped: bool) -> None:
+    def __init__(self, *, name: str, bumped: bool, fenced: bool = False) -> None:
         self.name = name
         self.control: EpochControl | None = None
         self.bumped = bumped
+        self.fenced = fenced
         #: Control records of an older generation are ignored (set after a bump).
         self.min_generation = 0
         #: Generation whose RUNNING this task follows (None: none seen yet).
@@ -82,6 +86,21 @@ class SpoutAgent:
     def pending(self) -> int:
         """Trees emitted and neither acked nor failed yet."""
         return len(self._pending)
+
+    def may_report(self, control: EpochControl) -> bool:
+        """Whether this task may report ``control``'s step (it emits nothing then).
+
+        A PAUSE waits until every tree this task emitted is acked or failed:
+        the snapshot must cover them. A ROLLBACK waits too where a tuple may
+        carry no generation, so a straggler could not be told from a replay.
+        Where every tuple carries its generation, each owner drops the older
+        ones whenever they come; waiting would only hold the topology still
+        until the trees lost with a dead worker time out (up to twice
+        ``topology.message.timeout.secs``, 30 s by default, on real Storm).
+        """
+        if control.phase is Phase.ROLLBACK and self.fenced:
+            return True
+        return not self._pending
 
     @property
     def emit_generation(self) -> int:
@@ -265,9 +284,15 @@ class BoltAgent:
         """Record that ``action`` of ``control`` completed."""
         self._done.add(control.step())
         if action == self.KEEP:
-            # its state stands: it snapshots in this generation, and fences
-            # nothing new (it drops replays by lineage instead)
+            # Its state stands: it snapshots in this generation. A tuple of an
+            # older one still in flight is dropped like a restored task drops
+            # it: spouts replay every tree after the commit, so its replay
+            # comes in this generation (processed, or dropped by lineage if
+            # it was). Processed late instead, after a commit dropped its
+            # lineage, it would count twice: spouts do not wait for those
+            # trees (SpoutAgent.may_report).
             self._synced = control.generation
+            self.fence = control.generation
         if action == self.RESTORE:
             self.fresh = False
             self._synced = control.generation
@@ -279,11 +304,12 @@ class BoltAgent:
 
         Every tree a replayable spout emits carries the generation the spout
         followed, and every tuple anchored on it carries it too. A tuple of an
-        older generation than the one this task last restored is a straggler
-        of a rolled-back tree, however late it comes: it must not touch the
-        restored state. None: the tuple carries no generation (an unanchored
-        emit, a tree through a Java bolt, a Storm submit without the hidden
-        field of :mod:`storm_bridge.generation_field`); the caller falls back
+        older generation than the one this task last restored (or kept its
+        state through) is a straggler of a rolled-back tree, however late it
+        comes: it must not touch the state. None: the tuple carries no
+        generation (an unanchored emit, a tree through a Java bolt, a Storm
+        submit without the hidden field of
+        :mod:`storm_bridge.generation_field`); the caller falls back
         to :meth:`resumed` and the rollback's quiet time.
         """
         if generation is None:

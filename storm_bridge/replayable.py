@@ -16,7 +16,7 @@ from streamparse import Spout
 
 from sr3.config import CheckpointConfig
 from storm_bridge.errors import StormBridgeError
-from storm_bridge.generation_field import lineages_on
+from storm_bridge.generation_field import field_on, lineages_on
 from storm_bridge.lineage import root
 from storm_bridge.messages import GENERATION_KEY, LINEAGE_KEY
 from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
@@ -274,7 +274,9 @@ class ReplayableSpout(Spout, ReplayableComponent):
         # a restart bumps even before the first control record: the dead
         # process may have emitted trees the owners counted
         bumped = store.register(SPOUT, runtime.name)
-        agent = SpoutAgent(name=runtime.name, bumped=bumped)
+        agent = SpoutAgent(
+            name=runtime.name, bumped=bumped, fenced=field_on(storm_conf)
+        )
         if bumped:
             agent.min_generation = store.bump_generation()
             logger.info("spout %s restarted: rollback requested", runtime.name)
@@ -327,7 +329,7 @@ class ReplayableSpout(Spout, ReplayableComponent):
             if not agent.requested:
                 self.next_tuple()
             return
-        if agent.pending:
+        if not agent.may_report(control):
             return
         step = control.step()
         ready = control.phase is Phase.ROLLBACK or (

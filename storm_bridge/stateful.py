@@ -244,8 +244,10 @@ class StatefulBolt(Bolt, StatefulComponent):
                     # only these hold the rollback's spouts back (quiet time)
                     runtime.dropped += 1
                     runtime.report_dropped()
-                if self.auto_ack:
-                    self.ack(tup)
+                # acked whatever auto_ack says: the bolt never sees it, and
+                # its tree would otherwise hold a max.spout.pending slot
+                # until topology.message.timeout.secs
+                self.ack(tup)
                 return
             if data and runtime.dedupe is not None:
                 self._sr3_dispatch_once(tup)
