@@ -71,11 +71,21 @@ class Count(StatefulBolt):
                 time.sleep(pause_s)
             with path.open("a", encoding="utf-8") as out:
                 out.write(f"{start}\t{time.time()}\n")
+        # with exact.processed set, each processed tuple appends its wall-clock
+        # time and word to a file of the task (a dropped replay is not processed)
+        self.processed = None
+        processed = conf.get("exact.processed")
+        if processed:
+            path = Path(processed) / f"count-{ctx['taskid']}.tsv"
+            self.processed = path.open("a", encoding="utf-8")
 
     def process(self, tup):
         n = self.state.get("n", 0) + 1
         self.state["n"] = n
         self.emit([tup.values[0], n])
+        if self.processed is not None:
+            self.processed.write(f"{time.time()}\t{tup.values[0]}\n")
+            self.processed.flush()
 
 
 class Sink(Bolt):
