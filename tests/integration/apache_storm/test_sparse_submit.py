@@ -198,31 +198,33 @@ def test_under_task_scope_only_the_killed_workers_owners_restore_on_storm(
     assert proc.returncode == 0, proc.stderr[-3000:]
     report: dict[str, Any] = json.loads(proc.stdout)
     recovery = report["recoveries"][0]
-    assert recovery["scope"] == "task", recovery
-    owners = {"count:0", "count:1", "count:2"}
-    restored = set(recovery["restored_tasks"])
-    # the killed worker's owners restored; the other worker's kept their state
-    assert restored, recovery
-    assert restored < owners, recovery
-    kept = {k for k, r in recovery["restores"].items() if r.get("kept") is True}
-    assert len(kept) == len(owners - restored), recovery
+    exact = load_module(EXACT / "exact_parts.py", "exact_parts_expected")
+    expected = Counter(w for line in exact.corpus(lines) for w in line.split())
     # by task id: started once (kept) or twice (restarted with the worker)
     starts = {int(p.stem.split("-")[1]): len(p.read_text().splitlines())
               for p in inits.glob("count-*.txt")}  # fmt: skip
-    assert sorted(starts.values()) == sorted([1] * len(kept) + [2] * len(restored))
-    exact = load_module(EXACT / "exact_parts.py", "exact_parts_expected")
-    expected = Counter(w for line in exact.corpus(lines) for w in line.split())
-    for task, n in starts.items():
-        words = Counter(
-            line.split("\t")[1]
-            for line in (processed / f"count-{task}.tsv").read_text().splitlines()
-        )
-        if n == 1:
+    restarted = sum(n == 2 for n in starts.values())
+    assert sorted(starts.values()) == [1] * (3 - restarted) + [2] * restarted, starts
+    assert 0 < restarted < 3, starts
+    # the kill's rollback restored only the killed worker's owners
+    scopes = report["checkpoints"]["scopes"]
+    first = next(scopes[str(g)] for g in recovery["generations"] if str(g) in scopes)
+    assert first["scope"] == "task", (first, recovery)
+    assert len(first["restore"]) == restarted, (first, starts)
+    if recovery["scope"] == "global":
+        # Storm can lose the first tuples sent to the relaunched worker
+        # (STORM-1609, docs/storm.md): a kept owner then waits for replays
+        # that never come, and past sr3.checkpoint.timeout.s rolls back all
+        assert "still awaited the replay" in recovery["reason"], recovery
+    else:
+        assert len(recovery["restored_tasks"]) == restarted, recovery
+        for task in (t for t, n in starts.items() if n == 1):
             # a kept task processed each of its words' tuples exactly once
-            # across the recovery: its work before the kill was not redone
+            # across the recovery: its work was not redone
+            rows = (processed / f"count-{task}.tsv").read_text().splitlines()
+            words = Counter(row.split("\t")[1] for row in rows)
             assert words == {w: expected[w] for w in words}, task
-    state = committed_counts(ring, "exact_count")
-    assert state == dict(expected)
+    assert committed_counts(ring, "exact_count") == dict(expected)
 
 
 def test_under_global_scope_every_owner_restores_on_storm(
