@@ -15,10 +15,12 @@ their ratio, then the timeline of one worker-JVM SIGKILL on Storm: Storm's part
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,20 @@ def storm_cluster(lab: Lab, root: Path) -> ApacheStormCluster:
         },
         env={"SR3_NODE_SECRET": config.node.secret},
     )
+
+
+@contextlib.contextmanager
+def ring_and_storm(prefix: str) -> Iterator[tuple[RingAccess, str, Path]]:
+    """A throw-away lab (3 ring nodes) and Storm cluster: ring, Nimbus, a temp dir."""
+    with bench_lab(3) as lab, tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        ring = RingAccess(lab.config(Sr3Config()))
+        cluster = storm_cluster(lab, Path(tmp) / "storm")
+        cluster.start()
+        try:
+            yield ring, cluster.nimbus, Path(tmp)
+        finally:
+            cluster.stop()
+            ring.close()
 
 
 def overhead(

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -38,9 +36,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.lab_session import bench_lab  # noqa: E402 - after the sys.path insert
-from bench.storm_apache import storm_cluster  # noqa: E402 - after the sys.path insert
-from sr3.config import Sr3Config  # noqa: E402 - after the sys.path insert
+from bench.storm_apache import ring_and_storm  # noqa: E402 - after the sys.path insert
+from bench.storm_scope import median  # noqa: E402 - after the sys.path insert
 from sr3_cli.output import table  # noqa: E402 - after the sys.path insert
 from storm_bridge.sparse.run import Kill, StormRunOptions, run_on_storm  # noqa: E402 - after the sys.path insert
 from storm_bridge.wiring import RingAccess  # noqa: E402 - after the sys.path insert
@@ -99,11 +96,6 @@ def one_run(
     }
 
 
-def median(rows: list[dict[str, Any]], key: str) -> float | None:
-    values = [float(r[key]) for r in rows if r.get(key) is not None]
-    return round(statistics.median(values), 3) if values else None
-
-
 def summary(runs: list[dict[str, Any]]) -> list[list[Any]]:
     """Rows: measure, field-on median, field-off median, on / off."""
     rows = []
@@ -158,17 +150,10 @@ def main() -> None:
     )
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
-    with bench_lab(3) as lab, tempfile.TemporaryDirectory(prefix="sr3-rb-") as tmp:
-        ring = RingAccess(lab.config(Sr3Config()))
-        cluster = storm_cluster(lab, Path(tmp) / "storm")
-        cluster.start()
-        try:
-            for field in FIELD * args.rounds:
-                runs.append(one_run(ring, cluster.nimbus, field, args))
-                print(json.dumps(runs[-1]), flush=True)
-        finally:
-            cluster.stop()
-            ring.close()
+    with ring_and_storm("sr3-rb-") as (ring, nimbus, _tmp):
+        for field in FIELD * args.rounds:
+            runs.append(one_run(ring, nimbus, field, args))
+            print(json.dumps(runs[-1]), flush=True)
     headers = ["measure", "field on (median)", "field off (median)", "on / off"]
     text = table(headers, summary(runs))
     print(text)

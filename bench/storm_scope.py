@@ -29,16 +29,13 @@ import argparse
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.lab_session import bench_lab  # noqa: E402 - after the sys.path insert
-from bench.storm_apache import storm_cluster  # noqa: E402 - after the sys.path insert
-from sr3.config import Sr3Config  # noqa: E402 - after the sys.path insert
+from bench.storm_apache import ring_and_storm  # noqa: E402 - after the sys.path insert
 from sr3_cli.output import table  # noqa: E402 - after the sys.path insert
 from storm_bridge.sparse.run import Kill, StormRunOptions, run_on_storm  # noqa: E402 - after the sys.path insert
 from storm_bridge.wiring import RingAccess  # noqa: E402 - after the sys.path insert
@@ -184,21 +181,14 @@ def main() -> None:
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
     costs: list[dict[str, Any]] = []
-    with bench_lab(3) as lab, tempfile.TemporaryDirectory(prefix="sr3-scope-") as tmp:
-        ring = RingAccess(lab.config(Sr3Config()))
-        cluster = storm_cluster(lab, Path(tmp) / "storm")
-        cluster.start()
-        try:
-            for n, scope in enumerate(SCOPES * args.rounds):
-                row = one_run(ring, cluster.nimbus, Path(tmp) / f"run{n}", scope, args)
-                runs.append({"asked": scope, **row})
-                print(json.dumps(runs[-1]), flush=True)
-            for scope in SCOPES * args.cost_rounds:
-                costs.append(cost_run(ring, cluster.nimbus, scope, args))
-                print(json.dumps(costs[-1]), flush=True)
-        finally:
-            cluster.stop()
-            ring.close()
+    with ring_and_storm("sr3-scope-") as (ring, nimbus, tmp):
+        for n, scope in enumerate(SCOPES * args.rounds):
+            row = one_run(ring, nimbus, tmp / f"run{n}", scope, args)
+            runs.append({"asked": scope, **row})
+            print(json.dumps(runs[-1]), flush=True)
+        for scope in SCOPES * args.cost_rounds:
+            costs.append(cost_run(ring, nimbus, scope, args))
+            print(json.dumps(costs[-1]), flush=True)
     headers = ["measure", "task (median)", "global (median)", "task / global"]
     text = table(headers, summary(runs))
     task_cost = median([c for c in costs if c["scope"] == "task"], "tuples_per_s")
