@@ -43,6 +43,21 @@ under that key, so the stateful task can keep it.
 
 Java components' streams carry no such field; a Java bolt subscribed to a
 Python stream receives the extra trailing value (by name, ``_sr3_g``).
+
+The wrapper also carries the rollback warm-up
+(:data:`~topology_api.barriers.WARMUP_STREAM`). Storm's Netty client notices
+that the worker at the other end of a connection died only when it next sends
+on it, and drops that send and every one until it reconnected (STORM-1609's
+"Re-connection ... was successful but N messages has been lost"). After a
+worker kill the spouts hold still until the rollback ends, so the first tuples
+they emit after it went over such a connection and were lost, and the next
+PAUSE waited for their trees to time out. At a ROLLBACK each replayable spout
+emits one warm-up tuple (its generation) to every Python bolt task; a bolt's
+wrapper acks each warm-up it receives, never hands it to the component, and
+relays the first of each newer generation to every Python bolt task once. So
+every worker hosting a Python component sends over its connection to every
+worker hosting a Python bolt while the owners restore, and the lost sends are
+warm-ups. The context a component sees lists no warm-up stream.
 """
 
 from __future__ import annotations
@@ -65,7 +80,7 @@ from storm_bridge.messages import (
     LINEAGE_KEY,
 )
 from storm_bridge.native_scope import SCOPE_KEY, TASK
-from topology_api.barriers import internal_stream
+from topology_api.barriers import WARMUP_STREAM, internal_stream
 
 __all__ = [
     "LAUNCHER",
@@ -78,6 +93,7 @@ __all__ = [
     "launch_target",
     "lineages_on",
     "main",
+    "warmup_emit",
 ]
 
 _LAUNCH = f"-cfrom {__name__} import main; main"
@@ -99,6 +115,21 @@ def carries_generation(stream: str) -> bool:
     (native mode sends no barriers).
     """
     return not internal_stream(stream)
+
+
+def warmup_emit(generation: int) -> dict[str, Any]:
+    """The multilang emit of a rollback warm-up of ``generation`` (unanchored).
+
+    Storm sends no task ids back (``need_task_ids`` false): the wrapper of a
+    bolt writes it between the component's own messages.
+    """
+    return {
+        "command": "emit",
+        "stream": WARMUP_STREAM,
+        "tuple": [generation],
+        "anchors": [],
+        "need_task_ids": False,
+    }
 
 
 def field_on(conf: Mapping[str, Any]) -> bool:
@@ -157,6 +188,8 @@ class GenerationFieldSerializer:
         self._pending: dict[str, tuple[int | None, int | None]] = {}
         #: Emits anchored on each pending input so far (its first anchor).
         self._emits: dict[str, int] = {}
+        #: Newest warm-up generation relayed (-1: none yet).
+        self._warmed = -1
         self._lock = threading.Lock()
 
     @property
@@ -170,14 +203,34 @@ class GenerationFieldSerializer:
         return self.inner.output_stream
 
     def read_message(self) -> Any:
-        """Read a message from Storm; strip a tuple's hidden field."""
-        message = self.inner.read_message()
-        if isinstance(message, dict):
-            if "conf" in message and "context" in message:
-                self._handshake(message["conf"], message["context"])
-            elif self.on and "tuple" in message:
-                self._strip(message)
-        return message
+        """Read a message from Storm; strip a tuple's hidden field.
+
+        A warm-up tuple is acked (and relayed, once per newer generation) here
+        and the next message read instead: the component never sees one.
+        """
+        while True:
+            message = self.inner.read_message()
+            if isinstance(message, dict):
+                if "conf" in message and "context" in message:
+                    self._handshake(message["conf"], message["context"])
+                elif self.on and "tuple" in message:
+                    if message.get("stream") == WARMUP_STREAM:
+                        self._warm(message)
+                        continue
+                    self._strip(message)
+            return message
+
+    def _warm(self, message: Mapping[str, Any]) -> None:
+        """Ack a warm-up tuple; relay it if its generation is newer than any yet."""
+        self.inner.send_message({"command": "ack", "id": message.get("id")})
+        values = message.get("tuple")
+        generation = (
+            _generation(values[0]) if isinstance(values, list) and values else None
+        )
+        if generation is None or generation <= self._warmed:
+            return
+        self._warmed = generation
+        self.inner.send_message(warmup_emit(generation))
 
     def send_message(self, message: Any) -> None:
         """Send a message to Storm; append the hidden field to an emit."""
@@ -202,8 +255,14 @@ class GenerationFieldSerializer:
         # lineages serve task scope only: under global scope nothing reads them
         self.lineages = lineages_on(conf)
         sources = context.get("source->stream->fields") or {}
-        for source, streams in sources.items():
-            for stream, names in (streams or {}).items():
+        for source in list(sources):
+            streams = sources[source] or {}
+            streams.pop(WARMUP_STREAM, None)
+            if not streams:
+                # a source this task reads only for the warm-up
+                del sources[source]
+                continue
+            for stream, names in streams.items():
                 if names and names[-1] == HIDDEN_GENERATION_FIELD:
                     # the component sees its sources' fields as declared by
                     # the user (pystorm makes namedtuples of them)

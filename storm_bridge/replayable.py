@@ -16,7 +16,7 @@ from streamparse import Spout
 
 from sr3.config import CheckpointConfig
 from storm_bridge.errors import StormBridgeError
-from storm_bridge.generation_field import field_on, lineages_on
+from storm_bridge.generation_field import field_on, lineages_on, warmup_emit
 from storm_bridge.lineage import root
 from storm_bridge.messages import GENERATION_KEY, LINEAGE_KEY
 from storm_bridge.native import NATIVE, checkpoint_mode, require_ring
@@ -336,6 +336,10 @@ class ReplayableSpout(Spout, ReplayableComponent):
             control.phase is Phase.PAUSE and agent.generation == control.generation
         )
         if ready and agent.report_once(step):
+            if control.phase is Phase.ROLLBACK and agent.fenced:
+                # over every connection between workers before the spouts
+                # resume: Storm drops the first sends to a relaunched worker
+                self.send_message(warmup_emit(control.generation))
             runtime.store.report(step, runtime.name, {"offset": runtime.offset})
 
     def _sr3_request_rollback(self, runtime: SpoutRuntime) -> None:

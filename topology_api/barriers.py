@@ -26,6 +26,8 @@ __all__ = [
     "RESTORED_METRIC",
     "SNAPSHOT_METRIC",
     "WAITING_METRIC",
+    "WARMUP_FIELDS",
+    "WARMUP_STREAM",
     "internal_stream",
     "task_index",
     "with_barrier",
@@ -37,6 +39,14 @@ __all__ = [
 BARRIER_STREAM: Final = "_sr3_barrier"
 #: Fields of a barrier tuple: the epoch and what the sender reports.
 BARRIER_FIELDS: Final = ("epoch", "info")
+#: Stream of the rollback warm-up on real Storm (native mode with the hidden
+#: generation field): every Python component declares it and every Python bolt
+#: subscribes to it from each of them with ALL grouping, so a rollback sends a
+#: tuple over every connection between workers before the spouts resume
+#: (:mod:`storm_bridge.generation_field`). Never seen by a component.
+WARMUP_STREAM: Final = "_sr3_warmup"
+#: Fields of a warm-up tuple: the rollback generation.
+WARMUP_FIELDS: Final = ("generation",)
 #: Spout command asking a replayable spout to emit a barrier (``id`` = epoch).
 BARRIER_COMMAND: Final = "sr3_barrier"
 #: ``metrics`` name a stateful task sends once its state is restored.
@@ -75,14 +85,14 @@ LOCAL_CLUSTER_KEY: Final = "sr3.local.cluster"
 
 
 def internal_stream(stream: object) -> bool:
-    """Whether ``stream`` is Storm's (``__...``) or SR3's barrier stream.
+    """Whether ``stream`` is Storm's (``__...``) or SR3's barrier or warm-up stream.
 
     Neither is a user's output: reports, counters and error messages leave
     them out. (The barrier stream's id has one leading underscore only, since
     Nimbus refuses topologies that declare ids starting with ``__``.)
     """
     name = str(stream)
-    return name.startswith("__") or name == BARRIER_STREAM
+    return name.startswith("__") or name in (BARRIER_STREAM, WARMUP_STREAM)
 
 
 def with_barrier(outputs: Any) -> list[Any]:

@@ -39,6 +39,7 @@ from storm_bridge.native import MODE_KEY, NATIVE
 from storm_bridge.sparse.submit import (
     SubmitError,
     declare_generation_field,
+    declare_warmup,
     shell_components,
 )
 from topology_api.component_specs import component_info, fixed_counts
@@ -129,6 +130,7 @@ def fence_generations(
         shell.execution_command = launcher
         declare_generation_field(common, on=True)
         changed.append(name)
+    declare_warmup(topology_class, changed)
     options[GENERATION_FIELD_KEY] = True
     return changed
 

@@ -13,18 +13,21 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from streamparse.thrift import (
+    GlobalStreamId,
     KillOptions,
     Nimbus,
     ShellComponent,
+    StreamInfo,
     SubmitOptions,
     TopologyInitialStatus,
+    storm_thrift,
 )
 from thriftpy2.protocol import TBinaryProtocolFactory
 from thriftpy2.rpc import make_client
@@ -40,6 +43,7 @@ from storm_bridge.generation_field import (
     launch_target,
 )
 from storm_bridge.messages import HIDDEN_GENERATION_FIELD
+from topology_api.barriers import WARMUP_FIELDS, WARMUP_STREAM
 from topology_api.topology import STREAMPARSE_RUN, LoadedTopology
 
 #: Key-group routing runs on the local cluster only (docs/rebalance.md).
@@ -50,6 +54,7 @@ __all__ = [
     "NimbusSession",
     "SubmitError",
     "declare_generation_field",
+    "declare_warmup",
     "python_components",
     "shell_components",
     "streamparse_run_of",
@@ -116,6 +121,7 @@ def python_components(
             shell.script = f"-s {serializer} {target}"
         declare_generation_field(common, on=generation_field)
         changed.append(name)
+    declare_warmup(topology.topology_class, changed if generation_field else [])
     return changed
 
 
@@ -144,6 +150,41 @@ def declare_generation_field(common: Any, *, on: bool) -> None:
         if on and carries_generation(stream):
             fields.append(HIDDEN_GENERATION_FIELD)
         info.output_fields = fields
+
+
+def declare_warmup(topology_class: Any, components: Collection[str]) -> None:
+    """Wire the rollback warm-up between the shell ``components`` (none: unwire).
+
+    Each declares :data:`~topology_api.barriers.WARMUP_STREAM`, and each that
+    is a bolt subscribes to it from every one of them with ALL grouping (a
+    cycle, which Storm allows), so a warm-up reaches every Python bolt task
+    (:mod:`storm_bridge.generation_field` says why). ``components`` must run
+    through the generation-field wrapper, which keeps warm-ups from the
+    component. Any earlier wiring is taken off first.
+    """
+    named = set(components)
+    # new maps, not edits: streamparse's spec of a component may share them
+    for name, _shell, common in shell_components(topology_class):
+        streams = {
+            s: info for s, info in (common.streams or {}).items() if s != WARMUP_STREAM
+        }
+        if name in named:
+            streams[WARMUP_STREAM] = StreamInfo(
+                output_fields=list(WARMUP_FIELDS), direct=False
+            )
+        common.streams = streams
+    cls: Any = topology_class
+    for name, bolt in cls.thrift_bolts.items():
+        inputs = {
+            k: g
+            for k, g in (bolt.common.inputs or {}).items()
+            if k.streamId != WARMUP_STREAM
+        }
+        if name in named and isinstance(bolt.bolt_object.shell, ShellComponent):
+            for source in sorted(named):
+                key = GlobalStreamId(componentId=source, streamId=WARMUP_STREAM)
+                inputs[key] = storm_thrift.Grouping(all=storm_thrift.NullStruct())
+        bolt.common.inputs = inputs
 
 
 def _address(nimbus: str) -> tuple[str, int]:

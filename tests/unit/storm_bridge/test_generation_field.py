@@ -23,6 +23,7 @@ from storm_bridge.generation_field import (
     GenerationFieldSerializer,
     carries_generation,
     launch_script,
+    warmup_emit,
 )
 from storm_bridge.lineage import derive
 from storm_bridge.messages import (
@@ -32,7 +33,7 @@ from storm_bridge.messages import (
     LINEAGE_KEY,
 )
 from storm_bridge.sparse.submit import python_components
-from topology_api.barriers import BARRIER_STREAM
+from topology_api.barriers import BARRIER_STREAM, WARMUP_STREAM
 from topology_api.topology import load_topology
 
 REPO = Path(__file__).resolve().parents[3]
@@ -43,8 +44,9 @@ CONTEXT = {
     "taskid": 3,
     "componentid": "split",
     "source->stream->fields": {
-        "lines": {"default": ["line", G]},
+        "lines": {"default": ["line", G], WARMUP_STREAM: ["generation"]},
         "java": {"default": ["line"]},
+        "count": {WARMUP_STREAM: ["generation"]},
     },
 }
 
@@ -57,7 +59,8 @@ def _serializer(
     *messages: Any, on: bool = True, scope: str = "task"
 ) -> tuple[Any, Any]:
     conf = {GENERATION_FIELD_KEY: True, "sr3.recovery.scope": scope} if on else {}
-    handshake = {"conf": conf, "context": CONTEXT, "pidDir": "/nonexistent"}
+    context = json.loads(json.dumps(CONTEXT))
+    handshake = {"conf": conf, "context": context, "pidDir": "/nonexistent"}
     wire_in = io.BytesIO(_wire(handshake, *messages).encode())
     inner = JSONSerializer(wire_in, io.BytesIO(), _Lock(), _Lock())
     wrapped = GenerationFieldSerializer(inner)
@@ -237,6 +240,56 @@ def test_without_the_conf_key_messages_pass_through() -> None:
     assert _sent(out)[0]["tuple"] == ["a"]
 
 
+def _warmup(tuple_id: str, comp: str, generation: int) -> dict[str, Any]:
+    return {**_tuple(tuple_id, comp, [generation]), "stream": WARMUP_STREAM}
+
+
+def test_a_warmup_is_acked_relayed_once_per_generation_and_never_reaches_the_bolt() -> (
+    None
+):
+    wrapped, out = _serializer(
+        _warmup("w1", "lines", 2),
+        _warmup("w2", "count", 2),
+        _tuple("t1", "lines", ["a b", 2]),
+        _warmup("w3", "lines", 1),
+        _warmup("w4", "count", 3),
+        _tuple("t2", "lines", ["c", 3]),
+    )
+    assert wrapped.read_message()["tuple"] == ["a b"]
+    assert _sent(out) == [
+        {"command": "ack", "id": "w1"},
+        warmup_emit(2),
+        {"command": "ack", "id": "w2"},
+    ]
+    assert wrapped.read_message()["tuple"] == ["c"]
+    assert _sent(out)[3:] == [
+        {"command": "ack", "id": "w3"},
+        {"command": "ack", "id": "w4"},
+        warmup_emit(3),
+    ]
+    assert warmup_emit(3)["stream"] == WARMUP_STREAM
+    assert warmup_emit(3)["need_task_ids"] is False  # Storm writes no task ids back
+
+
+def test_the_context_lists_no_warmup_stream() -> None:
+    context = json.loads(json.dumps(CONTEXT))
+    handshake = {"conf": {GENERATION_FIELD_KEY: True}, "context": context}
+    inner = JSONSerializer(
+        io.BytesIO(_wire(handshake).encode()), io.BytesIO(), _Lock(), _Lock()
+    )
+    seen = GenerationFieldSerializer(inner).read_message()["context"]
+    assert seen["source->stream->fields"] == {
+        "lines": {"default": ["line"]},
+        "java": {"default": ["line"]},
+    }
+
+
+def test_without_the_conf_key_a_warmup_stream_tuple_passes_through() -> None:
+    wrapped, out = _serializer(_warmup("w1", "lines", 2), on=False)
+    assert wrapped.read_message()["stream"] == WARMUP_STREAM
+    assert _sent(out) == []
+
+
 def test_submit_declares_the_field_on_python_streams_but_not_the_barrier() -> None:
     topology = load_topology(WORDCOUNT)
     run = Path(sys.prefix) / "bin" / "streamparse_run"
@@ -260,9 +313,50 @@ def test_submit_declares_the_field_on_python_streams_but_not_the_barrier() -> No
     assert not carries_generation("__tick")
     # the same loaded topology submitted again without the field loses it
     python_components(topology, run=run, serializer="json", generation_field=False)
+    streams = lines.common.streams
     assert streams["default"].output_fields == ["line"]
     assert shell.execution_command == str(run)
     assert shell.script == "-s json wordcount.Lines"
+
+
+def _warmup_sources(cls: Any, bolt: str) -> dict[str, Any]:
+    inputs = cls.thrift_bolts[bolt].common.inputs
+    return {k.componentId: g for k, g in inputs.items() if k.streamId == WARMUP_STREAM}
+
+
+def test_submit_wires_the_warmup_from_every_python_component_to_every_python_bolt() -> (
+    None
+):
+    topology = load_topology(WORDCOUNT)
+    cls: Any = topology.topology_class
+    before = {spec.name: set(spec.inputs or {}) for spec in cls.specs}
+    run = Path(sys.prefix) / "bin" / "streamparse_run"
+    python_components(topology, run=run, serializer="json", generation_field=True)
+    for bolt in ("split", "count"):
+        sources = _warmup_sources(cls, bolt)
+        assert sorted(sources) == ["count", "lines", "split"]
+        assert all(g.all is not None for g in sources.values())
+    for name in ("lines", "split", "count"):
+        spout = cls.thrift_spouts.get(name)
+        common = (spout or cls.thrift_bolts[name]).common
+        assert common.streams[WARMUP_STREAM].output_fields == ["generation"]
+    # the user's subscriptions are untouched, and the topology's own model too
+    assert [k.streamId for k in cls.thrift_bolts["split"].common.inputs] == [
+        "default",
+        WARMUP_STREAM,
+        WARMUP_STREAM,
+        WARMUP_STREAM,
+    ]
+    assert all(
+        sub.stream != WARMUP_STREAM
+        for comp in topology.components.values()
+        for sub in comp.inputs
+    )
+    assert {spec.name: set(spec.inputs or {}) for spec in cls.specs} == before
+    # submitted again without the field: no warm-up is left
+    python_components(topology, run=run, serializer="json", generation_field=False)
+    assert _warmup_sources(cls, "split") == {}
+    assert WARMUP_STREAM not in cls.thrift_spouts["lines"].common.streams
 
 
 #: How Storm starts a Python component: ``sr3 run``'s ``python -c`` script, and
