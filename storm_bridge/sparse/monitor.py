@@ -221,10 +221,21 @@ class ControlMonitor:
             restored_gen = next(
                 (s.generation for s in later if s.phase is Phase.RUNNING), new_gen
             )
-            # every rollback until the first commit after the kill belongs to
-            # this recovery: on Storm the killed tasks come back only after
-            # rollbacks that restored no one (their trees timed out first)
-            first_commit = next((c.at for c in self._commits if c.at >= at), None)
+            # every rollback until the first commit after it belongs to this
+            # recovery: on Storm the killed tasks come back only after
+            # rollbacks that restored no one (their trees timed out first).
+            # A commit seen after the kill may be an epoch that ended before
+            # it (the monitor polls): the first commit of a newer generation
+            first_commit = next(
+                (
+                    c.at
+                    for c in self._commits
+                    if detected is not None
+                    and c.at >= detected
+                    and (c.generation is None or c.generation > gen)
+                ),
+                None,
+            )
             gens = sorted(
                 {
                     s.generation
