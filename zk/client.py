@@ -76,13 +76,15 @@ class SessionState(enum.Enum):
 StateListener = Callable[[SessionState], None]
 
 
-def _retry(*, max_tries: int, deadline: float | None) -> Any:
+def _retry(
+    *, max_tries: int, deadline: float | None, across_expiry: bool = False
+) -> Any:
     return KazooRetry(
         max_tries=max_tries,
         delay=_RETRY_DELAY_S,
         max_delay=_RETRY_MAX_DELAY_S,
         deadline=deadline,
-        ignore_expire=False,
+        ignore_expire=across_expiry,
     )
 
 
@@ -149,6 +151,7 @@ class ZkSession:
         *,
         retry: bool = True,
         timeout_s: float | None = None,
+        across_expiry: bool = False,
     ) -> Any:
         """Run a kazoo ``*_async`` operation and return its result.
 
@@ -161,6 +164,10 @@ class ZkSession:
             timeout_s: One attempt's bound (default ``connect_timeout_s``).
                 With ``retry=False`` and :data:`SHUTDOWN_CALL_TIMEOUT_S`, what
                 a process does on its way out.
+            across_expiry: With ``retry``, also retry on the session's expiry,
+                in the new session kazoo opens (same bound): for reads, and
+                writes that neither rely on this session's ephemeral znodes nor
+                on having seen every change since it started.
 
         Raises:
             KazooException: as raised by kazoo; wrap the call in
@@ -171,7 +178,14 @@ class ZkSession:
         def once() -> Any:
             return operation().get(timeout=bound)
 
-        return self.client.retry(once) if retry else once()
+        if not retry:
+            return once()
+        if across_expiry:
+            policy = _retry(
+                max_tries=-1, deadline=self.config.connect_timeout_s, across_expiry=True
+            )
+            return policy(once)
+        return self.client.retry(once)
 
     def children(self, path: str) -> list[str]:
         """Return the children of ``path`` ([] if it does not exist).

@@ -60,24 +60,25 @@ class ZkEpochStore:
         client = self._session.client
         with self._session.translate(f"read {path}", path):
             try:
-                data, _stat = self._session.call(partial(client.get_async, path))
+                data, _stat = self._session.call(
+                    partial(client.get_async, path), across_expiry=True
+                )
             except NoNodeError:
                 return None
         return unpack_meta(data)
 
-    def _put(self, path: str, value: Any) -> None:
+    def _put(self, path: str, value: Any, *, across_expiry: bool = False) -> None:
         body = pack_meta(value)
         client = self._session.client
+        call = partial(self._session.call, across_expiry=across_expiry)
         with self._session.translate(f"write {path}", path):
             try:
-                self._session.call(partial(client.set_async, path, body))
+                call(partial(client.set_async, path, body))
             except NoNodeError:
                 try:
-                    self._session.call(
-                        partial(client.create_async, path, body, makepath=True)
-                    )
+                    call(partial(client.create_async, path, body, makepath=True))
                 except NodeExistsError:
-                    self._session.call(partial(client.set_async, path, body))
+                    call(partial(client.set_async, path, body))
 
     # -- control ----------------------------------------------------------------------
 
@@ -227,10 +228,18 @@ class ZkEpochStore:
     def report(self, step: str, task: str, payload: Mapping[str, Any]) -> None:
         """Record ``task``'s report of ``step`` (idempotent).
 
+        A persistent znode, so written again in the new session if this one
+        expires meanwhile: a task's session expiring under load (2 s by
+        default) must not end the task, and on Storm its whole worker.
+
         Raises:
             CoordinationError: ZooKeeper failed.
         """
-        self._put(self._paths.native_report(self._topology, step, task), dict(payload))
+        self._put(
+            self._paths.native_report(self._topology, step, task),
+            dict(payload),
+            across_expiry=True,
+        )
 
     def reports(self, step: str) -> dict[str, Any]:
         """Return every report of ``step`` by task.

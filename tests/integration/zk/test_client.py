@@ -6,6 +6,7 @@ import socket
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kazoo.client import KazooClient
@@ -101,6 +102,30 @@ def test_call_bounds_and_returns(zk_session: ZkSession) -> None:
     zk_session.call(lambda: client.create_async("/a", b"v"), retry=False)
     assert zk_session.call(lambda: client.get_async("/a"))[0] == b"v"
     assert zk_session.get_many(["/a", "/gone"]).keys() == {"/a"}
+
+
+def test_a_call_across_expiry_is_made_again_in_the_new_session(
+    zk_session: ZkSession,
+) -> None:
+    client = zk_session.client
+    client.create("/report", b"v")
+    attempts: list[int] = []
+
+    def get_expiring_once() -> Any:
+        attempts.append(1)
+        if len(attempts) == 1:  # what kazoo answers when the session expired
+            result = client.handler.async_result()
+            result.set_exception(SessionExpiredError())
+            return result
+        return client.get_async("/report")
+
+    assert zk_session.call(get_expiring_once, across_expiry=True)[0] == b"v"
+    assert len(attempts) == 2
+    # by default an expiry ends the call: the caller may hold ephemeral znodes
+    attempts.clear()
+    with pytest.raises(SessionExpiredError):
+        zk_session.call(get_expiring_once)
+    assert len(attempts) == 1
 
 
 def test_digest_acl_locks_out_other_users(
