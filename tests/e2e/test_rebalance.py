@@ -50,6 +50,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield running
 
 
+def stop(run: subprocess.Popen[str]) -> None:
+    """Stop ``sr3 run`` as Ctrl-C would (it stops its cluster), else SIGKILL it."""
+    run.send_signal(signal.SIGINT)
+    try:
+        run.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        run.communicate()
+
+
 def allow(gates: Path, **budgets: int) -> None:
     """Let spouts emit up to ``budgets`` events (``rebalance_parts``' gates)."""
     for spout, budget in budgets.items():
@@ -228,6 +238,9 @@ def test_word_count_and_join_rebalanced_2_4_1_3_live_with_kills_stay_exact(
             "count": 3,
             "join": 3,
         }
+    except BaseException:
+        stop(run)  # the run must not outlive a failed test
+        raise
     finally:
         allow(gates, lines=LINES, orders=ORDERS, payments=ORDERS)
     out, err = run.communicate(timeout=400)
