@@ -208,22 +208,24 @@ def test_under_task_scope_only_the_killed_workers_owners_restore_on_storm(
     assert 0 < restarted < 3, starts
     # the kill's rollback restored only the killed worker's owners
     scopes = report["checkpoints"]["scopes"]
-    first = next(scopes[str(g)] for g in recovery["generations"] if str(g) in scopes)
+    first = next(
+        (scopes[str(g)] for g in recovery["generations"] if str(g) in scopes), None
+    )
+    assert first is not None, (recovery, report["checkpoints"], report["recoveries"])
     assert first["scope"] == "task", (first, recovery)
     assert len(first["restore"]) == restarted, (first, starts)
-    if recovery["scope"] == "global":
-        # Storm can lose the first tuples sent to the relaunched worker
-        # (STORM-1609, docs/storm.md): a kept owner then waits for replays
-        # that never come, and past sr3.checkpoint.timeout.s rolls back all
-        assert "still awaited the replay" in recovery["reason"], recovery
-    else:
-        assert len(recovery["restored_tasks"]) == restarted, recovery
-        for task in (t for t, n in starts.items() if n == 1):
-            # a kept task processed each of its words' tuples exactly once
-            # across the recovery: its work was not redone
-            rows = (processed / f"count-{task}.tsv").read_text().splitlines()
-            words = Counter(row.split("\t")[1] for row in rows)
-            assert words == {w: expected[w] for w in words}, task
+    # no replay was lost on its way to the relaunched worker (Storm drops the
+    # first sends over a connection to it, STORM-1609: the rollback's warm-up
+    # takes that loss), so no kept owner waited past sr3.checkpoint.timeout.s
+    # and fell back to a global rollback
+    assert recovery["scope"] == "task", recovery
+    assert len(recovery["restored_tasks"]) == restarted, recovery
+    for task in (t for t, n in starts.items() if n == 1):
+        # a kept task processed each of its words' tuples exactly once
+        # across the recovery: its work was not redone
+        rows = (processed / f"count-{task}.tsv").read_text().splitlines()
+        words = Counter(row.split("\t")[1] for row in rows)
+        assert words == {w: expected[w] for w in words}, task
     assert committed_counts(ring, "exact_count") == dict(expected)
 
 
