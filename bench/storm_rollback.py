@@ -4,7 +4,9 @@ Storm fails a tree lost with a dead worker only after
 ``topology.message.timeout.secs`` (30 s by default; between one and two
 timeouts). With the hidden generation field on (what ``sr3 run --engine
 apache-storm`` and ``sparse submit`` set in native mode) spouts report a
-rollback at once and owners drop those trees' tuples by generation; with it off
+rollback at once and owners drop those trees' tuples by generation, and the
+rollback's warm-up mends every connection between workers before the spouts
+resume (so the replay to the next commit loses nothing); with it off
 (``-o sr3.storm.generation.field=false``, the baseline) spouts drain every tree
 first, as every rollback did before 2026-11-29.
 
