@@ -112,6 +112,9 @@ class ZkCheckpointStore:
     def committed(self, topology: str) -> CommitRecord | None:
         """Return the topology's last committed epoch, or None before the first.
 
+        A read: made again in the new session if this one expires meanwhile (a
+        spout seeking to the commit must not die of it).
+
         Raises:
             CoordinationError: ZooKeeper failed.
             CodecError: the record is malformed.
@@ -120,7 +123,9 @@ class ZkCheckpointStore:
         client = self._session.client
         with self._session.translate(f"read commit of {topology!r}", path):
             try:
-                data, _stat = self._session.call(partial(client.get_async, path))
+                data, _stat = self._session.call(
+                    partial(client.get_async, path), across_expiry=True
+                )
             except NoNodeError:
                 return None
         return CommitRecord.from_dict(unpack_meta(data))

@@ -104,6 +104,16 @@ def _expire(session: ZkSession) -> int:
 
 
 @pytest.fixture
+def expire_server_side() -> Callable[[ZkSession], int]:
+    """Return ``expire(session)``: kill it server-side and return at once.
+
+    The client learns of it on its next request (which kazoo then fails with
+    ``SessionExpiredError``), or at its next ping. Returns the old session id.
+    """
+    return _expire
+
+
+@pytest.fixture
 def expire_session(wait_until: WaitUntil) -> Callable[[ZkSession], int]:
     """Return ``expire_session(session)``: kill it server-side, wait for a new one.
 
