@@ -19,6 +19,7 @@ from storm_bridge.messages import GENERATION_FIELD_KEY, HIDDEN_GENERATION_FIELD
 from storm_bridge.sparse.hook import fence_generations, fence_sparse_submit
 from storm_bridge.sparse.submit import SubmitError
 from tests.conftest import load_module
+from topology_api.barriers import WARMUP_STREAM
 
 G = HIDDEN_GENERATION_FIELD
 LAUNCHER = "/venvs/wc/bin/sr3_component_run"
@@ -90,6 +91,18 @@ def test_python_components_run_the_launcher_with_streamparse_run_arguments(
     # a Java bolt's streams stay as declared
     echo = cls.thrift_bolts["echo"]
     assert echo.common.streams["default"].output_fields == ["word"]
+    # the rollback's warm-up: from both Python components to the Python bolt
+    # only (the Java bolt neither declares nor receives it)
+    assert words.common.streams[WARMUP_STREAM].output_fields == ["generation"]
+    assert upper.common.streams[WARMUP_STREAM].output_fields == ["generation"]
+    assert WARMUP_STREAM not in echo.common.streams
+    warm = sorted(
+        (k.componentId, g.all is not None)
+        for k, g in upper.common.inputs.items()
+        if k.streamId == WARMUP_STREAM
+    )
+    assert warm == [("upper", True), ("words", True)]
+    assert all(k.streamId != WARMUP_STREAM for k in echo.common.inputs)
 
 
 def test_without_native_mode_nothing_changes(tmp_path: Path) -> None:
