@@ -16,7 +16,8 @@ sets :data:`~storm_bridge.messages.GENERATION_FIELD_KEY`. The command is the
 console script :data:`~storm_bridge.generation_field.LAUNCHER` of the same
 virtualenv: its name has no ``streamparse_run`` (streamparse leaves it be) and
 it takes ``streamparse_run``'s arguments, ``-s SERIALIZER`` included (a
-``python -c`` script would not survive that prefix).
+``python -c`` script would not survive that prefix). Those components also get
+the rollback's warm-up stream (:func:`~storm_bridge.sparse.submit.declare_warmup`).
 
 ``-o sr3.storm.generation.field=false`` turns it off (stragglers are then
 fenced by the rollback quiet time alone); without native mode nothing changes.

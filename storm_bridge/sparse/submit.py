@@ -100,7 +100,8 @@ def python_components(
     (native checkpoint mode), each also declares
     :data:`~storm_bridge.messages.HIDDEN_GENERATION_FIELD` last on every stream
     that carries it and runs through :mod:`storm_bridge.generation_field`,
-    with the virtualenv's ``python``; the topology conf must then set
+    with the virtualenv's ``python``, and they are wired for the rollback's
+    warm-up (:func:`declare_warmup`); the topology conf must then set
     :data:`~storm_bridge.messages.GENERATION_FIELD_KEY`.
     """
     changed = []
