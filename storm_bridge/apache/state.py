@@ -145,6 +145,10 @@ def cluster_conf(
         "supervisor.worker.start.timeout.secs": 60,
         "supervisor.worker.timeout.secs": 15,
         "supervisor.monitor.frequency.secs": 1,
+        # the supervisor waits this long between asking a worker to stop and
+        # killing it, even when the worker is already dead (a SIGKILL, a
+        # crash): 3 s of every worker recovery by default
+        "supervisor.worker.shutdown.sleep.secs": 1,
         "supervisor.heartbeat.frequency.secs": 2,
         "worker.heartbeat.frequency.secs": 1,
         # executors report their counts to Nimbus every 60 s by default: run
