@@ -7,9 +7,12 @@ parallelism 1, 2 and 4 on both engines, native checkpoints every second on both
 (the protocol real Storm runs), until idle. Prints bolt tuples/s per engine and
 their ratio, then the timeline of one worker-JVM SIGKILL on Storm: Storm's part
 (kill to the restarted tasks bumping the generation) and ours (restore, replay).
+``--only-jit`` compares the workers' JVM flags instead: the lab's quick JIT and
+serial collector against the JVM's defaults (tuples/s and the workers' CPU).
 
     .venv/bin/python bench/storm_apache.py --lines 20000
     .venv/bin/python bench/storm_apache.py --only-field --lines 50000
+    .venv/bin/python bench/storm_apache.py --only-jit --lines 50000
 """
 
 from __future__ import annotations
@@ -17,9 +20,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.lab_session import bench_lab  # noqa: E402
 from sr3.config import Sr3Config  # noqa: E402
+from sr3.jvm import LAB_JVM_FLAGS  # noqa: E402
 from sr3_cli.lab import Lab  # noqa: E402
 from sr3_cli.output import table  # noqa: E402
 from storm_bridge.apache import ApacheStormCluster  # noqa: E402
@@ -112,6 +118,85 @@ def overhead(
     return rows
 
 
+#: ``topology.worker.childopts`` that undoes the lab's flags (appended to
+#: ``worker.childopts``): the full tiered JIT and the JVM's default collector.
+JVM_DEFAULTS = "-XX:TieredStopAtLevel=4 -XX:-UseSerialGC -XX:+UseG1GC"
+_WORKER_MAIN = b"org.apache.storm.daemon.worker.Worker"
+
+
+class WorkerCpu:
+    """CPU seconds of every Storm worker JVM alive while it runs (sampled 4/s)."""
+
+    def __init__(self) -> None:
+        self.ticks: dict[int, int] = {}
+        self.flags: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> WorkerCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.ticks.values()) / os.sysconf("SC_CLK_TCK")
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.25):
+            for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().split(b"\0")
+                    if _WORKER_MAIN not in argv:
+                        continue
+                    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    self.ticks[pid] = int(fields[11]) + int(fields[12])
+                    self.flags.update(a.decode() for a in argv if a.startswith(b"-XX:"))
+
+
+def jit_cost(
+    ring: RingAccess, cluster: ApacheStormCluster, tmp: Path, args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """Word count (P=2, until idle) with the JVM's defaults and the lab's flags.
+
+    Alternating, ``--field-rounds`` times each; the workers' CPU is what the
+    lab's flags save (a Python topology's throughput is its tasks').
+    """
+    rows = []
+    for quick in [False, True] * args.field_rounds:
+        conf: dict[str, Any] = {
+            "wordcount.lines": args.lines,
+            "sr3.checkpoint.interval.s": 1.0,
+        }
+        if not quick:
+            conf["topology.worker.childopts"] = JVM_DEFAULTS
+        with WorkerCpu() as cpu:
+            report = run_on_storm(
+                topology_at(2, tmp),
+                ring=ring,
+                nimbus=cluster.nimbus,
+                options=StormRunOptions(until_idle=True, conf=conf),
+                secret_in_conf=False,
+            )
+        rows.append(
+            {
+                "worker_jvm": "lab flags" if quick else "JVM defaults",
+                "tuples_per_s": report["throughput"]["tuples_per_s"],
+                "seconds": report["seconds"],
+                "worker_cpu_s": round(cpu.seconds, 1),
+                "workers": len(cpu.ticks),
+                "flags": sorted(cpu.flags),
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
 def field_cost(
     ring: RingAccess, cluster: ApacheStormCluster, tmp: Path, args: argparse.Namespace
 ) -> list[dict[str, Any]]:
@@ -158,6 +243,9 @@ def measure(lab: Lab, args: argparse.Namespace) -> dict[str, Any]:
         try:
             if args.only_field:
                 results["field"] = field_cost(ring, cluster, Path(tmp), args)
+                return results
+            if args.only_jit:
+                results["jit"] = jit_cost(ring, cluster, Path(tmp), args)
                 return results
             for par in [] if args.only_overhead else args.par:
                 path = topology_at(par, Path(tmp))
@@ -220,6 +308,12 @@ def main() -> None:
         action="store_true",
         help="only word count (P=2) with and without the hidden generation field",
     )
+    parser.add_argument(
+        "--only-jit",
+        action="store_true",
+        help="only word count (P=2) with the lab's worker JVM flags "
+        f"({' '.join(LAB_JVM_FLAGS)}) and with the JVM's defaults",
+    )
     parser.add_argument("--field-rounds", type=int, default=2)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -252,6 +346,14 @@ def main() -> None:
             f"{row['tuples_per_s']} tuples/s ({row['bolt_tuples']} bolt tuples, "
             f"{row['seconds']} s)"
         )
+    jit = results.get("jit") or []
+    for label in ("JVM defaults", "lab flags"):
+        mine = [r for r in jit if r["worker_jvm"] == label]
+        if mine:
+            tps = sum(r["tuples_per_s"] for r in mine) / len(mine)
+            cpu = sum(r["worker_cpu_s"] for r in mine) / len(mine)
+            print(f"workers with {label}: {tps:.0f} tuples/s, {cpu:.1f} worker CPU-s "
+                  f"per run (mean of {len(mine)})")  # fmt: skip
     for rec in results["worker_kill"] or []:
         t = rec["timeline"]
         print(

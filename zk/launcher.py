@@ -18,12 +18,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Final
+from typing import IO
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
 from sr3.errors import CoordinationError, ZooKeeperMissingError
+from sr3.jvm import LAB_JVM_FLAGS
 from sr3.net import bindable, free_port
 
 __all__ = ["DEFAULT_JAR", "EmbeddedZooKeeper", "port_taken"]
@@ -31,10 +32,6 @@ __all__ = ["DEFAULT_JAR", "EmbeddedZooKeeper", "port_taken"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_JAR = Path("/usr/share/java/zookeeper.jar")
-#: A lab's ZooKeeper serves a few clients: the client JIT alone and the serial
-#: collector start it with about a third less CPU (1.05 -> 0.7 s measured), and
-#: the test suite starts a few hundred of them.
-_JVM_FLAGS: Final = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 # Optional: without an slf4j binding ZooKeeper logs nothing useful.
 _LOG_JARS = (
     Path("/usr/share/java/slf4j-log4j12.jar"),
@@ -192,7 +189,7 @@ class EmbeddedZooKeeper:
             *self.command_prefix,
             java,
             "-Xmx256m",
-            *_JVM_FLAGS,
+            *LAB_JVM_FLAGS,
             *props,
             "-cp",
             cp,

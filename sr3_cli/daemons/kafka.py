@@ -34,6 +34,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Final
 
+from sr3.jvm import LAB_JVM_FLAGS
 from sr3.net import free_port
 from sr3_cli.daemons.kafka_config import BrokerInfo, new_cluster_id, server_properties
 from sr3_cli.daemons.kafka_home import (
@@ -274,9 +275,7 @@ class KafkaBroker:
             java,
             f"-Xmx{self.heap}",
             "-Xms64m",
-            # a lab broker on shared cores: quick start, little CPU, small heap
-            "-XX:+UseSerialGC",
-            "-XX:TieredStopAtLevel=1",
+            *LAB_JVM_FLAGS,  # a lab broker on shared cores: little CPU, small heap
             "-Djava.awt.headless=true",
             f"-Dkafka.logs.dir={self.root / 'logs'}",
             f"-Dlog4j2.configurationFile={self.home.root / 'config' / 'log4j2.xml'}",

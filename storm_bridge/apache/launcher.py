@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from sr3.jvm import LAB_JVM_FLAGS
 from storm_bridge.apache.home import StormHome, java_binary
 
 __all__ = [
@@ -100,10 +101,7 @@ def daemon_command(  # noqa: PLR0913 (keyword-only options)
         f"-Dlogfile.name={name or daemon}.log",
         f"-Dlog4j.configurationFile={home.cluster_log_config}",
         "-Djava.net.preferIPv4Stack=true",
-        # daemons need little: the quick JIT and one GC thread spare the CPU
-        # that workers and the rest of a busy 2-core machine want
-        "-XX:TieredStopAtLevel=1",
-        "-XX:+UseSerialGC",
+        *LAB_JVM_FLAGS,
         *jvm_args,
         "-cp",
         home.daemon_classpath(conf_file.parent),

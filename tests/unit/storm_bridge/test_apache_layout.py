@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from sr3.jvm import LAB_JVM_FLAGS
 from storm_bridge.apache.layout import place
 from storm_bridge.apache.state import (
     DaemonHost,
@@ -66,3 +67,20 @@ def test_an_unplaced_cluster_stays_on_loopback(tmp_path: Path) -> None:
     ]
     old["nimbus_pid"] = None
     assert StormClusterInfo.from_json(old) == info  # a cluster.json from before
+
+
+def test_workers_start_with_the_labs_jvm_flags_unless_the_conf_replaces_them(
+    tmp_path: Path,
+) -> None:
+    info = place(_info(tmp_path), {})
+    conf = cluster_conf(info, root=tmp_path, log_dir=tmp_path, worker_heap_mb=384,
+                        extra={})  # fmt: skip
+    opts = str(conf["worker.childopts"]).split()
+    assert "-Xmx384m" in opts
+    assert all(flag in opts for flag in LAB_JVM_FLAGS)
+    assert all(flag in str(conf["topology.worker.logwriter.childopts"]).split()
+               for flag in LAB_JVM_FLAGS)  # fmt: skip
+    mine = "-Xmx1g -XX:+UseG1GC"
+    conf = cluster_conf(info, root=tmp_path, log_dir=tmp_path, worker_heap_mb=384,
+                        extra={"worker.childopts": mine})  # fmt: skip
+    assert conf["worker.childopts"] == mine
