@@ -5,8 +5,9 @@ workers, Kafka brokers, ring nodes and the Python tasks the workers feed. The
 client JIT alone (C1) and the serial collector start each of those JVMs with
 about a third less CPU and keep it lower while it runs, because no C2 compiler
 or parallel GC threads compete with the processes that do the work. None of
-them is the bottleneck of a Python topology: word count on real Storm ran at
-the same tuples/s with and without them (bench/storm_apache.py --only-jit).
+them is the bottleneck of a Python topology: word count on real Storm ran
+faster with them than without (9,503 against 8,354 tuples/s, 37 against 43
+worker CPU-s per run; bench/storm_apache.py --only-jit).
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def cluster_conf(
         "executor.metrics.frequency.secs": 1,
         "worker.heap.memory.mb": worker_heap_mb,
         # a worker of a Python topology relays tuples between its tasks: the
-        # lab's quick JIT cost it no throughput and a third of its CPU
+        # lab's JVM flags (sr3/jvm.py) cost it no throughput and save CPU
         "worker.childopts": " ".join(
             (f"-Xmx{worker_heap_mb}m", "-Djava.net.preferIPv4Stack=true")
             + LAB_JVM_FLAGS
