@@ -10,11 +10,11 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 # nodes, CLI runs) and each would recompile the project's modules, about 0.25 s of CPU
 # per stateful task (measured: 0.96 s -> 0.60 s per task start in test_exactly_once)
 export PYTHONDONTWRITEBYTECODE :=
-# pytest workers for `make test`: 1 runs serially (CI); 2 use xdist, the Storm/netns
-# tests grouped on one worker and the Spark tests on one (tests/conftest.py). Measured
-# four times, never reliably faster on two cores: the JVM groups then run at once
-# (3.55x per test in the last try) and timing-bound tests fail (CONTRIBUTING)
-TEST_WORKERS ?= 1
+# pytest workers for `make test` (CI too): 2 use xdist, every test of a shared JVM
+# service (Storm, Spark, the netns lab) in one group on one worker (tests/conftest.py),
+# the rest on whichever is free: 28 min 24 s against 41 min serially (CONTRIBUTING);
+# TEST_WORKERS=1 runs serially
+TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,)
 
 .DEFAULT_GOAL := help
