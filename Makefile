@@ -12,7 +12,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYTHONDONTWRITEBYTECODE :=
 # pytest workers for `make test` (CI too): 2 use xdist, every test of a shared JVM
 # service (Storm, Spark, the netns lab) in one group on one worker (tests/conftest.py),
-# the rest on whichever is free: 28 min 24 s against 41 min serially (CONTRIBUTING);
+# the rest on whichever is free: 27 min 40 s against 41 min serially (CONTRIBUTING);
 # TEST_WORKERS=1 runs serially
 TEST_WORKERS ?= 2
 XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,)
