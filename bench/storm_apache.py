@@ -32,15 +32,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.lab_session import bench_lab  # noqa: E402
-from sr3.config import Sr3Config  # noqa: E402
-from sr3.jvm import LAB_JVM_FLAGS  # noqa: E402
-from sr3_cli.lab import Lab  # noqa: E402
-from sr3_cli.output import table  # noqa: E402
-from storm_bridge.apache import ApacheStormCluster  # noqa: E402
-from storm_bridge.runner import RunOptions, run_topology  # noqa: E402
-from storm_bridge.sparse.run import Kill, StormRunOptions, run_on_storm  # noqa: E402
-from storm_bridge.wiring import RingAccess  # noqa: E402
+from bench.lab_session import bench_lab  # noqa: E402 (after sys.path)
+from sr3.config import Sr3Config  # noqa: E402 (after sys.path)
+from sr3.jvm import LAB_JVM_FLAGS  # noqa: E402 (after sys.path)
+from sr3_cli.lab import Lab  # noqa: E402 (after sys.path)
+from sr3_cli.output import table  # noqa: E402 (after sys.path)
+from storm_bridge.apache import ApacheStormCluster  # noqa: E402 (after sys.path)
+from storm_bridge.runner import RunOptions, run_topology  # noqa: E402 (after sys.path)
+from storm_bridge.sparse.run import Kill, StormRunOptions, run_on_storm  # noqa: E402 (after sys.path)
+from storm_bridge.wiring import RingAccess  # noqa: E402 (after sys.path)
 
 WORDCOUNT = ROOT / "topologies" / "wordcount.py"
 
