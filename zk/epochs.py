@@ -152,6 +152,11 @@ class ZkEpochStore:
         not one each: once the counter is past ``seen``, a rollback is already
         asked for and its value is returned unchanged.
 
+        Every call is made again in a new session if this one expires
+        meanwhile: the counter is persistent and the bump a compare-and-set,
+        and a spout on Storm that asks for a rollback under load (2 s
+        sessions by default) must not die of it, with its whole worker.
+
         Args:
             seen: The generation the caller's failure belongs to (None: bump
                 whatever the counter holds).
@@ -164,13 +169,14 @@ class ZkEpochStore:
         """
         path = self._paths.native_generation(self._topology)
         client = self._session.client
+        call = partial(self._session.call, across_expiry=True)
         with self._session.translate("bump native generation", path):
             for _ in range(_CAS_ATTEMPTS):
                 try:
-                    data, stat = self._session.call(partial(client.get_async, path))
+                    data, stat = call(partial(client.get_async, path))
                 except NoNodeError:
                     try:
-                        self._session.call(
+                        call(
                             partial(
                                 client.create_async, path, pack_meta(1), makepath=True
                             )
@@ -183,7 +189,7 @@ class ZkEpochStore:
                     return current
                 value = current + 1
                 try:
-                    self._session.call(
+                    call(
                         partial(client.set_async, path, pack_meta(value), stat.version)
                     )
                 except BadVersionError:

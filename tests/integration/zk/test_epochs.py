@@ -18,3 +18,17 @@ def test_a_report_made_as_the_session_expires_is_written_in_the_new_one(
     assert zk_session.session_id != old
     assert store.reports("pause-4-1") == {"lines/0": {"offset": 20}}
     assert store.reports("pause-3-1") == {"lines/0": {"offset": 10}}
+
+
+def test_a_rollback_asked_as_the_session_expires_is_asked_in_the_new_one(
+    zk_session: ZkSession, expire_server_side: Callable[[ZkSession], int]
+) -> None:
+    store = ZkEpochStore(zk_session, "wc")
+    assert store.request_rollback(0) == 1
+    old = expire_server_side(zk_session)
+    # a failed tree of generation 1: one rollback more, in the new session
+    assert store.request_rollback(1) == 2  # noqa: PLR2004 - the next generation
+    assert zk_session.session_id != old
+    # another failure of generation 1 finds its rollback already asked for
+    assert store.request_rollback(1) == 2  # noqa: PLR2004 - unchanged
+    assert store.generation() == 2  # noqa: PLR2004 - one bump per generation
