@@ -259,9 +259,9 @@ class BoltRuntime(NativeControl):
         """Install or drop key groups as the cluster's hand-over says; report it.
 
         ``install``: read ``key_groups`` from task ``source``'s snapshot at
-        ``epoch`` (the switch epoch, committed); ``drop``: forget them. Either
-        way the next snapshot writes them whole. A failure raises: the task
-        dies and the cluster rolls back.
+        ``epoch`` (the switch epoch: durable at the sender, perhaps not yet
+        committed); ``drop``: forget them. Either way the next snapshot writes
+        them whole. A failure raises: the task dies and the cluster rolls back.
         """
         key_groups = [int(kg) for kg in info.get("key_groups", ())]
         if action == "postpone":  # a sender: receivers read its chain next
@@ -278,7 +278,10 @@ class BoltRuntime(NativeControl):
             )
             return
         started = time.perf_counter()
-        self._settle()  # the write of the switch epoch is done: it committed
+        # no settle: this task's write of the switch epoch may still run (a
+        # receiver is only known to have captured it). That write holds the
+        # blobs its capture encoded; what the install marks whole goes into
+        # the next capture, which settles first.
         prefetched, self.prefetched = self.prefetched, None
         if prefetched is not None:
             prefetched.exception()  # its failure only means a full read now

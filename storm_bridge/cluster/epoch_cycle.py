@@ -88,6 +88,11 @@ class EpochCycle:
         self.key_group_tables: Callable[[], dict[str, Any]] | None = None
         #: Whether something besides barriers holds tuples (a rebalance).
         self.also_busy: Callable[[], bool] | None = None
+        #: Called with (task, epoch) as a stateful task captured its state for
+        #: the open epoch (its barrier went on), and as its snapshot of it is
+        #: durable (before the commit that report may complete).
+        self.on_captured: Callable[[TaskRuntime, int], None] | None = None
+        self.on_written: Callable[[TaskRuntime, int], None] | None = None
         self._component_tasks = component_tasks
         self._deliver = deliver
         self._next_epoch = settings.first_epoch
@@ -274,6 +279,8 @@ class EpochCycle:
         if current is None or epoch != current.epoch:
             return
         self._barriers.forward_captured(rt, epoch)
+        if self.on_captured is not None:
+            self.on_captured(rt, epoch)
 
     def snapshot_written(self, rt: TaskRuntime, params: Any) -> None:
         """A stateful task's snapshot of the open epoch is durable: its report."""
@@ -284,6 +291,8 @@ class EpochCycle:
         if rt.task_id not in current.stateful:
             return
         current.snapshot_reported(rt.task_id, self._owners[rt.task_id], report)
+        if self.on_written is not None:
+            self.on_written(rt, current.epoch)
         self._maybe_commit()
 
     def _maybe_commit(self) -> None:

@@ -8,7 +8,8 @@ a rebalance moves key groups, not tasks (Megaphone, VLDB 2019). A
 
     ARMED --a commit, new tasks needed--> SWITCHING --they restored--> ARMED
     ARMED --barrier of epoch e sent to a sender of the next batch--> HOLDING
-    HOLDING --e commits: the batch switches--> ARMED (next batch)
+    HOLDING --the batch's senders wrote e, its receivers captured it: the
+              batch switches (at the latest when e commits)--> ARMED (next batch)
     ARMED --a commit whose table is the target: retired tasks stop--> DONE
     HOLDING --rollback or e abandoned--> ARMED
 
@@ -19,11 +20,22 @@ a rebalance moves key groups, not tasks (Megaphone, VLDB 2019). A
 * HOLDING: once the barrier of epoch ``e`` went to a sender of the batch, the
   tuples sent to it whose key group is in the batch are held; every other key
   group and task keeps flowing.
-* When ``e`` commits the table switches; each receiver gets an ``install``
-  command on its task channel (read the batch's key groups from the sender's
-  snapshot at ``e``), each sender a ``drop``; the held tuples then go to the
-  receivers, behind the command. No task restarts. A key group's pause is from
-  its sender's barrier to its receiver's install report.
+* The table switches once every sender of the batch reported its snapshot of
+  ``e`` durable and every receiver captured its own (it is past ``e``'s
+  barrier), without waiting for the other tasks' snapshots and the commit:
+  each receiver gets an ``install`` command on its task channel (read the
+  batch's key groups from the sender's snapshot at ``e``), each sender a
+  ``drop``; the held tuples then go to the receivers, behind the command. No
+  task restarts. A key group's pause is from its sender's barrier to its
+  receiver's install report.
+* Until ``e`` commits, the switch is *unsettled*: ``e``'s commit record
+  carries the tables from before it (the snapshots at ``e`` hold the batch at
+  its senders), a rollback before that commit restores them, and an abandoned
+  ``e`` settles it (the next snapshots hold the batch whole at its receivers).
+* The next batch holds from the epoch after the next one: the receivers'
+  snapshots of the epoch after a switch write its batch whole (tens of MB
+  at 1 GB of state), and a batch held then would wait for them and its
+  install compete with them.
 * The rebalance is done at the first commit whose record carries the target
   table; tasks that own nothing then retire. A rollback restores the table of
   the epoch it restores (commit records carry it) and the moves still needed
@@ -33,9 +45,10 @@ a rebalance moves key groups, not tasks (Megaphone, VLDB 2019). A
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from sr3.keygroups import encode_table
 from storm_bridge.cluster.barriers import BARRIER_SOURCE
 from storm_bridge.cluster.keygroup_routing import TABLE_CONF_KEY, table_conf
 from storm_bridge.cluster.rebalance_state import Phase, Rebalance
@@ -100,6 +113,11 @@ class KeyGroupHandOver:
         #: the last epoch committed (a pre-fetch reads it)
         self._last_epoch: int | None = None
         self._prefetched: set[tuple[str, int]] = set()
+        #: the tables before a switch whose epoch has not committed yet
+        self._unsettled: dict[str, list[int]] | None = None
+        #: task id -> the last epoch it captured / wrote a snapshot of
+        self._captured: dict[int, int] = {}
+        self._written: dict[int, int] = {}
         self._start = {c: list(self._tables[c]) for c in self._targets}
         self._kept_base = self._kept()
         self._others_base = self._others()
@@ -140,6 +158,15 @@ class KeyGroupHandOver:
             for t, rt in self._engine.tasks.items()
             if not rt.is_spout and rt.component.name not in self._targets
         }
+
+    def recorded_tables(self, now: Mapping[str, Any]) -> dict[str, Any]:
+        """The encoded tables the open epoch's commit records, given those ``now``.
+
+        Before an unsettled switch for the moving components: the snapshots of
+        that epoch hold the batch at its senders.
+        """
+        moving = (self._unsettled or {}).items()
+        return {**now, **{name: encode_table(t) for name, t in moving}}
 
     def holds(self, task_id: int) -> bool:
         """Whether tuples to ``task_id`` are held (some of its key groups move)."""
@@ -192,11 +219,44 @@ class KeyGroupHandOver:
         self.rebalance.held += 1
         return True
 
+    def captured(self, rt: TaskRuntime, epoch: int) -> None:
+        """A stateful task captured its state for ``epoch``: switch if the batch may."""
+        self._captured[rt.task_id] = epoch
+        self._switch_early(epoch)
+
+    def written(self, rt: TaskRuntime, epoch: int) -> None:
+        """A task's snapshot of ``epoch`` is durable: switch if the batch may."""
+        self._written[rt.task_id] = epoch
+        self._captured[rt.task_id] = epoch
+        self._switch_early(epoch)
+
+    def _switch_early(self, epoch: int) -> None:
+        """Switch the held batch before its epoch commits, once that is safe.
+
+        Every sender's snapshot of ``epoch`` is durable (the receivers read the
+        batch from it) and every receiver captured its own (the held tuples,
+        of the next epoch, reach it past the barrier). The commit of
+        ``epoch`` then records the tables from before the switch.
+        """
+        rebalance = self.rebalance
+        if rebalance.phase is not Phase.HOLDING or rebalance.epoch != epoch:
+            return
+        for name, move in self._batch:
+            tasks = self._tasks(name)
+            if self._written.get(tasks[move.sender]) != epoch:
+                return
+            if self._captured.get(tasks[move.receiver]) != epoch:
+                return
+        self._unsettled = {c: list(self._tables[c]) for c in self._targets}
+        self._switch(epoch)
+        self._prefetch_next()
+
     def committed_epoch(self, epoch: int) -> None:
-        """Epoch ``epoch`` committed (with the tables as they are now)."""
+        """Epoch ``epoch`` committed (the tables :meth:`recorded_tables` gave)."""
         rebalance = self.rebalance
         self._last_epoch = epoch
-        self.committed = {c: list(self._tables[c]) for c in self._targets}
+        settled, self._unsettled = self._unsettled, None
+        self.committed = settled or {c: list(self._tables[c]) for c in self._targets}
         if rebalance.phase is Phase.HOLDING and rebalance.epoch == epoch:
             self._switch(epoch)
             self._prefetch_next()
@@ -224,7 +284,7 @@ class KeyGroupHandOver:
         self._prefetch_next()
 
     def _switch(self, epoch: int) -> None:
-        """The batch's epoch committed: switch its key groups to their receivers."""
+        """Switch the batch's key groups to their receivers, past ``epoch``."""
         rebalance = self.rebalance
         engine = self._engine
         by_pair: dict[tuple[str, int, int], list[int]] = {}
@@ -257,9 +317,10 @@ class KeyGroupHandOver:
                 engine.flow.deliver(new, source, source_task, stream, values, anchors)
         rebalance.switched_at = self._clock()
         rebalance.move(Phase.ARMED)
-        rebalance.first_epoch = (
-            engine.coordinator.next_epoch if engine.coordinator else 0
-        )
+        # the next batch holds one epoch later: the receivers' next snapshots
+        # write this batch whole, and a switch waits for its receivers' capture
+        nxt = engine.coordinator.next_epoch if engine.coordinator else 0
+        rebalance.first_epoch = nxt + 1
         logger.info(
             "rebalance %s: batch %s switched at epoch %s (%s key groups left)",
             rebalance.rebalance_id,
@@ -341,6 +402,7 @@ class KeyGroupHandOver:
         self._holding.clear()
         self._installs.clear()
         self._prefetched.clear()  # the restarted receivers kept nothing
+        self._unsettled = None  # self.committed holds the tables before it
         for name, table in self.committed.items():
             self._tables[name][:] = table
             self._publish(name)
@@ -356,8 +418,13 @@ class KeyGroupHandOver:
             )
 
     def dropped(self, epoch: int) -> None:
-        """Epoch ``epoch`` was abandoned: the senders take what was held."""
+        """Epoch ``epoch`` was abandoned: the senders take what was held.
+
+        A batch switched at ``epoch`` stays switched: the next snapshots hold
+        it whole at its receivers, so the next commit records the tables now.
+        """
         rebalance = self.rebalance
+        self._unsettled = None
         if rebalance.phase is not Phase.HOLDING or rebalance.epoch != epoch:
             return
         self._holding.clear()

@@ -123,6 +123,16 @@ class Rebalancer:
         c.on_restored = self._restored
         c.on_dropped = self._dropped
         c.on_key_groups = self._key_groups_done
+        c.on_captured = self._captured
+        c.on_written = self._written
+        tables = c.key_group_tables
+        if tables is not None:
+
+            def recorded() -> dict[str, Any]:
+                kg = self._handing_over()
+                return tables() if kg is None else kg.recorded_tables(tables())
+
+            c.key_group_tables = recorded
         c.also_busy = lambda: bool(self._held) or self.in_progress()
         c.rebalance_in_progress = self.in_progress
         if self._engine.local is not None:
@@ -248,6 +258,22 @@ class Rebalancer:
         if self._kg is not None:  # install reports may come after DONE
             self._kg.key_groups_done(rt, params)
             self._changed()
+
+    def _captured(self, rt: TaskRuntime, epoch: int) -> None:
+        kg = self._handing_over()
+        if kg is not None:
+            phase = kg.rebalance.phase
+            kg.captured(rt, epoch)
+            if kg.rebalance.phase is not phase:
+                self._changed()
+
+    def _written(self, rt: TaskRuntime, epoch: int) -> None:
+        kg = self._handing_over()
+        if kg is not None:
+            phase = kg.rebalance.phase
+            kg.written(rt, epoch)
+            if kg.rebalance.phase is not phase:
+                self._changed()
 
     def _barrier_sent(self, rt: TaskRuntime, epoch: int) -> None:
         kg = self._handing_over()

@@ -60,9 +60,12 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
 
 def start_run(
-    lab: Lab, out_dir: Path, gates: Path, *extra: str
+    lab: Lab, out_dir: Path, gates: Path, *extra: str, **settings: Any
 ) -> subprocess.Popen[str]:
-    """``sr3 run --until-idle --json`` under key-groups routing, in the background."""
+    """``sr3 run --until-idle --json`` under key-groups routing, in the background.
+
+    ``settings``: ``-o`` values over the module's (``_`` for ``.`` in a key).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     gates.mkdir(parents=True, exist_ok=True)
     options = {
@@ -77,6 +80,7 @@ def start_run(
         "sr3.checkpoint.timeout.s": 5,
         "sr3.rebalance.routing": "key-groups",
         "sr3.rebalance.batch.key.groups": BATCH,
+        **{key.replace("_", "."): value for key, value in settings.items()},
     }
     argv = [sys.executable, "-m", "sr3_cli", "run", str(TOPOLOGY), "--until-idle"]
     argv += ["--timeout", "400", "--json", *extra]
@@ -265,3 +269,61 @@ def assert_exact(lab: Lab, out_dir: Path | None) -> None:
             key, amount, paid = (int(v) for v in line.split("\t"))
             joined[key] = (amount, paid)
     assert joined == {i: (AMOUNTS[i], PAID[i]) for i in range(ORDERS)}
+
+
+def test_a_batch_switched_before_its_epoch_commits_goes_back_with_a_rollback(
+    lab: Lab, tmp_path: Path, wait_until: WaitUntil
+) -> None:
+    """A batch switches once its own tasks are past the epoch, before the commit.
+
+    Its epoch's commit records the table from before the switch (that epoch's
+    snapshots hold the batch at its senders). Epochs here are 2 s apart, so
+    the join task stopped as soon as a batch is seen switched most likely
+    let that batch's epoch commit, and no later one can. count's next batch
+    still switches (its senders' snapshots are durable, its receivers past
+    the barrier); a receiver killed then rolls back to the last commit, the
+    switch epoch or the one before: state and outputs stay exact.
+    """
+    out_dir, gates = tmp_path / "out", tmp_path / "gates"
+    run = start_run(
+        lab,
+        out_dir,
+        gates,
+        sr3_checkpoint_interval_s=2,
+        sr3_rebalance_batch_key_groups=32,
+    )
+    try:
+        allow(gates, lines=400, orders=300, payments=300)
+        before = wait_until(lambda: running(lab), timeout_s=120, what="the tasks")
+        proc = rebalance(lab, "count=4")
+
+        def batches() -> int:
+            current = (live(lab) or {}).get("rebalance") or {}
+            return int(current.get("batches") or 0)
+
+        wait_until(lambda: batches() >= 1, timeout_s=60, what="a first batch")
+        frozen = pids(before, "join")[0]
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            # the next batch holds two epochs later, once the next epoch was
+            # abandoned (sr3.checkpoint.timeout.s): its switch cannot commit
+            seen = batches()
+            wait_until(lambda: batches() > seen, timeout_s=60, what="a next batch")
+            record = running(lab, under_way=True)
+            assert record is not None, "the rebalance ended with a task stopped"
+            receiver = pids(record, "count")[2]
+            os.kill(receiver, signal.SIGKILL)
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        allow(gates, lines=LINES, orders=ORDERS, payments=ORDERS)
+        entry = finished(proc)
+        assert entry["rollbacks"] >= 1
+        assert entry["key_groups_moved"] == 128  # noqa: PLR2004 - half of 256
+    finally:
+        allow(gates, lines=LINES, orders=ORDERS, payments=ORDERS)
+    out, err = run.communicate(timeout=400)
+    assert run.returncode == 0, err[-3000:]
+    report = json.loads(out)
+    assert report["idle"], report["busy"]
+    assert any(r["scope"] == "global" for r in report["recoveries"])
+    assert_exact(lab, out_dir)
