@@ -249,7 +249,8 @@ class KeyGroupHandOver:
                 return
         self._unsettled = {c: list(self._tables[c]) for c in self._targets}
         self._switch(epoch)
-        self._prefetch_next()
+        # the next batch is read ahead at this epoch's commit, from it: the
+        # last commit's snapshots go at that commit, perhaps mid-read
 
     def committed_epoch(self, epoch: int) -> None:
         """Epoch ``epoch`` committed (the tables :meth:`recorded_tables` gave)."""
@@ -350,8 +351,10 @@ class KeyGroupHandOver:
             tasks = self._tasks(name)
             info = {"id": 0, "key_groups": kgs, "source": sender, "epoch": epoch}
             self._command(self._engine.tasks[tasks[receiver]], "prefetch", info)
-            # the sender's next base would make the receiver read it all again
+            # the sender's next base would make the receiver read it all again;
+            # the receiver's would be written beside its next install
             self._command(self._engine.tasks[tasks[sender]], "postpone", {"id": 0})
+            self._command(self._engine.tasks[tasks[receiver]], "postpone", {"id": 0})
 
     def _command(self, rt: TaskRuntime, action: str, info: dict[str, Any]) -> None:
         if rt.process is None:
