@@ -125,10 +125,15 @@ _WORKER_MAIN = b"org.apache.storm.daemon.worker.Worker"
 
 
 class WorkerCpu:
-    """CPU seconds of every Storm worker JVM alive while it runs (sampled 4/s)."""
+    """CPU seconds of every Storm worker JVM alive while it runs (sampled 4/s).
+
+    And of the processes under those workers (:attr:`component_seconds`): a
+    Python topology's multilang tasks.
+    """
 
     def __init__(self) -> None:
         self.ticks: dict[int, int] = {}
+        self.child_ticks: dict[int, int] = {}
         self.flags: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -145,18 +150,35 @@ class WorkerCpu:
     def seconds(self) -> float:
         return sum(self.ticks.values()) / os.sysconf("SC_CLK_TCK")
 
+    @property
+    def component_seconds(self) -> float:
+        return sum(self.child_ticks.values()) / os.sysconf("SC_CLK_TCK")
+
     def _sample(self) -> None:
         while not self._stop.wait(0.25):
+            stats: dict[int, tuple[int, int]] = {}  # pid: (parent, ticks)
+            workers: set[int] = set()
             for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
                 with contextlib.suppress(OSError, IndexError, ValueError):
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        argv = f.read().split(b"\0")
-                    if _WORKER_MAIN not in argv:
-                        continue
                     with open(f"/proc/{pid}/stat", encoding="ascii") as f:
                         fields = f.read().rsplit(")", 1)[1].split()
-                    self.ticks[pid] = int(fields[11]) + int(fields[12])
-                    self.flags.update(a.decode() for a in argv if a.startswith(b"-XX:"))
+                    stats[pid] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().split(b"\0")
+                    if _WORKER_MAIN in argv:
+                        workers.add(pid)
+                        self.flags.update(
+                            a.decode() for a in argv if a.startswith(b"-XX:")
+                        )
+            for pid, (_parent, ticks) in stats.items():
+                if pid in workers:
+                    self.ticks[pid] = ticks
+                    continue
+                parent, depth = stats[pid][0], 0
+                while parent in stats and parent not in workers and depth < 8:
+                    parent, depth = stats[parent][0], depth + 1
+                if parent in workers:
+                    self.child_ticks[pid] = ticks
 
 
 def jit_cost(

@@ -15,7 +15,11 @@ replay to the first commit after) and the replays the kept owners awaited.
 Then the failure-free cost of task scope (lineages hashed at every emit, each
 stateful task keeping what it processed since the last commit): word count
 (every component at parallelism 2, ``--cost-lines`` lines) until idle, under
-both scopes, alternating ``--cost-rounds`` times.
+both scopes, alternating ``--cost-rounds`` times: throughput, and the CPU the
+topology's Python tasks (the processes under the worker JVMs) and the workers
+took per bolt tuple, sampled from /proc; CPU per tuple is steadier than
+throughput on a shared machine. ``--rounds 0`` measures only the cost (into
+``--name``'s files).
 
 Prints tables with the task / global ratio of the run's medians, writes
 bench/results/storm_scope.{json,md,png}. Not a test.
@@ -35,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.storm_apache import ring_and_storm  # noqa: E402 - after the sys.path insert
+from bench.storm_apache import WorkerCpu, ring_and_storm  # noqa: E402 - after the sys.path insert
 from sr3_cli.output import table  # noqa: E402 - after the sys.path insert
 from storm_bridge.sparse.run import Kill, StormRunOptions, run_on_storm  # noqa: E402 - after the sys.path insert
 from storm_bridge.wiring import RingAccess  # noqa: E402 - after the sys.path insert
@@ -93,26 +97,60 @@ def cost_run(
     ring: RingAccess, nimbus: str, scope: str, args: argparse.Namespace
 ) -> dict[str, Any]:
     """Word count until idle under ``scope``, no failure; the row."""
-    report = run_on_storm(
-        WORDCOUNT,
-        ring=ring,
-        nimbus=nimbus,
-        options=StormRunOptions(
-            until_idle=True,
-            conf={
-                "wordcount.lines": args.cost_lines,
-                "sr3.checkpoint.interval.s": 1.0,
-                "sr3.recovery.scope": scope,
-            },
-        ),
-        secret_in_conf=False,
-    )
+    with WorkerCpu() as cpu:
+        report = run_on_storm(
+            WORDCOUNT,
+            ring=ring,
+            nimbus=nimbus,
+            options=StormRunOptions(
+                until_idle=True,
+                conf={
+                    "wordcount.lines": args.cost_lines,
+                    "sr3.checkpoint.interval.s": 1.0,
+                    "sr3.recovery.scope": scope,
+                },
+            ),
+            secret_in_conf=False,
+        )
+    tuples = int(report["throughput"]["bolt_tuples"])
     return {
         "scope": scope,
         "tuples_per_s": report["throughput"]["tuples_per_s"],
-        "bolt_tuples": report["throughput"]["bolt_tuples"],
+        "bolt_tuples": tuples,
         "seconds": report["seconds"],
+        "component_cpu_s": round(cpu.component_seconds, 2),
+        "worker_cpu_s": round(cpu.seconds, 2),
+        "component_us_per_tuple": round(cpu.component_seconds * 1e6 / tuples, 1),
+        "worker_us_per_tuple": round(cpu.seconds * 1e6 / tuples, 1),
     }
+
+
+#: The failure-free runs' measures, per scope.
+COST_KEYS = ("tuples_per_s", "component_us_per_tuple", "worker_us_per_tuple")
+
+
+def plot_costs(costs: list[dict[str, Any]], path: Path) -> None:
+    """Per failure-free run, in order: throughput and the tasks' CPU per tuple."""
+    import matplotlib  # noqa: PLC0415 - plotting only here
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - plotting only here
+
+    fig, (rate, cpu) = plt.subplots(1, 2, figsize=(10, 4))
+    labels = [f"{c['scope']}\n#{i + 1}" for i, c in enumerate(costs)]
+    colours = ["tab:green" if c["scope"] == "task" else "tab:grey" for c in costs]
+    rate.bar(labels, [c["tuples_per_s"] for c in costs], color=colours)
+    rate.set_ylabel("bolt tuples per second")
+    rate.set_title("failure-free word count on Storm")
+    cpu.bar(
+        labels, [c.get("component_us_per_tuple") or 0 for c in costs], color=colours
+    )
+    cpu.set_ylabel("Python tasks' CPU per bolt tuple (us)")
+    cpu.set_title("what task scope costs the tasks")
+    for ax in (rate, cpu):
+        ax.tick_params(axis="x", labelsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
 
 
 def median(rows: list[dict[str, Any]], key: str) -> float | None:
@@ -178,6 +216,9 @@ def main() -> None:
     parser.add_argument(
         "--results", type=Path, default=RESULTS, help="where the result files go"
     )
+    parser.add_argument(
+        "--name", default="storm_scope", help="result files' name (NAME.{json,md,png})"
+    )
     args = parser.parse_args()
     runs: list[dict[str, Any]] = []
     costs: list[dict[str, Any]] = []
@@ -190,38 +231,31 @@ def main() -> None:
             costs.append(cost_run(ring, nimbus, scope, args))
             print(json.dumps(costs[-1]), flush=True)
     headers = ["measure", "task (median)", "global (median)", "task / global"]
-    text = table(headers, summary(runs))
-    task_cost = median([c for c in costs if c["scope"] == "task"], "tuples_per_s")
-    global_cost = median([c for c in costs if c["scope"] == "global"], "tuples_per_s")
-    cost_text = table(
-        [
-            "failure-free word count",
-            "task (median)",
-            "global (median)",
-            "task / global",
-        ],
-        [
-            [
-                "tuples/s",
-                task_cost,
-                global_cost,
-                f"{task_cost / global_cost:.3f}" if task_cost and global_cost else "",
-            ]
-        ],
-    )
-    text = f"{text}\n\n{cost_text}"
+    text = table(headers, summary(runs)) if runs else ""
+    cost_rows = []
+    for key in COST_KEYS:
+        task = median([c for c in costs if c["scope"] == "task"], key)
+        glob = median([c for c in costs if c["scope"] == "global"], key)
+        ratio = f"{task / glob:.3f}" if task is not None and glob else ""
+        cost_rows.append([key, task, glob, ratio])
+    cost_headers = ["failure-free word count", "task (median)", "global (median)"]
+    cost_text = table([*cost_headers, "task / global"], cost_rows)
+    text = f"{text}\n\n{cost_text}".strip()
     print(text)
     results = args.results
     results.mkdir(exist_ok=True)
     shown = {**vars(args), "results": str(results)}
-    (results / "storm_scope.json").write_text(
+    (results / f"{args.name}.json").write_text(
         json.dumps({"args": shown, "runs": runs, "costs": costs}, indent=2) + "\n"
     )
-    (results / "storm_scope.md").write_text(
+    (results / f"{args.name}.md").write_text(
         "Worker kill on Apache Storm, task scope against global rollback "
         f"(`bench/storm_scope.py`, {shown}):\n\n```\n{text}\n```\n"
     )
-    plot(runs, results / "storm_scope.png")
+    if runs:
+        plot(runs, results / f"{args.name}.png")
+    else:
+        plot_costs(costs, results / f"{args.name}.png")
 
 
 if __name__ == "__main__":
