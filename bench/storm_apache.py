@@ -128,17 +128,21 @@ class WorkerCpu:
     """CPU seconds of every Storm worker JVM alive while it runs (sampled 4/s).
 
     And of the processes under those workers (:attr:`component_seconds`): a
-    Python topology's multilang tasks.
+    Python topology's multilang tasks. Only CPU spent while it runs counts: a
+    process alive at the start (a former topology's, on its way out) counts
+    from there.
     """
 
     def __init__(self) -> None:
         self.ticks: dict[int, int] = {}
         self.child_ticks: dict[int, int] = {}
         self.flags: set[str] = set()
+        self._base: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
     def __enter__(self) -> WorkerCpu:
+        self._base = {pid: ticks for pid, (_parent, ticks) in _processes()[0].items()}
         self._thread.start()
         return self
 
@@ -156,21 +160,9 @@ class WorkerCpu:
 
     def _sample(self) -> None:
         while not self._stop.wait(0.25):
-            stats: dict[int, tuple[int, int]] = {}  # pid: (parent, ticks)
-            workers: set[int] = set()
-            for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
-                with contextlib.suppress(OSError, IndexError, ValueError):
-                    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                    stats[pid] = (int(fields[1]), int(fields[11]) + int(fields[12]))
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        argv = f.read().split(b"\0")
-                    if _WORKER_MAIN in argv:
-                        workers.add(pid)
-                        self.flags.update(
-                            a.decode() for a in argv if a.startswith(b"-XX:")
-                        )
-            for pid, (_parent, ticks) in stats.items():
+            stats, workers = _processes()
+            for pid, (_parent, total) in stats.items():
+                ticks = total - self._base.get(pid, 0)
                 if pid in workers:
                     self.ticks[pid] = ticks
                     continue
@@ -179,6 +171,24 @@ class WorkerCpu:
                     parent, depth = stats[parent][0], depth + 1
                 if parent in workers:
                     self.child_ticks[pid] = ticks
+            for pid in workers:
+                self.flags.update(workers[pid])
+
+
+def _processes() -> tuple[dict[int, tuple[int, int]], dict[int, set[str]]]:
+    """Every process's (parent, CPU ticks), and the Storm workers' -XX flags."""
+    stats: dict[int, tuple[int, int]] = {}
+    workers: dict[int, set[str]] = {}
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            stats[pid] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if _WORKER_MAIN in argv:
+                workers[pid] = {a.decode() for a in argv if a.startswith(b"-XX:")}
+    return stats, workers
 
 
 def jit_cost(
