@@ -259,29 +259,28 @@ class Rebalancer:
             self._kg.key_groups_done(rt, params)
             self._changed()
 
-    def _captured(self, rt: TaskRuntime, epoch: int) -> None:
+    def _in_hand_over(self, call: Callable[[KeyGroupHandOver], None]) -> bool:
+        """Pass a hook to the key-groups hand-over under way, if one is (True).
+
+        The live record is published again if its phase changed.
+        """
         kg = self._handing_over()
-        if kg is not None:
-            phase = kg.rebalance.phase
-            kg.captured(rt, epoch)
-            if kg.rebalance.phase is not phase:
-                self._changed()
+        if kg is None:
+            return False
+        phase = kg.rebalance.phase
+        call(kg)
+        if kg.rebalance.phase is not phase:
+            self._changed()
+        return True
+
+    def _captured(self, rt: TaskRuntime, epoch: int) -> None:
+        self._in_hand_over(lambda kg: kg.captured(rt, epoch))
 
     def _written(self, rt: TaskRuntime, epoch: int) -> None:
-        kg = self._handing_over()
-        if kg is not None:
-            phase = kg.rebalance.phase
-            kg.written(rt, epoch)
-            if kg.rebalance.phase is not phase:
-                self._changed()
+        self._in_hand_over(lambda kg: kg.written(rt, epoch))
 
     def _barrier_sent(self, rt: TaskRuntime, epoch: int) -> None:
-        kg = self._handing_over()
-        if kg is not None:
-            phase = kg.rebalance.phase
-            kg.barrier_sent(rt, epoch)
-            if kg.rebalance.phase is not phase:
-                self._changed()
+        if self._in_hand_over(lambda kg: kg.barrier_sent(rt, epoch)):
             return
         rebalance = self.history[-1] if self.history else None
         if rebalance is None or rt.component.name not in rebalance.targets:

@@ -92,6 +92,15 @@ def start_run(
     )
 
 
+def ended(run: subprocess.Popen[str]) -> dict[str, Any]:
+    """The run's report once it ended by itself, idle."""
+    out, err = run.communicate(timeout=400)
+    assert run.returncode == 0, err[-3000:]
+    report: dict[str, Any] = json.loads(out)
+    assert report["idle"], report["busy"]
+    return report
+
+
 def running(lab: Lab, *, under_way: bool = False) -> dict[str, Any] | None:
     """The live record once every task runs (and a rebalance is, or is not, on)."""
     record = live(lab)
@@ -211,10 +220,7 @@ def test_word_count_and_join_move_key_groups_2_4_1_3_live_with_kills_stay_exact(
         assert counts(final) == {"count": 3, "join": 3}
     finally:
         allow(gates, lines=LINES, orders=ORDERS, payments=ORDERS)
-    out, err = run.communicate(timeout=400)
-    assert run.returncode == 0, err[-3000:]
-    report = json.loads(out)
-    assert report["idle"], report["busy"]
+    report = ended(run)
 
     for entry in report["rebalances"]:
         assert entry["phase"] == "done"
@@ -232,10 +238,7 @@ def test_word_count_and_join_move_key_groups_2_4_1_3_live_with_kills_stay_exact(
 
     # a run resuming at the file's parallelism (2 tasks, where the record's
     # table names 3) takes each key group from the owner the table put it on
-    again = start_run(lab, tmp_path / "out2", gates, "--resume")
-    out, err = again.communicate(timeout=400)
-    assert again.returncode == 0, err[-3000:]
-    resumed = json.loads(out)
+    resumed = ended(start_run(lab, tmp_path / "out2", gates, "--resume"))
     assert resumed["checkpoints"]["count"] >= 1
     assert_exact(lab, None)
 
@@ -321,9 +324,6 @@ def test_a_batch_switched_before_its_epoch_commits_goes_back_with_a_rollback(
         assert entry["key_groups_moved"] == 128  # noqa: PLR2004 - half of 256
     finally:
         allow(gates, lines=LINES, orders=ORDERS, payments=ORDERS)
-    out, err = run.communicate(timeout=400)
-    assert run.returncode == 0, err[-3000:]
-    report = json.loads(out)
-    assert report["idle"], report["busy"]
+    report = ended(run)
     assert any(r["scope"] == "global" for r in report["recoveries"])
     assert_exact(lab, out_dir)
