@@ -9,7 +9,8 @@ ring nodes, twice:
   rebalance_kv -e count=4`` while it runs (Storm's fields grouping: the
   component's tasks restart and re-read their keys);
 * key-groups: the same under ``sr3.rebalance.routing = key-groups`` (key groups
-  move between live tasks, ``--batch`` of them an epoch; Megaphone);
+  move between live tasks, ``--batch`` of them a batch, a batch every other
+  epoch; Megaphone);
 * stop-restart: ``sr3 run -e p2 --duration AT``, then ``sr3 run -e p4 --resume
   --until-idle`` (the state re-partitioned from the ring at start).
 
@@ -370,7 +371,7 @@ def main() -> None:
     )
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument(
-        "--batch", type=int, default=16, help="key groups per epoch (key-groups)"
+        "--batch", type=int, default=16, help="key groups per batch (key-groups)"
     )
     parser.add_argument("--lab", default=None, help="existing lab dir (else a new one)")
     parser.add_argument(

@@ -238,7 +238,8 @@ _ROWS: Final = (
         choices=("fields", "key-groups")),
     Key("sr3.rebalance.batch.key.groups", "storm", "rebalance_batch_key_groups",
         INT, 16, _TOPOLOGY, "Local cluster, key-groups routing: key groups "
-        "sr3 rebalance moves per epoch (each pauses only during its batch).",
+        "sr3 rebalance moves in one batch, a batch every other epoch (each "
+        "pauses only during its batch).",
         low=1),
     Key("sr3.local.fork.tasks", "storm", "fork_tasks", BOOL, True, _TOPOLOGY,
         "Local cluster: start each Python task by forking one pre-imported "

@@ -249,7 +249,7 @@ def plan_key_groups(table: Sequence[int], tasks: int) -> list[KeyGroupMove]:
 
 
 def batch_moves(moves: Sequence[KeyGroupMove], size: int) -> list[list[KeyGroupMove]]:
-    """Split ``moves`` into batches of at most ``size``, one batch per epoch.
+    """Split ``moves`` into batches of at most ``size``, moved one at a time.
 
     The moves of each (sender, receiver) pair are dealt round robin over the
     pairs, so a batch spreads over as many senders and receivers as it can: each

@@ -1,4 +1,4 @@
-"""Megaphone-style live rebalance: key groups move between live tasks, a batch an epoch.
+"""Megaphone-style live rebalance: key groups move between live tasks, batch by batch.
 
 Under ``sr3.rebalance.routing = key-groups`` (:mod:`.keygroup_routing`) a
 stateful component's tuples route through its key group -> task index table, so
@@ -69,7 +69,7 @@ Move = tuple[str, KeyGroupMove]
 
 
 class KeyGroupHandOver:
-    """Moves the key groups of one rebalance, a batch an epoch (the engine thread).
+    """Moves the key groups of one rebalance, batch by batch (the engine thread).
 
     Args:
         engine: The engine.
