@@ -129,13 +129,19 @@ def cost_run(
 COST_KEYS = ("tuples_per_s", "component_us_per_tuple", "worker_us_per_tuple")
 
 
-def plot_costs(costs: list[dict[str, Any]], path: Path) -> None:
-    """Per failure-free run, in order: throughput and the tasks' CPU per tuple."""
-    import matplotlib  # noqa: PLC0415 - plotting only here
+def pyplot() -> Any:
+    """matplotlib's pyplot, drawing to files (imported only to plot)."""
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415 - plotting only here
+    import matplotlib.pyplot as plt
 
+    return plt
+
+
+def plot_costs(costs: list[dict[str, Any]], path: Path) -> None:
+    """Per failure-free run, in order: throughput and the tasks' CPU per tuple."""
+    plt = pyplot()
     fig, (rate, cpu) = plt.subplots(1, 2, figsize=(10, 4))
     labels = [f"{c['scope']}\n#{i + 1}" for i, c in enumerate(costs)]
     colours = ["tab:green" if c["scope"] == "task" else "tab:grey" for c in costs]
@@ -181,11 +187,7 @@ def summary(runs: list[dict[str, Any]]) -> list[list[Any]]:
 
 def plot(runs: list[dict[str, Any]], path: Path) -> None:
     """Bars per run: restored MB, and our recovery phases stacked."""
-    import matplotlib  # noqa: PLC0415 - plotting only here
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415 - plotting only here
-
+    plt = pyplot()
     fig, (mb, phases) = plt.subplots(1, 2, figsize=(10, 4))
     labels = [f"{r['asked']}\n#{i + 1}" for i, r in enumerate(runs)]
     colours = ["tab:green" if r["asked"] == "task" else "tab:grey" for r in runs]

@@ -321,7 +321,7 @@ def test_a_batch_switched_before_its_epoch_commits_goes_back_with_a_rollback(
         allow(gates, lines=LINES, orders=ORDERS, payments=ORDERS)
         entry = finished(proc)
         assert entry["rollbacks"] >= 1
-        assert entry["key_groups_moved"] == 128  # noqa: PLR2004 - half of 256
+        assert entry["key_groups_moved"] == 128  # half of the 256 key groups
     finally:
         allow(gates, lines=LINES, orders=ORDERS, payments=ORDERS)
     report = ended(run)
