@@ -17,8 +17,14 @@ from types import TracebackType
 from typing import Any, Final
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import (
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.recipe.watchers import ChildrenWatch
 from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
@@ -200,6 +206,16 @@ class ZkSession:
             return []
         return names
 
+    def watch_children(self, path: str, func: Callable[[list[str]], Any]) -> None:
+        """Call ``func(children)`` now and after every change of ``path``'s children.
+
+        kazoo's ``ChildrenWatch`` (``func`` returning False ends it), which
+        reads again after every reconnect, a new session's included. A change
+        read just as the session expires is read on the new session, logged
+        in one line instead of kazoo's traceback.
+        """
+        _ChildrenWatch(self.client, path, func)
+
     def get_many(self, paths: Iterable[str]) -> dict[str, tuple[bytes, Any]]:
         """Read several znodes concurrently, skipping any that do not exist.
 
@@ -257,6 +273,27 @@ class ZkSession:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _ChildrenWatch(ChildrenWatch):  # type: ignore[misc]  # kazoo is untyped
+    """kazoo's ``ChildrenWatch``, whose read at a session expiry is no error.
+
+    kazoo 2.11 reads the children with the client's retry, which stops at an
+    expiry (a read queued on the callback thread meets the expired state):
+    ``SessionExpiredError`` then reaches kazoo's worker thread, which logs
+    "Exception in worker queue thread" and its traceback. Nothing is lost: the
+    watch's session listener reads again once the new session is connected.
+    """
+
+    def _get_children(self, event: Any = None) -> None:
+        try:
+            super()._get_children(event)
+        except SessionExpiredError:
+            logger.info(
+                "watch of %s: the session expired during a read; it reads again "
+                "on the new session",
+                self._path,
+            )
 
 
 def _security(config: ZkConfig) -> tuple[list[Any] | None, list[tuple[str, str]]]:

@@ -209,7 +209,7 @@ class ZkMembership:
 
         with self._session.translate("watch members", directory):
             self._session.call(partial(client.ensure_path_async, directory))
-            client.ChildrenWatch(directory, on_children)
+            self._session.watch_children(directory, on_children)
         with self._lock:
             self._refreshes.append(deliver)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
@@ -280,3 +281,84 @@ def test_a_node_replaced_between_two_deliveries_is_seen_leaving(
     assert change.left == (before,)
     assert change.joined == (after,)
     assert change.rejoined == ("n1",)
+
+
+class _Records(logging.Handler):
+    """Keeps the records of the loggers it is added to; flags an expiry's."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        if record.exc_info or "expired" in record.getMessage():
+            self.seen.set()
+
+
+def test_a_change_read_as_the_session_expires_is_read_on_the_next_one(
+    zk_connect: Callable[..., ZkSession],
+    expire_server_side: Callable[[ZkSession], int],
+    wait_until: Any,
+) -> None:
+    # In a CI run, a `sr3 -v snapshot put` printed kazoo's traceback
+    # ("Exception in worker queue thread", SessionExpiredError): a member
+    # change was read as the command's session expired under load. The
+    # observer's callback thread is held (a gate watch) while a member
+    # registers, the session is expired, and the hold ends while the client
+    # is in the expired state (a state listener runs on the connection thread
+    # before it reconnects): the change's read then meets the expiry.
+    observer_session = zk_connect()
+    observer = ZkMembership(observer_session)
+    recorder = Recorder()
+    observer.watch(recorder)
+    ZkMembership(zk_connect(session_timeout_s=10.0)).register(N1)
+    wait_until(lambda: recorder.last() == {"n1": N1}, what="n1 in the watch")
+
+    client = observer_session.client
+    gate = observer_session.paths.members + "-gate"
+    client.ensure_path(gate)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(_data: bytes | None, stat: Any) -> None:
+        if stat is not None and stat.version > 0 and not release.is_set():
+            holding.set()
+            release.wait(30)
+
+    client.DataWatch(gate, hold)
+    records = _Records()
+    loggers = [logging.getLogger(name) for name in ("kazoo.handlers", "zk")]
+    levels = [log.level for log in loggers]
+    for log in loggers:
+        log.addHandler(records)
+        log.setLevel(logging.INFO)
+
+    def on_state(state: str) -> None:
+        if state == "LOST" and not release.is_set():
+            release.set()  # the held change is read now, in the expired state
+            records.seen.wait(5)
+
+    client.add_listener(on_state)
+    try:
+        zk_connect().client.set(gate, b"hold")
+        wait_until(holding.is_set, what="the observer's callback thread to be held")
+        ZkMembership(zk_connect(session_timeout_s=10.0)).register(N2)
+        client.exists(gate)  # the change's event is queued before this answer
+        expire_server_side(observer_session)
+        wait_until(release.is_set, timeout_s=15.0, what="the expiry to be seen")
+        wait_until(
+            lambda: recorder.last() == {"n1": N1, "n2": N2},
+            what="the watch to read the change on the new session",
+        )
+    finally:
+        release.set()
+        client.remove_listener(on_state)
+        for log, level in zip(loggers, levels, strict=True):
+            log.removeHandler(records)
+            log.setLevel(level)
+    tracebacks = [r.getMessage() for r in records.records if r.exc_info]
+    assert tracebacks == [], "an expiry during a watch's read logged a traceback"
+    assert any("expired" in r.getMessage() for r in records.records), [
+        r.getMessage() for r in records.records
+    ]
