@@ -8,7 +8,9 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from types import FrameType
 from typing import NoReturn
 
@@ -30,6 +32,8 @@ EXIT_INTERNAL = 1
 EXIT_INTERRUPTED = 130
 #: SIGTERM (``kill``, ``timeout``, a cancelled CI job): 128 + 15.
 EXIT_TERMINATED = 143
+#: The signals a command stops on, cleaning up (see :func:`_on_signal`).
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 E_INTERRUPTED = "interrupted ({how}){hint}"
 #: What an interrupted command left behind, by its first word(s).
 _INTERRUPTED_HINTS = {
@@ -59,8 +63,47 @@ class TerminatedError(KeyboardInterrupt):
     """
 
 
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise TerminatedError
+#: How long a signal waits for the main thread to leave third-party code, per
+#: try, and in all (then it interrupts wherever it is).
+_DEFER_S = 0.01
+_DEFER_MAX_S = 2.0
+_deferred = {"since": 0.0}
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """Raise SIGTERM's or SIGINT's exception, outside third-party code.
+
+    An exception raised in the middle of third-party code may never reach the
+    command: kazoo's ``KazooClient._call`` wraps its socket send in a bare
+    ``except:`` and turns whatever comes into ``ConnectionClosedError``. A
+    SIGTERM that landed there (seen in CI) made ``sr3 run`` fail with "this
+    process closed its ZooKeeper session" instead of stopping, or went on
+    running to the end of its ``--duration``. So while the main thread is in
+    a package's code the signal is sent again 10 ms later, for 2 s at most.
+    """
+    now = time.monotonic()
+    if _in_packages(frame):
+        since = _deferred["since"] or now
+        if now - since < _DEFER_MAX_S:
+            _deferred["since"] = since
+            timer = threading.Timer(_DEFER_S, os.kill, (os.getpid(), signum))
+            timer.daemon = True
+            timer.start()
+            return
+    _deferred["since"] = 0.0
+    if signum == signal.SIGTERM:
+        raise TerminatedError
+    raise KeyboardInterrupt
+
+
+def _in_packages(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a caller runs code of an installed package."""
+    while frame is not None:
+        parts = Path(frame.f_code.co_filename).parts
+        if "site-packages" in parts or "dist-packages" in parts:
+            return True
+        frame = frame.f_back
+    return False
 
 
 class UsageError(Exception):
@@ -140,7 +183,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     in_main_thread = threading.current_thread() is threading.main_thread()
     # only the main thread may set a handler (main() called from a thread: not)
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
+    previous = (
+        {
+            sig: signal.signal(sig, _on_signal)
+            for sig in _SIGNALS
+            # a SIGINT ignored (a background job of a script) stays ignored
+            if sig != signal.SIGINT or signal.getsignal(sig) is not signal.SIG_IGN
+        }
+        if in_main_thread
+        else {}
+    )
     try:
         return _run(words)
     except KeyboardInterrupt as exc:
@@ -153,8 +205,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             code=EXIT_TERMINATED if terminated else EXIT_INTERRUPTED,
         )
     finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _interrupted_hint(words: list[str]) -> str:
