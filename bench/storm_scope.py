@@ -139,12 +139,18 @@ def pyplot() -> Any:
     return plt
 
 
+def bars(rows: list[dict[str, Any]], key: str) -> tuple[list[str], list[str]]:
+    """One bar per run, in order: its labels ("task #1") and colours (task green)."""
+    labels = [f"{r[key]}\n#{i + 1}" for i, r in enumerate(rows)]
+    colours = ["tab:green" if r[key] == "task" else "tab:grey" for r in rows]
+    return labels, colours
+
+
 def plot_costs(costs: list[dict[str, Any]], path: Path) -> None:
     """Per failure-free run, in order: throughput and the tasks' CPU per tuple."""
     plt = pyplot()
     fig, (rate, cpu) = plt.subplots(1, 2, figsize=(10, 4))
-    labels = [f"{c['scope']}\n#{i + 1}" for i, c in enumerate(costs)]
-    colours = ["tab:green" if c["scope"] == "task" else "tab:grey" for c in costs]
+    labels, colours = bars(costs, "scope")
     rate.bar(labels, [c["tuples_per_s"] for c in costs], color=colours)
     rate.set_ylabel("bolt tuples per second")
     rate.set_title("failure-free word count on Storm")
@@ -189,8 +195,7 @@ def plot(runs: list[dict[str, Any]], path: Path) -> None:
     """Bars per run: restored MB, and our recovery phases stacked."""
     plt = pyplot()
     fig, (mb, phases) = plt.subplots(1, 2, figsize=(10, 4))
-    labels = [f"{r['asked']}\n#{i + 1}" for i, r in enumerate(runs)]
-    colours = ["tab:green" if r["asked"] == "task" else "tab:grey" for r in runs]
+    labels, colours = bars(runs, "asked")
     mb.bar(labels, [r["restored_mb"] for r in runs], color=colours)
     mb.set_ylabel("MB restored from the ring")
     mb.set_title("state restored after a worker kill")
