@@ -26,6 +26,7 @@ from sr3_cli.chaos import (
     replay_command,
     summarize_recoveries,
 )
+from sr3_cli.chaos_compare import AUTO, Comparison, Ending, choose_comparison
 from sr3_cli.chaos_netns import E_NOT_NETNS, require_netns
 from sr3_cli.chaos_runs import final_state, run_schedule
 from sr3_cli.chaos_spark import check_options, spark_runner
@@ -103,6 +104,7 @@ def _draws(args: argparse.Namespace) -> list[str]:
     draws += [f"--mode={args.mode}"] if args.mode != "both" else []
     draws += ["--netns-faults"] if args.netns_faults else []
     draws += [f"--kinds={','.join(args.kinds)}"] if args.kinds else []
+    draws += [f"--compare={args.compare}"] if args.compare != AUTO else []
     if args.engine in (APACHE_STORM, SPARK_STANDALONE):
         # a replay on a cluster needs the cluster too
         draws += [f"--nimbus={args.nimbus}"] if args.nimbus else []
@@ -117,47 +119,67 @@ Runner = Callable[[Schedule], Outcome]
 
 def _engine_runner(
     args: argparse.Namespace, lab: Lab, path: Path, conf: dict[str, Any]
-) -> Runner:
-    """The failure-free run on the local cluster, then a runner of schedules."""
+) -> tuple[Runner, Comparison]:
+    """The failure-free run(s) on the local cluster, then a runner of schedules."""
     topology = load_topology(path)
-    ring = RingAccess(lab.config(Sr3Config.from_env()))
-    try:
-        clean = run_topology(
-            path,
-            ring=ring,
-            options=RunOptions(until_idle=True, conf=conf, timeout_s=args.timeout),
-        )
-        _check_clean(path, clean)
-        expected = final_state(ring, topology)
-    finally:
-        ring.close()
-    return partial(
+    endings: list[Ending] = []
+    for _ in range(2 if args.compare == AUTO else 1):
+        ring = RingAccess(lab.config(Sr3Config.from_env()))
+        try:
+            clean = run_topology(
+                path,
+                ring=ring,
+                options=RunOptions(until_idle=True, conf=conf, timeout_s=args.timeout),
+            )
+            _check_clean(path, clean)
+            endings.append((final_state(ring, topology), clean.outputs))
+        finally:
+            ring.close()
+    comparison = _comparison(args, path, endings)
+    expected, outputs = endings[0]
+    runner = partial(
         run_schedule,
         lab,
         path,
         conf=conf,
         expected=expected,
-        expected_outputs=clean.outputs,
+        expected_outputs=outputs,
         timeout_s=args.timeout,
+        comparison=comparison,
+    )
+    return runner, comparison
+
+
+def _comparison(
+    args: argparse.Namespace, path: Path, endings: list[Ending]
+) -> Comparison:
+    return choose_comparison(
+        args.compare, path, endings[0], endings[1] if len(endings) > 1 else None
     )
 
 
 def _storm_runner(
     args: argparse.Namespace, lab: Lab, path: Path, conf: dict[str, Any]
-) -> Runner:
-    """The failure-free run on Apache Storm, then a runner of schedules there."""
+) -> tuple[Runner, Comparison]:
+    """The failure-free run(s) on Apache Storm, then a runner of schedules there."""
     target = _storm_target(args, lab)
-    clean, expected = run_clean(lab, path, target, conf=conf, timeout_s=args.timeout)
-    _check_clean(path, clean)
-    return partial(
+    endings: list[Ending] = []
+    for _ in range(2 if args.compare == AUTO else 1):
+        clean, state = run_clean(lab, path, target, conf=conf, timeout_s=args.timeout)
+        _check_clean(path, clean)
+        endings.append((state, None))
+    comparison = _comparison(args, path, endings)
+    runner = partial(
         run_storm_schedule,
         lab,
         path,
         target=target,
         conf=conf,
-        expected=expected,
+        expected=endings[0][0],
         timeout_s=args.timeout,
+        comparison=comparison,
     )
+    return runner, comparison
 
 
 def _storm_target(args: argparse.Namespace, lab: Lab) -> StormTarget:
@@ -224,7 +246,9 @@ def chaos(args: argparse.Namespace) -> int:
         runner = {APACHE_STORM: _storm_runner, SPARK_STANDALONE: spark_runner}.get(
             args.engine, _engine_runner
         )
-        run_one = runner(args, lab, path, conf)
+        run_one, comparison = runner(args, lab, path, conf)
+        if not args.json:
+            print(f"compared: {comparison.note}", file=sys.stderr, flush=True)
         for schedule in schedules:
             outcome = run_one(schedule)
             outcomes.append(outcome)
@@ -251,6 +275,8 @@ def chaos(args: argparse.Namespace) -> int:
                 "passed": len(outcomes) - len(failed),
                 "seconds": round(seconds, 3),
                 "schedules_per_hour": per_hour,
+                "compare": comparison.name,
+                "compare_note": comparison.note,
                 "recovery": recoveries,
                 "recovery_times": {
                     k: [round(v, 4) for v in t] for k, t in times.items()
@@ -290,7 +316,8 @@ def chaos(args: argparse.Namespace) -> int:
         )
     print(
         f"{len(outcomes) - len(failed)} of {len(outcomes)} schedules passed "
-        f"(seed {args.seed}, {seconds:.0f} s, {per_hour} schedules per hour)"
+        f"(seed {args.seed}, {seconds:.0f} s, {per_hour} schedules per hour; "
+        f"compared {comparison.note})"
     )
     for outcome in failed:
         print(f"schedule {outcome.schedule.index}: {outcome.reason}")

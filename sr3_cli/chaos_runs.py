@@ -29,6 +29,7 @@ from sr3_cli.chaos import (
     Outcome,
     Schedule,
 )
+from sr3_cli.chaos_compare import Comparison, state_difference
 from sr3_cli.chaos_netns import end_netns_faults, netns_events
 from sr3_cli.lab import Lab
 from storm_bridge.runner import (
@@ -45,7 +46,7 @@ from topology_api.topology import LoadedTopology, load_topology
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["Injector", "final_state", "run_schedule", "state_difference", "verdict"]
+__all__ = ["Injector", "final_state", "run_schedule", "verdict"]
 
 
 def final_state(
@@ -180,6 +181,7 @@ def run_schedule(
     expected_outputs: Mapping[str, Any] | None = None,
     timeout_s: float = 120.0,
     spark: SparkSession | None = None,
+    comparison: Comparison | None = None,
 ) -> Outcome:
     """Run ``schedule`` on the topology at ``path`` and compare with ``expected``.
 
@@ -196,6 +198,8 @@ def run_schedule(
         expected_outputs: Its report's ``outputs`` (None: not compared).
         timeout_s: Bound of the run.
         spark: The Spark session of ``spark`` schedules.
+        comparison: How the end is compared (None: exactly;
+            :mod:`sr3_cli.chaos_compare`).
     """
     if schedule.mode == SPARK:
         return _run_spark_schedule(
@@ -206,6 +210,7 @@ def run_schedule(
             expected=expected,
             timeout_s=timeout_s,
             spark=spark,
+            comparison=comparison,
         )
     topology = load_topology(path)
     kills = [
@@ -251,7 +256,9 @@ def run_schedule(
         if ring is not None:
             ring.close()
     seconds = time.monotonic() - started
-    reason = verdict(report, state, expected, expected_outputs, injector.errors)
+    reason = verdict(
+        report, state, expected, expected_outputs, injector.errors, comparison
+    )
     return Outcome(schedule, not reason, seconds, reason, report)
 
 
@@ -261,6 +268,7 @@ def verdict(
     expected: Mapping[str, Any],
     expected_outputs: Mapping[str, Any] | None,
     errors: Sequence[str],
+    comparison: Comparison | None = None,
 ) -> str:
     """Why a schedule failed (``""``: it passed), on any engine.
 
@@ -271,27 +279,14 @@ def verdict(
         return "the schedule could not be applied: " + "; ".join(errors)
     if not report.idle:
         return f"the run did not end idle: {report.busy}"
-    difference = state_difference(state, expected)
+    comparison = comparison or Comparison()
+    difference = state_difference(state, expected, comparison)
     if difference:
         return difference
-    if expected_outputs is not None and dict(report.outputs) != dict(expected_outputs):
+    if not comparison.outputs or expected_outputs is None:
+        return ""
+    if comparison.form(dict(report.outputs)) != comparison.form(dict(expected_outputs)):
         return "the last outputs differ from the failure-free run's"
-    return ""
-
-
-def state_difference(state: Mapping[str, Any], expected: Mapping[str, Any]) -> str:
-    """Return what differs from ``expected`` (by component), or ``""``."""
-    for component, keys in expected.items():
-        got = state.get(component, {})
-        if got != keys:
-            wrong = sorted(
-                (k for k in set(got) | set(keys) if got.get(k) != keys.get(k)), key=repr
-            )
-            first = wrong[0]
-            return (
-                f"{component}: {len(wrong)} keys differ, first {first!r}: "
-                f"{got.get(first)!r} instead of {keys.get(first)!r}"
-            )
     return ""
 
 
@@ -304,6 +299,7 @@ def _run_spark_schedule(  # noqa: PLR0913 (run_schedule's options)
     expected: Mapping[str, Any],
     timeout_s: float,
     spark: SparkSession | None,
+    comparison: Comparison | None,
 ) -> Outcome:
     """Run a ``spark`` schedule: its faults against a Spark engine run."""
     # pyspark loads only when a campaign has Spark schedules
@@ -342,7 +338,7 @@ def _run_spark_schedule(  # noqa: PLR0913 (run_schedule's options)
     if not reason and not report.get("idle", True):
         reason = f"the run did not end idle: {report.get('busy')}"
     if not reason:
-        reason = state_difference(state, expected)
+        reason = state_difference(state, expected, comparison)
     return Outcome(schedule, not reason, seconds, reason)
 
 

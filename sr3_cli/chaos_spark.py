@@ -40,6 +40,7 @@ from sr3.errors import ConfigError, SR3Error
 from sr3.net import free_port
 from sr3.recovery.transfer_plan import BROKEN_BUILD_ENV
 from sr3_cli.chaos import SPARK_ROWS, Fault, Outcome, Schedule
+from sr3_cli.chaos_compare import AUTO, Comparison, choose_comparison
 from sr3_cli.chaos_runs import Injector, final_state, verdict
 from sr3_cli.lab import Lab, resolve_lab_dir
 from storm_bridge.report import RunReport
@@ -128,19 +129,30 @@ def spark_target(args: argparse.Namespace, lab: Lab) -> SparkTarget:
 
 def spark_runner(
     args: argparse.Namespace, lab: Lab, path: Path, conf: dict[str, Any]
-) -> Callable[[Schedule], Outcome]:
-    """The failure-free run on the cluster, then a runner of schedules there."""
+) -> tuple[Callable[[Schedule], Outcome], Comparison]:
+    """The failure-free run(s) on the cluster, then a runner of schedules there.
+
+    ``--compare auto`` runs the failure-free run twice
+    (:func:`~sr3_cli.chaos_compare.choose_comparison`).
+    """
     target = spark_target(args, lab)
     clean = _Runner(lab, path, target, conf, args.timeout)
-    report, expected, reason = clean.run(())
-    if reason or report is None:
-        msg = (
-            f"the failure-free run of {path} on {target.master} did not end "
-            f"cleanly: {reason or 'no report'}; fix the topology, its -o conf "
-            "or the cluster before a campaign"
-        )
-        raise ConfigError(msg)
-    return partial(_run_schedule, clean, expected)
+    endings = []
+    for _ in range(2 if args.compare == AUTO else 1):
+        report, expected, reason = clean.run(())
+        if reason or report is None:
+            msg = (
+                f"the failure-free run of {path} on {target.master} did not end "
+                f"cleanly: {reason or 'no report'}; fix the topology, its -o conf "
+                "or the cluster before a campaign"
+            )
+            raise ConfigError(msg)
+        endings.append((expected, None))
+    comparison = choose_comparison(
+        args.compare, path, endings[0], endings[1] if len(endings) > 1 else None
+    )
+    clean.comparison = comparison
+    return partial(_run_schedule, clean, endings[0][0]), comparison
 
 
 def _run_schedule(runner: _Runner, expected: Mapping[str, Any], s: Schedule) -> Outcome:
@@ -169,6 +181,8 @@ class _Runner:
         self.target = target
         self.conf = dict(conf)
         self.timeout_s = timeout_s
+        #: How a schedule's end is compared (None: exactly).
+        self.comparison: Comparison | None = None
 
     def run(
         self,
@@ -208,7 +222,9 @@ class _Runner:
         errors = run.errors + injector.errors
         if report is None:
             return None, state, "; ".join(errors) or "the driver printed no report"
-        reason = verdict(report, state, expected or state, None, errors)
+        reason = verdict(
+            report, state, expected or state, None, errors, self.comparison
+        )
         return report, state, reason
 
     def _driver(self, tmp: Path, index: int, *, resume: bool) -> _Driver:

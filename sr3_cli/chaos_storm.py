@@ -23,6 +23,7 @@ from sr3.config import Sr3Config
 from sr3.errors import SR3Error
 from sr3.recovery.transfer_plan import BROKEN_BUILD_ENV
 from sr3_cli.chaos import Outcome, Schedule
+from sr3_cli.chaos_compare import Comparison
 from sr3_cli.chaos_runs import Injector, final_state, verdict
 from sr3_cli.lab import Lab
 from storm_bridge.report import RunReport
@@ -124,6 +125,7 @@ def run_storm_schedule(  # noqa: PLR0913 (run_schedule's options)
     conf: Mapping[str, Any],
     expected: Mapping[str, Any],
     timeout_s: float,
+    comparison: Comparison | None = None,
 ) -> Outcome:
     """Run ``schedule`` on Storm; compare its final committed state to ``expected``."""
     topology = load_topology(path)
@@ -159,5 +161,5 @@ def run_storm_schedule(  # noqa: PLR0913 (run_schedule's options)
     seconds = time.monotonic() - started
     report = _report(raw)
     # Storm's report has no last outputs: the state alone is compared
-    reason = verdict(report, state, expected, None, injector.errors)
+    reason = verdict(report, state, expected, None, injector.errors, comparison)
     return Outcome(schedule, not reason, seconds, reason, report)

@@ -9,6 +9,7 @@ from typing import Any, get_args
 from sr3_cli.args.common import conf_arg, handler
 from sr3_cli.argtypes import at_least, positive_seconds
 from sr3_cli.chaos import APACHE_STORM, SPARK_STANDALONE, FaultKind
+from sr3_cli.chaos_compare import AUTO, COMPARE_MODES
 from sr3_cli.output import JSON_HELP
 
 __all__ = ["DEFAULT_TOPOLOGY", "add_parsers"]
@@ -90,6 +91,15 @@ def add_parsers(sub: argparse._SubParsersAction[Any]) -> None:
         action="store_true",
         help="also draw partition-node (a ring node's host cut off) and netem-slow "
         "(every link slowed) faults; needs --lab of a `sr3 lab up --netns` lab",
+    )
+    p.add_argument(
+        "--compare",
+        choices=COMPARE_MODES,
+        default=AUTO,
+        help="how each schedule's end is held to the failure-free run's: exactly; "
+        "with lists as multisets (a state that keeps tuples in arrival order); or "
+        "auto: the failure-free run twice, exact if both end alike, unordered if "
+        "they differ only in list order, refused otherwise (auto)",
     )
     p.add_argument("--json", action="store_true", help=JSON_HELP)
     p.set_defaults(handler=handler("sr3_cli.chaos_cmd:chaos"))

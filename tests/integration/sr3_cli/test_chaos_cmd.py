@@ -44,6 +44,27 @@ def test_a_one_schedule_campaign_reports_and_replays_it(zk_server: object) -> No
     assert "-o wordcount.lines=600" in run["replay"]
     assert report["schedules_per_hour"] > 0
     assert isinstance(report["recovery"], dict)
+    # the word count's two failure-free runs end alike: held to it exactly
+    assert report["compare"] == "exact"
+
+
+def test_a_state_kept_in_arrival_order_is_compared_as_multisets(
+    zk_server: object, tmp_path: Path
+) -> None:
+    # the join keeps each key's rows in the order they came from three spout
+    # tasks through two merging tasks: two failure-free runs end in another
+    # order, so the campaign holds each schedule to the same rows in any order
+    proc = sr3(
+        "chaos", "--topology", "tests/e2e/topologies/join_merge.py",
+        "--schedules", "1", "--seed", "2912", "--json",
+        "-o", "join.rows=300", "-o", f"join.out={tmp_path}",
+        "-o", "sr3.idle.quiet.s=0.5",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert (report["schedules"], report["passed"]) == (1, 1), report["runs"]
+    assert report["compare"] == "unordered"
+    assert "order of list items (join)" in report["compare_note"]
 
 
 @pytest.mark.parametrize(
