@@ -160,7 +160,7 @@ def analyse(result: dict[str, Any]) -> dict[str, Any]:
     window_end = fail + max(1.0, back if back == back else 5.0)
     during = rate(others, fail, window_end)
     recovery = result["report"]["recoveries"][0]
-    restore = next(iter(recovery["restores"].values()), {})
+    restore: dict[str, Any] = next(iter(recovery["restores"].values()), {})
     return {
         "scope": recovery["scope"],
         "lazy": recovery.get("lazy"),
