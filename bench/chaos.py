@@ -77,7 +77,9 @@ def markdown(report: dict[str, Any]) -> str:
             f" against {sum(clean) / len(clean):.1f} s without faults."
             if clean
             else "."
-        ),
+        )
+        # campaigns written before --compare existed were compared exactly
+        + f" Compared: {report.get('compare_note', 'exact')}.",
         "",
         "| failure | recoveries | p50 s | p99 s | max s |",
         "| --- | ---: | ---: | ---: | ---: |",
