@@ -285,7 +285,7 @@ def verdict(
         return difference
     if not comparison.outputs or expected_outputs is None:
         return ""
-    if comparison.form(dict(report.outputs)) != comparison.form(dict(expected_outputs)):
+    if not comparison.same(dict(report.outputs), dict(expected_outputs)):
         return "the last outputs differ from the failure-free run's"
     return ""
 
