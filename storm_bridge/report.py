@@ -160,6 +160,8 @@ def recovery_dict(
             if recovery.caught_up_at is None
             else round(recovery.caught_up_at - recovery.detected_at, 4)
         ),
+        "replayed_inputs": recovery.replayed_inputs,
+        "outputs_to_match": recovery.outputs_to_match,
     }
 
 

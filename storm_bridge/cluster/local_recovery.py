@@ -310,6 +310,8 @@ class LocalRecovery(ChannelLogs):
         replay.recovery.restored_at = self._clock()
         rt.inputs.update(replay.stash)
         log = self.logs[rt.task_id]
+        replay.recovery.replayed_inputs += len(log.deliveries)
+        replay.recovery.outputs_to_match += len(log.outputs)
         for delivery in log.deliveries:
             if delivery.message.get("stream") != TICK_STREAM:
                 replay.waiting.add(delivery.tuple_id)

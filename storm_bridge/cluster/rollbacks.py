@@ -62,6 +62,11 @@ class Recovery:
         reason: Why this scope (the decision's reason, or a fallback's).
         caught_up_at: Scope task: when the failed task had processed its
             replayed input again.
+        replayed_inputs: Scope task: logged inputs fed again to the failed
+            tasks (each feed counts, a task killed again while fed too).
+        outputs_to_match: Scope task: emits the failed tasks had forwarded
+            since their last committed cut, which their re-emits are matched
+            with (0: nothing to match, as after a kill right after a commit).
     """
 
     cause: str
@@ -75,6 +80,8 @@ class Recovery:
     scope: str = "global"
     reason: str = ""
     caught_up_at: float | None = None
+    replayed_inputs: int = 0
+    outputs_to_match: int = 0
 
 
 class Rollbacks:

@@ -231,7 +231,11 @@ def test_wordcount_task_scope_is_exact(
     # no sink was killed: every count reached the sinks exactly once
     assert sink_lines(tmp_path) == wc_baseline.lines
     # the failed tasks' re-emits were matched with what they had forwarded
-    assert report["checkpoints"]["local_recovery"]["suppressed"] > 0
+    # (a kill just after a commit, as when a loaded machine ran the baseline
+    # slower than this run, leaves nothing forwarded to match)
+    to_match = sum(r["outputs_to_match"] for r in report["recoveries"])
+    suppressed = report["checkpoints"]["local_recovery"]["suppressed"]
+    assert (suppressed > 0) == (to_match > 0), (suppressed, report["recoveries"])
 
 
 @pytest.mark.parametrize(("seed", "kind"), CASES)
