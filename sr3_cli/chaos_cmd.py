@@ -26,7 +26,13 @@ from sr3_cli.chaos import (
     replay_command,
     summarize_recoveries,
 )
-from sr3_cli.chaos_compare import AUTO, Comparison, Ending, choose_comparison
+from sr3_cli.chaos_compare import (
+    AUTO,
+    Comparison,
+    Ending,
+    choose_comparison,
+    reference_runs,
+)
 from sr3_cli.chaos_netns import E_NOT_NETNS, require_netns
 from sr3_cli.chaos_runs import final_state, run_schedule
 from sr3_cli.chaos_spark import check_options, spark_runner
@@ -123,7 +129,7 @@ def _engine_runner(
     """The failure-free run(s) on the local cluster, then a runner of schedules."""
     topology = load_topology(path)
     endings: list[Ending] = []
-    for _ in range(2 if args.compare == AUTO else 1):
+    for _ in range(reference_runs(args.compare)):
         ring = RingAccess(lab.config(Sr3Config.from_env()))
         try:
             clean = run_topology(
@@ -135,7 +141,7 @@ def _engine_runner(
             endings.append((final_state(ring, topology), clean.outputs))
         finally:
             ring.close()
-    comparison = _comparison(args, path, endings)
+    comparison = choose_comparison(args.compare, path, endings)
     expected, outputs = endings[0]
     runner = partial(
         run_schedule,
@@ -150,25 +156,17 @@ def _engine_runner(
     return runner, comparison
 
 
-def _comparison(
-    args: argparse.Namespace, path: Path, endings: list[Ending]
-) -> Comparison:
-    return choose_comparison(
-        args.compare, path, endings[0], endings[1] if len(endings) > 1 else None
-    )
-
-
 def _storm_runner(
     args: argparse.Namespace, lab: Lab, path: Path, conf: dict[str, Any]
 ) -> tuple[Runner, Comparison]:
     """The failure-free run(s) on Apache Storm, then a runner of schedules there."""
     target = _storm_target(args, lab)
     endings: list[Ending] = []
-    for _ in range(2 if args.compare == AUTO else 1):
+    for _ in range(reference_runs(args.compare)):
         clean, state = run_clean(lab, path, target, conf=conf, timeout_s=args.timeout)
         _check_clean(path, clean)
         endings.append((state, None))
-    comparison = _comparison(args, path, endings)
+    comparison = choose_comparison(args.compare, path, endings)
     runner = partial(
         run_storm_schedule,
         lab,

@@ -22,7 +22,7 @@ two apart by running the failure-free run twice:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -38,6 +38,7 @@ __all__ = [
     "Ending",
     "FLOAT_REL_TOL",
     "choose_comparison",
+    "reference_runs",
     "same_unordered",
     "state_difference",
 ]
@@ -147,16 +148,20 @@ def state_difference(
     return ""
 
 
+def reference_runs(mode: str) -> int:
+    """How many failure-free runs ``--compare MODE`` needs (``auto``: two)."""
+    return 2 if mode == AUTO else 1
+
+
 def choose_comparison(
-    mode: str, path: Path | str, first: Ending, second: Ending | None
+    mode: str, path: Path | str, endings: Sequence[Ending]
 ) -> Comparison:
     """Return the comparison of ``--compare MODE`` after the failure-free run(s).
 
     Args:
         mode: ``auto``, ``exact`` or ``unordered``.
         path: The topology file (for messages).
-        first: The failure-free run's ending.
-        second: A second failure-free run's ending (``auto`` needs it).
+        endings: The :func:`reference_runs` failure-free runs' endings.
 
     Raises:
         ConfigError: Under ``auto``, the two runs end in different states even
@@ -170,10 +175,10 @@ def choose_comparison(
             note=f"lists as multisets, floats to a relative {FLOAT_REL_TOL:g} "
             "(--compare unordered)",
         )
-    if second is None:
+    if len(endings) != reference_runs(mode):
         msg = "--compare auto needs two failure-free runs"
         raise ValueError(msg)
-    (state, outputs), (again, outputs_again) = first, second
+    (state, outputs), (again, outputs_again) = endings
     if state == again and outputs == outputs_again:
         return Comparison(note="exact: two failure-free runs ended alike")
     unordered = Comparison(unordered=True)

@@ -40,7 +40,7 @@ from sr3.errors import ConfigError, SR3Error
 from sr3.net import free_port
 from sr3.recovery.transfer_plan import BROKEN_BUILD_ENV
 from sr3_cli.chaos import SPARK_ROWS, Fault, Outcome, Schedule
-from sr3_cli.chaos_compare import AUTO, Comparison, choose_comparison
+from sr3_cli.chaos_compare import Comparison, choose_comparison, reference_runs
 from sr3_cli.chaos_runs import Injector, final_state, verdict
 from sr3_cli.lab import Lab, resolve_lab_dir
 from storm_bridge.report import RunReport
@@ -138,7 +138,7 @@ def spark_runner(
     target = spark_target(args, lab)
     clean = _Runner(lab, path, target, conf, args.timeout)
     endings = []
-    for _ in range(2 if args.compare == AUTO else 1):
+    for _ in range(reference_runs(args.compare)):
         report, expected, reason = clean.run(())
         if reason or report is None:
             msg = (
@@ -148,9 +148,7 @@ def spark_runner(
             )
             raise ConfigError(msg)
         endings.append((expected, None))
-    comparison = choose_comparison(
-        args.compare, path, endings[0], endings[1] if len(endings) > 1 else None
-    )
+    comparison = choose_comparison(args.compare, path, endings)
     clean.comparison = comparison
     return partial(_run_schedule, clean, endings[0][0]), comparison
 

@@ -57,20 +57,20 @@ def test_unordered_still_catches_a_lost_or_duplicated_item(got: Any) -> None:
 
 
 def test_auto_is_exact_when_two_failure_free_runs_end_alike() -> None:
-    chosen = choose_comparison(AUTO, "t.py", (JOIN, {"s": 1}), (JOIN, {"s": 1}))
+    chosen = choose_comparison(AUTO, "t.py", [(JOIN, {"s": 1}), (JOIN, {"s": 1})])
     assert chosen.name == EXACT
     assert chosen.outputs
 
 
 def test_auto_compares_unordered_when_two_runs_differ_in_list_order() -> None:
-    chosen = choose_comparison(AUTO, "t.py", (JOIN, None), (REORDERED, None))
+    chosen = choose_comparison(AUTO, "t.py", [(JOIN, None), (REORDERED, None)])
     assert chosen.name == UNORDERED
     assert "join" in chosen.note
 
 
 def test_auto_drops_the_outputs_only_where_the_two_runs_disagree_on_them() -> None:
     chosen = choose_comparison(
-        AUTO, "t.py", (JOIN, {"sink": {"k0": 1}}), (JOIN, {"sink": {"k0": 2}})
+        AUTO, "t.py", [(JOIN, {"sink": {"k0": 1}}), (JOIN, {"sink": {"k0": 2}})]
     )
     assert chosen.name == UNORDERED
     assert not chosen.outputs
@@ -80,7 +80,7 @@ def test_auto_drops_the_outputs_only_where_the_two_runs_disagree_on_them() -> No
 def test_auto_compares_unordered_when_two_runs_differ_in_float_rounding() -> None:
     sums = {"avg": {("k0",): 0.1 + 0.2 + 0.3}}
     again = {"avg": {("k0",): 0.3 + 0.2 + 0.1}}
-    chosen = choose_comparison(AUTO, "t.py", (sums, None), (again, None))
+    chosen = choose_comparison(AUTO, "t.py", [(sums, None), (again, None)])
     assert chosen.name == UNORDERED
     assert "float rounding (avg)" in chosen.note
 
@@ -88,9 +88,9 @@ def test_auto_compares_unordered_when_two_runs_differ_in_float_rounding() -> Non
 def test_auto_refuses_a_topology_whose_runs_differ_beyond_order() -> None:
     other = {"join": {("k0",): {"L": [1, 2], "R": [5]}}}
     with pytest.raises(ConfigError, match=r"t\.py end in different states"):
-        choose_comparison(AUTO, "t.py", (JOIN, None), (other, None))
+        choose_comparison(AUTO, "t.py", [(JOIN, None), (other, None)])
 
 
 def test_forced_modes_need_one_failure_free_run() -> None:
-    assert choose_comparison(EXACT, "t.py", (JOIN, None), None).name == EXACT
-    assert choose_comparison(UNORDERED, "t.py", (JOIN, None), None).name == UNORDERED
+    assert choose_comparison(EXACT, "t.py", [(JOIN, None)]).name == EXACT
+    assert choose_comparison(UNORDERED, "t.py", [(JOIN, None)]).name == UNORDERED
