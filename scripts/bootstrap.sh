@@ -23,7 +23,9 @@ fi
 # Debian's prometheus for `sr3 lab up --metrics`, which runs its own server (own
 # config, data under the lab dir, a free loopback port), never the packaged service.
 # Debian's chromium renders `sr3 compare`'s report.html headless in the suite.
-dev_tools=(shellcheck prometheus chromium)
+# Debian's iptables: the netns lab's link delay and loss (`--netem delay=,loss=`) are
+# netfilter rules in each host (sr3_cli/netns.py), for kernels without sch_netem.
+dev_tools=(shellcheck prometheus chromium iptables)
 [ "${SR3_NO_VAGRANT:-0}" = 1 ] || dev_tools+=(vagrant vagrant-libvirt)
 missing=()
 for pkg in "${dev_tools[@]}"; do

@@ -127,7 +127,7 @@ def build(lab: _NetnsLab, *, hosts: int, shape: LinkShape) -> None:
 
     Raises:
         ConfigError: not root or no iproute2; the lab's hosts exist with
-            another count or shape; delay/loss asked on a kernel without netem.
+            another count or shape; delay or loss asked without iptables.
         NetnsError: ``ip`` or ``tc`` failed.
     """
     netns.require()
@@ -346,8 +346,8 @@ def shape_all(lab: _NetnsLab, shape: LinkShape) -> None:
     """Shape every host's link as ``shape`` now (lab.json keeps the lab's own).
 
     Raises:
-        ConfigError: the lab has no hosts, or delay/loss on a kernel without
-            netem.
+        ConfigError: the lab has no hosts, or delay or loss without
+            iptables.
     """
     record = _require(lab, "up --netns` for a link shape")
     netns.require()
@@ -370,8 +370,8 @@ def reshaped(lab: _NetnsLab, shape: LinkShape) -> Iterator[dict[str, Any]]:
     Yields what results record of the network: hosts, addresses and shape.
 
     Raises:
-        ConfigError: the lab has no hosts, or delay/loss on a kernel without
-            netem.
+        ConfigError: the lab has no hosts, or delay or loss without
+            iptables.
     """
     shape_all(lab, shape)
     try:

@@ -11,10 +11,20 @@ pair; the other end, ``<prefix><host>``, is a port of the bridge
 the root namespace (the ``sr3`` CLI, tests) reach every host. Namespaces get no
 default route: nothing leaves the bridge and loopback.
 
-Shaping (:class:`LinkShape`) goes on both ends of a host's veth pair, so it
-applies to what the host sends and what it receives. Rate alone uses ``tbf``;
-delay and loss need the ``netem`` qdisc (kernel module ``sch_netem``), and a
-kernel without it gets a clear refusal, never a silently unshaped link.
+Shaping (:class:`LinkShape`) models each host on its own link: a rate, a
+one-way delay and a loss rate per direction, so two hosts see the sum of their
+links. Rate is ``tbf`` on both ends of the host's veth pair. Delay and loss do
+not use the ``netem`` qdisc, which many kernels (this project's CI machines
+among them) are built without: netfilter does them, in the host's namespace,
+on what arrives on ``eth0``. An ``iptables`` rule drops packets at random
+(``statistic``) and another hands the rest to queue 0, where
+:mod:`sr3_cli.netdelay` holds each one for the delay. Both links' delay and
+loss on a packet's path are applied where it arrives, not half on the way
+out, because a packet held on its sender's way out still counts against the
+sending socket's TCP small-queue budget and stalls the connection at a few
+Mbit/s. So host to host and round trips are as two netem links would make
+them; the CLI's root namespace sends through its hosts' delay and receives
+without any.
 
 A partition (:func:`block`) is a ``blackhole`` route to the peer's address in
 each side's namespace: the two hosts' packets to each other are dropped by the
@@ -28,15 +38,21 @@ import ipaddress
 import os
 import re
 import shutil
+import signal
 import subprocess
-from collections.abc import Sequence
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from sr3.errors import ConfigError, SR3Error
+from sr3_cli import netdelay
 
 __all__ = [
     "E_NEEDS_ROOT",
+    "E_NO_IPTABLES",
     "LinkShape",
     "NetnsError",
     "add_host",
@@ -45,6 +61,7 @@ __all__ = [
     "block_from_root",
     "cleanup",
     "create_bridge",
+    "delay_pids",
     "exec_prefix",
     "kill_all",
     "namespaces",
@@ -62,10 +79,10 @@ E_NEEDS_ROOT = (
     "`tc` ({missing}); run it as root (`sudo sr3 lab up --netns ...`) after "
     "`apt-get install iproute2`, or drop --netns: the loopback lab needs neither"
 )
-E_NO_NETEM = (
-    "{spec}: delay and loss need the kernel's netem qdisc (module sch_netem), "
-    "which this kernel does not have (`tc qdisc add ... netem` said: {detail}); "
-    "load it with `modprobe sch_netem`, or shape by rate only (`--netem rate=100mbit`)"
+E_NO_IPTABLES = (
+    "{spec}: delay and loss are applied with netfilter (iptables' NFQUEUE and "
+    "statistic match), and `iptables` is not installed; `apt-get install iptables` "
+    "(scripts/bootstrap.sh does), or shape by rate only (`--netem rate=100mbit`)"
 )
 E_SHAPE = (
     "bad --netem {text!r}: {why}; give comma-separated rate=RATE (as 100mbit, "
@@ -74,6 +91,10 @@ E_SHAPE = (
 _RATE_RE: Final = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit)$")
 _DELAY_RE: Final = re.compile(r"^(\d+(\.\d+)?)ms$")
 _LOSS_RE: Final = re.compile(r"^(\d+(\.\d+)?)%$")
+#: How long :func:`shape_link` waits for a delay process to bind its queue.
+_DELAY_READY_S: Final = 10.0
+#: How long a delay process gets to let its held packets go before SIGKILL.
+_DELAY_STOP_S: Final = 3.0
 #: The longest interface name Linux takes (IFNAMSIZ - 1).
 _IFNAME_MAX: Final = 15
 
@@ -129,24 +150,37 @@ class LinkShape:
         )
 
     @property
-    def needs_netem(self) -> bool:
+    def needs_netfilter(self) -> bool:
         """Whether delay or loss is asked for (tbf shapes rate only)."""
         return bool(self.delay_ms) or bool(self.loss_pct)
 
     def qdisc(self) -> list[str] | None:
-        """The ``tc qdisc add dev DEV root ...`` arguments, or None if unshaped."""
-        if self.needs_netem:
-            args = ["netem"]
-            if self.delay_ms:
-                args += ["delay", f"{self.delay_ms:g}ms"]
-            if self.loss_pct:
-                args += ["loss", f"{self.loss_pct:g}%"]
-            if self.rate:
-                args += ["rate", self.rate]
-            return args
+        """The ``tc qdisc add dev DEV root ...`` arguments for the rate, or None."""
         if self.rate:
             return ["tbf", "rate", self.rate, "burst", "64kb", "latency", "200ms"]
         return None
+
+    def arrival_delay_ms(self) -> float:
+        """What a host holds each arriving packet: both links' one-way delay."""
+        return 2 * (self.delay_ms or 0.0)
+
+    def arrival_loss(self) -> float:
+        """The chance a host drops an arriving packet: lost on either link."""
+        kept = 1.0 - (self.loss_pct or 0.0) / 100.0
+        return 1.0 - kept * kept
+
+    def netfilter_rules(self, dev: str) -> list[list[str]]:
+        """The ``iptables`` commands shaping what arrives on ``dev`` (in order)."""
+        rules: list[list[str]] = []
+        base = ["iptables", "-w", "-t", "mangle", "-A", "PREROUTING", "-i", dev]
+        if self.loss_pct:
+            chance = f"{self.arrival_loss():.6f}"
+            statistic = ["-m", "statistic", "--mode", "random", "--probability", chance]
+            rules.append([*base, *statistic, "-j", "DROP"])
+        if self.delay_ms:
+            queue = ["--queue-num", str(netdelay.QUEUE), "--queue-bypass"]
+            rules.append([*base, "-j", "NFQUEUE", *queue])
+        return rules
 
     def __str__(self) -> str:
         parts = [f"rate={self.rate}"] if self.rate else []
@@ -221,32 +255,121 @@ def add_host(ns: str, veth: str, bridge: str, address: str, prefix_len: int) -> 
 
 
 def shape_link(shape: LinkShape, *, veth: str, ns: str, ns_dev: str = "eth0") -> None:
-    """Shape both ends of a veth pair (``veth`` here, ``ns_dev`` inside ``ns``).
+    """Shape a host's link as ``shape``.
+
+    Rate goes on both ends of its veth pair (``veth`` here, ``ns_dev`` inside
+    ``ns``); delay and loss on what arrives on ``ns_dev``.
 
     Raises:
-        ConfigError: delay or loss asked for on a kernel without netem.
-        NetnsError: tc refused for another reason.
+        ConfigError: delay or loss asked for without ``iptables``.
+        NetnsError: tc, iptables or the delay process refused.
     """
+    if shape.needs_netfilter and shutil.which("iptables") is None:
+        raise ConfigError(E_NO_IPTABLES.format(spec=shape))
     args = shape.qdisc()
-    if args is None:
-        return
     for prefix, dev in (([], veth), (exec_prefix(ns), ns_dev)):
+        if args is None:
+            break
         _run(*prefix, "tc", "qdisc", "del", "dev", dev, "root", check=False)
-        add = ["tc", "qdisc", "add", "dev", dev, "root", *args]
-        proc = _run(*prefix, *add, check=False)
-        if proc.returncode == 0:
-            continue
-        detail = proc.stderr.strip()
-        if shape.needs_netem and "unknown" in detail.lower():
-            raise ConfigError(E_NO_NETEM.format(spec=shape, detail=detail))
-        msg = f"tc refused {' '.join(args)} on {dev}: {detail}"
-        raise NetnsError(msg)
+        proc = _run(
+            *prefix, "tc", "qdisc", "add", "dev", dev, "root", *args, check=False
+        )
+        if proc.returncode != 0:
+            msg = f"tc refused {' '.join(args)} on {dev}: {proc.stderr.strip()}"
+            raise NetnsError(msg)
+    if shape.delay_ms:
+        _start_delay(ns, shape.arrival_delay_ms())
+    for rule in shape.netfilter_rules(ns_dev):
+        _run(*exec_prefix(ns), *rule)
 
 
 def unshape_link(*, veth: str, ns: str, ns_dev: str = "eth0") -> None:
-    """Remove the shaping of both ends of a veth pair (nothing if unshaped)."""
+    """Remove the shaping of a host's link (nothing if unshaped)."""
     _run("tc", "qdisc", "del", "dev", veth, "root", check=False)
     _run(*exec_prefix(ns), "tc", "qdisc", "del", "dev", ns_dev, "root", check=False)
+    if shutil.which("iptables") is not None:
+        flush = ["iptables", "-w", "-t", "mangle", "-F", "PREROUTING"]
+        _run(*exec_prefix(ns), *flush, check=False)
+    _stop_delays(lambda name: name == ns)
+
+
+def _delay_log(ns: str) -> str:
+    return os.path.join(tempfile.gettempdir(), f"{ns}.netdelay.log")
+
+
+def _start_delay(ns: str, delay_ms: float) -> None:
+    """Start the process holding ``ns``'s queued packets; return once bound."""
+    _stop_delays(lambda name: name == ns)
+    delay = f"{delay_ms:g}"
+    cmd = [sys.executable, "-m", netdelay.MARKER, "--netns", ns, "--delay-ms", delay]
+    with open(_delay_log(ns), "wb") as log:
+        proc = subprocess.Popen(  # noqa: S603 - our own module, by sys.executable
+            cmd, stdout=subprocess.PIPE, stderr=log, start_new_session=True
+        )
+    assert proc.stdout is not None  # noqa: S101 - stdout=PIPE above
+    # It prints one line, "ready", once bound; a failure exits instead.
+    line = proc.stdout.readline()
+    proc.stdout.close()
+    if line.strip() != b"ready":
+        proc.wait(timeout=_DELAY_READY_S)
+        with open(_delay_log(ns), encoding="utf-8", errors="replace") as log_file:
+            why = log_file.read().strip()
+        msg = f"the delay process for {ns} did not start ({proc.returncode}): {why}"
+        raise NetnsError(msg)
+
+
+def _delay_pids(wanted: Callable[[str], bool]) -> list[int]:
+    """Return the pids of delay processes whose namespace ``wanted`` accepts."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                args = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if netdelay.MARKER in args and "--netns" in args:
+            at = args.index("--netns") + 1
+            if at < len(args) and wanted(args[at]):
+                found.append(int(entry))
+    return found
+
+
+def delay_pids(prefix: str) -> list[int]:
+    """Return the pids of the delay processes of the namespaces ``prefix...``."""
+    return _delay_pids(lambda name: name.startswith(prefix))
+
+
+def _stop_delays(wanted: Callable[[str], bool]) -> None:
+    """Stop the delay processes of the namespaces ``wanted`` accepts.
+
+    SIGTERM first: a delay process lets what it holds go, then exits.
+    """
+    found = _delay_pids(wanted)
+    for pid in found:
+        _signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + _DELAY_STOP_S
+    while found and time.monotonic() < deadline:
+        found = [pid for pid in found if _alive(pid)]
+        time.sleep(0.02)
+    for pid in found:
+        _signal(pid, signal.SIGKILL)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def block(ns: str, peer: str) -> None:
@@ -321,6 +444,7 @@ def cleanup(prefix: str, sig: int, network: ipaddress.IPv4Network | None) -> Non
     Processes still in those namespaces get ``sig`` first. Idempotent: what
     is gone already is skipped, so it also cleans after a crash.
     """
+    _stop_delays(lambda name: name.startswith(prefix))
     for ns in namespaces(prefix):
         kill_all(ns, sig)
         _run("ip", "netns", "del", ns, check=False)

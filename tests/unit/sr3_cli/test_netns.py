@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from sr3.errors import ConfigError
+from sr3_cli import netns
 from sr3_cli.lab_netns import (
     daemon_host,
     driver_address,
@@ -22,15 +23,32 @@ def test_a_shape_parses_rate_delay_and_loss_in_any_order() -> None:
     assert shape == LinkShape(rate="100mbit", delay_ms=20.0, loss_pct=0.5)
     assert str(shape) == "rate=100mbit,delay=20ms,loss=0.5%"
     assert shape.qdisc() == [
-        "netem", "delay", "20ms", "loss", "0.5%", "rate", "100mbit",
+        "tbf", "rate", "100mbit", "burst", "64kb", "latency", "200ms",
     ]  # fmt: skip
+
+
+def test_delay_and_loss_of_both_links_are_applied_where_a_packet_arrives() -> None:
+    shape = LinkShape.parse("delay=10ms,loss=10%")
+    assert shape.needs_netfilter
+    assert shape.qdisc() is None  # no rate: no tbf
+    assert shape.arrival_delay_ms() == 20.0  # the sender's link and this one
+    assert shape.arrival_loss() == pytest.approx(0.19)  # lost on either link
+    drop, queue = shape.netfilter_rules("eth0")
+    assert drop[-2:] == ["-j", "DROP"]
+    assert drop[drop.index("--probability") + 1] == "0.190000"
+    assert queue[queue.index("-j") :] == [
+        "-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass",
+    ]  # fmt: skip
+    assert all(rule[rule.index("-i") + 1] == "eth0" for rule in (drop, queue))
 
 
 def test_rate_alone_is_tbf_and_nothing_is_unshaped() -> None:
     assert LinkShape.parse("rate=1gbit").qdisc() == [
         "tbf", "rate", "1gbit", "burst", "64kb", "latency", "200ms",
     ]  # fmt: skip
-    assert not LinkShape.parse("rate=1gbit,loss=0%").needs_netem
+    rate_only = LinkShape.parse("rate=1gbit,loss=0%")
+    assert not rate_only.needs_netfilter
+    assert rate_only.netfilter_rules("eth0") == []
     assert LinkShape.parse("").qdisc() is None
     assert str(LinkShape.parse("")) == "unshaped"
 
@@ -96,3 +114,13 @@ def test_a_lab_prefix_is_stable_short_and_never_the_benchmarks(tmp_path: Path) -
     int(prefix[3:], 16)  # hex digits: never the benchmark's "sr3r"
     # the longest interface name built from it (veth peer of h32) fits IFNAMSIZ
     assert len(prefix + "h32" + "p") <= 15
+
+
+def test_delay_without_iptables_is_refused_naming_the_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(netns.shutil, "which", lambda tool: None)
+    with pytest.raises(ConfigError) as caught:
+        netns.shape_link(LinkShape.parse("delay=5ms"), veth="sr3xh1", ns="sr3x-h1")
+    assert "`apt-get install iptables`" in str(caught.value)
+    assert "`--netem rate=100mbit`" in str(caught.value)
