@@ -128,8 +128,10 @@ COORDINATOR: Final = "coordinator"
 #: host cut off from every other host and the CLI, and every host's link slowed
 #: to :data:`SLOW_LINK`, each for ``down_s``.
 NETNS_KINDS: Final[tuple[FaultKind, ...]] = ("partition-node", "netem-slow")
-#: What ``netem-slow`` shapes every host's link to (tbf: no netem module needed).
-SLOW_LINK: Final = "rate=2mbit"
+#: What ``netem-slow`` shapes every host's link to: 2 Mbit/s, 50 ms each way and
+#: 1 % loss per link, so host to host 100 ms one way and about 2 % loss (rate by
+#: tbf, delay and loss by netfilter: no netem module needed, see sr3_cli.netns).
+SLOW_LINK: Final = "rate=2mbit,delay=50ms,loss=1%"
 #: Node faults that count against the ``r - 1`` nodes out at once.
 _BUDGET_KINDS: Final = (*NODE_KINDS, "partition-node")
 #: Faults happen this long into a run at the latest (runs of the campaign's
