@@ -24,28 +24,13 @@ from spark_bridge.rows import DEAD, EMIT, OFFSET
 from spark_bridge.sink import SINK_DIR, BatchSink, final_state, sink_batches
 from spark_bridge.state_loads import state_store_loads
 from sr3.codec import decode_value
+from sr3.latency import percentiles
 from topology_api.outputs import LastOutputs, sink_components
 from topology_api.topology import LoadedTopology
 
 __all__ = ["build_report"]
 
 _MAX_DEAD: Final = 20
-
-
-def _percentiles(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p90": None, "p99": None, "max": None}
-    ordered = sorted(values)
-
-    def pick(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 1)
-
-    return {
-        "p50": pick(0.5),
-        "p90": pick(0.9),
-        "p99": pick(0.99),
-        "max": round(ordered[-1], 1),
-    }
 
 
 def _counters(
@@ -201,7 +186,7 @@ def build_report(  # noqa: PLR0913 (everything the report shows)
         "batches": len(active),
         "micro_batches": {
             "count": len(active),
-            "latency_ms": _percentiles(latencies),
+            "latency_ms": percentiles(latencies),
             "sr3_seconds": round(sr3_total, 4),
             "sr3_share": round(sr3_total / batch_total, 4) if batch_total else None,
         },

@@ -37,6 +37,12 @@ def print_run_report(data: dict[str, Any]) -> None:
             f"{tp['tuples_per_s']} tuples/s processed by bolts "
             f"({tp['bolt_tuples']} tuples; spouts {tp['spout_tuples_per_s']}/s)"
         )
+        lat = data.get("complete_latency_ms") or {}
+        if lat.get("count"):
+            print(
+                f"complete latency (spout emit to tree acked): p50 {lat['p50']} ms, "
+                f"p99 {lat['p99']} ms, max {lat['max']} ms ({lat['count']} trees)"
+            )
     cp = data["checkpoints"]
     print(
         f"checkpoints: {cp.get('count', 0)} committed, last epoch "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from backend.owners import task_label
+from sr3.latency import LatencySample
 from storm_bridge.cluster.checkpoints import Coordinator, Recovery
 from storm_bridge.cluster.events import ComponentCounters
 from storm_bridge.cluster.health import TaskOutcome
@@ -63,6 +64,11 @@ class RunReport:
     busy: str | None = None
     #: Live rebalances of the run (``sr3 rebalance``), oldest first.
     rebalances: list[dict[str, Any]] = field(default_factory=list)
+    #: Complete latency of acked tuple trees over every spout, in ms
+    #: (:meth:`sr3.latency.LatencySample.summary`); empty: not measured.
+    complete_latency: dict[str, Any] = field(default_factory=dict)
+    #: The same by spout component.
+    spout_latency: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def failed_tasks(self) -> list[str]:
@@ -103,6 +109,8 @@ class RunReport:
             "state": self.state,
             "outputs": self.outputs,
             "counters": self.counters,
+            "complete_latency_ms": self.complete_latency or LatencySample().summary(),
+            "spout_latency_ms": self.spout_latency,
             "errors": self.errors[:_MAX_ERRORS],
             "error_count": len(self.errors),
             "task_failures": self.task_failures,

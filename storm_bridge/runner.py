@@ -318,6 +318,7 @@ def run_topology(
         errors = [str(e) for e in cluster.errors()] + run.skipped
         errors += [e.message for e in cluster.events(EventKind.COMPONENT_ERROR)]
         outputs = cluster.outputs()
+        complete_latency, spout_latency = cluster.complete_latency()
     except BaseException as exc:
         failure = f"{type(exc).__name__}: {exc}"
         raise
@@ -345,4 +346,6 @@ def run_topology(
         task_failures=failures,
         busy=busy,
         rebalances=rebalances,
+        complete_latency=complete_latency,
+        spout_latency=spout_latency,
     )

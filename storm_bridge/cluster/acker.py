@@ -185,6 +185,8 @@ class PendingInput:
         ack_value: XOR of the edge ids of tuples anchored on it.
         generation: Native-mode rollback generation of its tree (None: unknown),
             passed on to the tuples anchored on it.
+        sample: The id of the tree, sampled for its complete latency alone,
+            that it belongs to (None: none); passed on like ``generation``.
     """
 
     anchors: Anchors
@@ -193,6 +195,7 @@ class PendingInput:
     values: list[object]
     ack_value: int = 0
     generation: int | None = None
+    sample: int | None = None
     roots: tuple[int, ...] = field(init=False)
 
     def __post_init__(self) -> None:

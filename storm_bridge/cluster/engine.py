@@ -33,6 +33,7 @@ from storm_bridge.cluster.settings import (
     ClusterOptions,
     TaskSettings,
     component_conf,
+    sample_every,
     topology_conf,
 )
 from storm_bridge.cluster.spouts import SpoutDriver
@@ -162,6 +163,9 @@ class Engine:
             acking=self.settings.acker_tasks > 0,
             fail_lost=options.fail_lost_tuples,
             notify_spout=self.spouts.queue,
+            clock=clock,
+            tree_acked=self.journal.tree_acked,
+            sample_every=sample_every(self.settings.stats_sample_rate),
         )
         pid_dir = work_dir / "pids"
         pid_dir.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+from sr3.latency import LatencySample
 from storm_bridge.errors import StormBridgeError
 
 __all__ = ["ClusterEvent", "ComponentCounters", "EventKind", "EventLog", "Journal"]
@@ -148,6 +149,8 @@ class Journal:
         events: The event log.
         counters: Counters by component id.
         errors: Errors that killed tasks, oldest first.
+        latencies: Complete latency of acked tuple trees, by spout component.
+        complete_latency: The same over every spout.
         ended_at: Task id -> when its last subprocess ended (died or was
             restarted by a rollback); kept apart from the bounded event log,
             which a chatty task's logs can overflow.
@@ -159,8 +162,15 @@ class Journal:
         self._clock = clock
         self.events = EventLog(max_events)
         self.counters = {name: ComponentCounters() for name in components}
+        self.latencies: dict[str, LatencySample] = {}
+        self.complete_latency = LatencySample()
         self.errors: list[StormBridgeError] = []
         self.ended_at: dict[int, float] = {}
+
+    def tree_acked(self, spout: str, ms: float) -> None:
+        """Record the complete latency of a tuple tree of ``spout``, in ms."""
+        self.latencies.setdefault(spout, LatencySample()).add(ms)
+        self.complete_latency.add(ms)
 
     def record(
         self, kind: EventKind, component: str, task_id: int, message: str, **data: Any

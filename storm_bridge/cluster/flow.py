@@ -38,6 +38,8 @@ __all__ = ["SpoutNotifier", "TupleFlow"]
 #: Called with (spout task, ``ack`` or ``fail``, message id) when a tree ends.
 SpoutNotifier = Callable[[TaskRuntime, str, Any], None]
 _LIVE: Final = (TaskState.STARTING, TaskState.RUNNING)
+#: Trees sampled for latency kept at most (the oldest go: lost or timed out).
+_MAX_SAMPLED: Final = 10_000
 
 
 def _protocol_error(rt: TaskRuntime, detail: str) -> MultilangProtocolError:
@@ -56,6 +58,12 @@ class TupleFlow:
         fail_lost: Fail the trees of tuples lost with a dead task at once
             (Storm lets them reach the message timeout).
         notify_spout: Queues an ``ack``/``fail`` command to a spout task.
+        clock: Monotonic clock in seconds (stamps spout tuples).
+        tree_acked: Told each acked tree's spout and complete latency (ms).
+        sample_every: Follow the tree of every this many spout emits without
+            a message id, for its latency alone (0: none); Storm samples its
+            statistics likewise (``topology.stats.sample.rate``). The acker
+            never sees those trees: a count of their tuples in flight does.
     """
 
     def __init__(
@@ -68,6 +76,9 @@ class TupleFlow:
         acking: bool,
         fail_lost: bool,
         notify_spout: SpoutNotifier,
+        clock: Callable[[], float],
+        tree_acked: Callable[[str, float], None],
+        sample_every: int = 0,
     ) -> None:
         self.acker = Acker()
         #: Roots of spout tuples still pending at their spout.
@@ -79,6 +90,13 @@ class TupleFlow:
         self._acking = acking
         self._fail_lost = fail_lost
         self._notify_spout = notify_spout
+        self._clock = clock
+        self._tree_acked = tree_acked
+        self._sample_every = sample_every
+        self._unreliable_emits = 0
+        #: Sample id -> [spout, emitted at, tuples of its tree not yet acked]
+        #: of the trees followed for latency alone (no spout hears of them).
+        self._samples: dict[int, list[Any]] = {}
         #: Barrier alignment: returns True when it holds a delivery back.
         self.gate: Callable[[int, int, tuple[Any, ...]], bool] | None = None
         #: Called after a bolt acked or failed an input.
@@ -114,15 +132,19 @@ class TupleFlow:
         values: Sequence[Any],
         anchors: Anchors,
         generation: int | None = None,
+        sample: int | None = None,
     ) -> None:
         """Hand a tuple to a bolt task; a task that is down loses it.
 
         While checkpointing, a tuple from a channel already past a barrier is
         held back by :attr:`gate` and delivered once the barrier is aligned.
         ``generation`` is the native-mode generation of its tree (fencing, see
-        :mod:`storm_bridge.native`).
+        :mod:`storm_bridge.native`); ``sample`` the latency-sampled tree it
+        belongs to, if any.
         """
-        args = (target, source, source_task, stream, values, anchors, generation)
+        args = (
+            target, source, source_task, stream, values, anchors, generation, sample
+        )  # fmt: skip
         if self.gate is not None and self.gate(target, source_task, args):
             return
         self.deliver_now(*args)
@@ -136,6 +158,7 @@ class TupleFlow:
         values: Sequence[Any],
         anchors: Anchors,
         generation: int | None = None,
+        sample: int | None = None,
     ) -> None:
         """Hand a tuple to a bolt task without barrier alignment."""
         if self.hold is not None and self.hold(
@@ -145,8 +168,11 @@ class TupleFlow:
         rt = self._tasks[target]
         tuple_id = self._tuple_id(rt)
         pending = PendingInput(
-            anchors, source, stream, list(values), generation=generation
+            anchors, source, stream, list(values), generation=generation, sample=sample
         )
+        tree = self._samples.get(sample) if sample else None
+        if tree is not None:
+            tree[2] += 1
         message = bolt_tuple_msg(
             tuple_id, source, stream, source_task, values, generation
         )
@@ -204,6 +230,7 @@ class TupleFlow:
         # a tuple belongs to the newest generation among its parents' trees
         known = [p.generation for p in parents if p.generation is not None]
         generation = max(known) if known else None
+        sample = next((p.sample for p in parents if p.sample), None)
         for target in targets:
             anchors = xor_anchors(parents, self._rng) if self._acking else {}
             self.deliver(
@@ -214,6 +241,7 @@ class TupleFlow:
                 msg.values,
                 anchors,
                 generation,
+                sample,
             )
         self._count_emit(rt, targets)
         return targets if msg.task == 0 and msg.need_task_ids else None
@@ -240,6 +268,7 @@ class TupleFlow:
         if self._acking:
             for root, edge in pending.anchors.items():
                 self._settle(self.acker.ack(root, edge ^ pending.ack_value))
+        self._sample_done(pending, acked=True)
         if self.on_input_done is not None:
             self.on_input_done(rt)
 
@@ -255,6 +284,7 @@ class TupleFlow:
         rt.emits_since_ack = 0
         if self._acking:
             self._lose(pending.roots, force=True)
+        self._sample_done(pending, acked=False)
         if self.on_input_done is not None:
             self.on_input_done(rt)
 
@@ -283,18 +313,52 @@ class TupleFlow:
                     {root: edge},
                     msg.generation,
                 )
-            rt.pending.put(root, SpoutTuple(msg.msg_id, msg.stream, list(msg.values)))
+            sent = SpoutTuple(msg.msg_id, msg.stream, list(msg.values), self._clock())
+            rt.pending.put(root, sent)
             self.live_roots.add(root)
             self._settle(self.acker.init(root, init_value, rt.task_id))
         else:
+            sample = self._sample(name) if msg.msg_id is None else None
             for target in targets:
                 self.deliver(
-                    target, name, rt.task_id, msg.stream, msg.values, {}, msg.generation
+                    target,
+                    name,
+                    rt.task_id,
+                    msg.stream,
+                    msg.values,
+                    {},
+                    msg.generation,
+                    sample,
                 )
             if msg.msg_id is not None:  # no ackers: acked as soon as emitted
                 self._counters[name].acked += 1
                 self._notify_spout(rt, "ack", msg.msg_id)
         return targets if msg.task == 0 and msg.need_task_ids else None
+
+    def _sample(self, spout: str) -> int | None:
+        """Start following this emit's tree if it is sampled; return its id."""
+        if not self._sample_every:
+            return None
+        self._unreliable_emits += 1
+        if (self._unreliable_emits - 1) % self._sample_every:
+            return None
+        if len(self._samples) >= _MAX_SAMPLED:  # trees whose tuples were lost
+            del self._samples[next(iter(self._samples))]
+        self._samples[self._unreliable_emits] = [spout, self._clock(), 0]
+        return self._unreliable_emits
+
+    def _sample_done(self, pending: PendingInput, *, acked: bool) -> None:
+        """A tuple of a followed tree was acked or failed: is the tree done?"""
+        sample = pending.sample
+        tree = self._samples.get(sample) if sample is not None else None
+        if sample is None or tree is None:
+            return
+        tree[2] -= 1
+        if not acked:
+            del self._samples[sample]  # a failed tree has no latency
+        elif tree[2] <= 0:
+            del self._samples[sample]
+            self._tree_acked(tree[0], (self._clock() - tree[1]) * 1000.0)
 
     def _settle(self, outcome: AckOutcome | None) -> None:
         if outcome is None:
@@ -307,6 +371,8 @@ class TupleFlow:
         counters = self._counters[spout.component.name]
         if outcome.result is TreeResult.ACKED:
             counters.acked += 1
+            took = self._clock() - info.emitted_at
+            self._tree_acked(spout.component.name, took * 1000.0)
         else:
             counters.failed += 1
         self._notify_spout(spout, outcome.result.value, info.msg_id)

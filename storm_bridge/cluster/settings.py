@@ -30,12 +30,15 @@ __all__ = [
     "STORM_DEFAULTS",
     "TaskSettings",
     "component_conf",
+    "sample_every",
     "topology_conf",
 ]
 
 #: Conf key: how long a spout must emit nothing before ``--until-idle`` calls it dry.
 IDLE_QUIET_KEY: Final = "sr3.idle.quiet.s"
 _DEFAULT_IDLE_QUIET_S: Final[float] = KEYS[IDLE_QUIET_KEY].default
+#: Storm's ``topology.stats.sample.rate`` default (its defaults.yaml).
+_DEFAULT_STATS_SAMPLE_RATE: Final = 0.05
 
 
 def _optional_number(
@@ -91,6 +94,9 @@ class TaskSettings:
         idle_quiet_s: Spouts: how long ``next`` must emit nothing before the
             spout counts as dry for ``run_until_idle`` (``sr3.idle.quiet.s``,
             default 2): a spout waiting on its source is not at its end.
+        stats_sample_rate: ``topology.stats.sample.rate`` (default 0.05, as
+            Storm's): the share of spout emits without a message id whose
+            tree is tracked anyway, for its complete latency alone.
     """
 
     subprocess_timeout_s: float
@@ -103,6 +109,7 @@ class TaskSettings:
     sanity_check: bool
     boxing: IntegerBoxing
     idle_quiet_s: float = _DEFAULT_IDLE_QUIET_S
+    stats_sample_rate: float = _DEFAULT_STATS_SAMPLE_RATE
 
     @classmethod
     def from_conf(cls, conf: Mapping[str, Any]) -> TaskSettings:
@@ -121,6 +128,16 @@ class TaskSettings:
         if acker is None:
             acker = _optional_number(conf, "topology.workers", integer=True) or 1.0
         pending = _optional_number(conf, "topology.max.spout.pending", integer=True)
+        sample_rate = _optional_number(conf, "topology.stats.sample.rate")
+        if sample_rate is None:
+            sample_rate = _DEFAULT_STATS_SAMPLE_RATE
+        if sample_rate > 1.0:
+            msg = (
+                f"Storm conf topology.stats.sample.rate={sample_rate!r} must be "
+                "between 0 and 1 (the share of tuples sampled for statistics); "
+                "set it as -o topology.stats.sample.rate=0.05"
+            )
+            raise TopologyError(msg)
         tick = _optional_number(conf, "topology.tick.tuple.freq.secs")
         try:
             quiet = float(read_setting(conf, IDLE_QUIET_KEY))
@@ -141,7 +158,13 @@ class TaskSettings:
             sanity_check=_flag(conf, "topology.testing.always.try.serialize", False),
             boxing=boxing,
             idle_quiet_s=quiet,
+            stats_sample_rate=sample_rate,
         )
+
+
+def sample_every(rate: float) -> int:
+    """Return N of "every Nth tuple" for a sample rate (0: sample none)."""
+    return max(1, round(1.0 / rate)) if rate > 0 else 0
 
 
 @dataclass(frozen=True)

@@ -54,11 +54,14 @@ class SpoutTuple:
         msg_id: The spout's message id, handed back in ``ack``/``fail``.
         stream: Stream it was emitted on.
         values: Its values.
+        emitted_at: When the spout emitted it (the clock's seconds): its tree's
+            complete latency runs from here to the ack.
     """
 
     msg_id: Any
     stream: str
     values: list[Any]
+    emitted_at: float = 0.0
 
 
 @dataclass

@@ -99,6 +99,13 @@ class ClusterView:
         with self._lock:
             return {name: c.copy() for name, c in self._engine.journal.counters.items()}
 
+    def complete_latency(self) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+        """Complete latency of the acked tuple trees (ms): all spouts, each spout."""
+        with self._lock:
+            journal = self._engine.journal
+            spouts = {name: s.summary() for name, s in journal.latencies.items()}
+            return journal.complete_latency.summary(), spouts
+
     def events(
         self, kind: EventKind | None = None, component: str | None = None
     ) -> list[ClusterEvent]:
