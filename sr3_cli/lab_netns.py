@@ -138,6 +138,11 @@ def build(lab: _NetnsLab, *, hosts: int, shape: LinkShape) -> None:
         want = f"{hosts} hosts, {shape}"
         if have != want:
             raise ConfigError(E_RESHAPE.format(root=lab.root, have=have, want=want))
+        for host in lab.netns["hosts"]:  # a delay process that died starts again
+            ns = _ns(prefix, host)
+            if shape.delay_ms and not netns.delaying(ns):
+                netns.unshape_link(veth=prefix + host, ns=ns)
+                netns.shape_link(shape, veth=prefix + host, ns=ns)
         return
     network = _network(prefix)
     netns.cleanup(prefix, signal.SIGKILL, network)  # a crashed run's leftovers
@@ -329,6 +334,7 @@ def hosts_status(lab: _NetnsLab, names: list[str]) -> list[dict[str, Any]] | Non
     for name in sorted(names):
         roles[daemon_host(record, name)].append(name)
     present = set(netns.namespaces(record["prefix"] + "-"))
+    delayed = LinkShape.parse(shape_text(record)).delay_ms
     return [
         {
             "host": host,
@@ -337,6 +343,10 @@ def hosts_status(lab: _NetnsLab, names: list[str]) -> list[dict[str, Any]] | Non
             "up": _ns(record["prefix"], host) in present,
             "roles": roles[host],
             "shape": record["shape"],
+            # whether its delay process runs; None: the lab's shape has no delay
+            "delay_held": netns.delaying(_ns(record["prefix"], host))
+            if delayed
+            else None,
         }
         for host, address in record["hosts"].items()
     ]

@@ -62,6 +62,7 @@ __all__ = [
     "cleanup",
     "create_bridge",
     "delay_pids",
+    "delaying",
     "exec_prefix",
     "kill_all",
     "namespaces",
@@ -339,6 +340,11 @@ def _delay_pids(wanted: Callable[[str], bool]) -> list[int]:
 def delay_pids(prefix: str) -> list[int]:
     """Return the pids of the delay processes of the namespaces ``prefix...``."""
     return _delay_pids(lambda name: name.startswith(prefix))
+
+
+def delaying(ns: str) -> bool:
+    """Whether a delay process holds what arrives in namespace ``ns``."""
+    return bool(_delay_pids(lambda name: name == ns))
 
 
 def _stop_delays(wanted: Callable[[str], bool]) -> None:

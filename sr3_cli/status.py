@@ -211,6 +211,13 @@ def _print_hosts(hosts: list[dict[str, Any]]) -> None:
     ]  # fmt: skip
     print(f"\nhosts (links {hosts[0]['shape']}):")
     print(table(["host", "address", "namespace", "runs"], rows))
+    undelayed = [h["host"] for h in hosts if h.get("delay_held") is False]
+    if undelayed:
+        print(
+            f"links of {', '.join(undelayed)} NOT DELAYED: their delay process is "
+            "gone (packets pass undelayed); `sudo sr3 lab up --netns` with the "
+            "lab's --hosts and --netem starts it again"
+        )
 
 
 def _print_metrics(status: dict[str, Any]) -> None:

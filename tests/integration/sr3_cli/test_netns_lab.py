@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -363,6 +364,8 @@ def test_compare_runs_under_netem_on_the_netns_ring_and_restores_the_shape(
     results = json.loads((out / "results.json").read_text())
     assert results["agree"] is True
     assert results["network"]["shape"] == "rate=20mbit,delay=2ms"
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "every host's link shaped `rate=20mbit,delay=2ms`" in report
     assert lab.netns is not None
     assert results["network"]["hosts"] == lab.netns["hosts"]
     for host in lab.netns["hosts"]:
@@ -431,6 +434,18 @@ def test_a_lab_with_delayed_lossy_links_serves_and_leaves_nothing(
         assert len(netns.delay_pids(prefix_for(root))) == 2
         assert put(lab, "delayed-owner", "1MB").returncode == 0
         verify(lab, "delayed-owner")
+        # A delay process that died shows in status; `lab up` again restarts it.
+        os.kill(netns.delay_pids(f"{prefix_for(root)}-h2")[0], signal.SIGKILL)
+        hosts = {h["host"]: h["delay_held"] for h in status_at(root)["hosts"]}
+        assert hosts == {"h1": True, "h2": False}
+        text = sr3("status", "--lab", str(root)).stdout
+        assert "links of h2 NOT DELAYED" in text
+        sr3(
+            "lab", "up", "--netns", "--hosts", "2", "--nodes", "1",
+            "--netem", shape, "--dir", str(root),
+        )  # fmt: skip
+        hosts = {h["host"]: h["delay_held"] for h in status_at(root)["hosts"]}
+        assert hosts == {"h1": True, "h2": True}
     finally:
         sr3("lab", "down", "--dir", str(root), check=False)
     assert leftovers(root) == []
