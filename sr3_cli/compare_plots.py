@@ -32,9 +32,17 @@ _COLORS: Final = ("tab:blue", "tab:orange", "tab:green", "tab:purple")
 
 
 def run_latency(run: Mapping[str, Any], pct: str) -> Any:
-    """A run's micro-batch latency percentile ``pct`` in ms (None: no micro-batches)."""
-    batches = run["report"].get("micro_batches")
-    return None if batches is None else batches["latency_ms"].get(pct)
+    """A run's latency percentile ``pct`` in ms (None: not reported).
+
+    Spark's micro-batches' durations; the local Storm cluster's complete
+    latency of its tuple trees (spout emit to the ack of the whole tree).
+    """
+    report = run["report"]
+    batches = report.get("micro_batches")
+    if batches is not None:
+        return batches["latency_ms"].get(pct)
+    complete = report.get("complete_latency_ms")
+    return None if not complete else complete.get(pct)
 
 
 def _figure() -> Figure:
@@ -104,7 +112,7 @@ def _plot_latency(results: Mapping[str, Any]) -> Figure:
         e for e in results["engines"] if run_latency(results["runs"][e], "p50") is None
     ]
     note = f" ({', '.join(missing)}: not reported)" if missing else ""
-    ax.set_title(f"micro-batch latency percentiles, ms{note}")
+    ax.set_title(f"latency percentiles, ms{note}")
     ax.set_ylabel("ms")
     if shown:
         ax.legend(fontsize="small")

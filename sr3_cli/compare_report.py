@@ -70,9 +70,7 @@ def _summary_rows(results: Mapping[str, Any]) -> list[list[Any]]:
         row("task kills applied", lambda r: r["task_kills_applied"]),
     ]
     for pct in ("p50", "p90", "p99", "max"):
-        rows.append(
-            row(f"micro-batch latency {pct} ms", lambda r, p=pct: run_latency(r, p))
-        )
+        rows.append(row(f"latency {pct} ms", lambda r, p=pct: run_latency(r, p)))
     for name in results["stateful"]:
         rows.append(row(f"state {name}: keys", lambda r, n=name: r["state"][n]["keys"]))
         rows.append(
@@ -132,6 +130,43 @@ def _verdict_lines(results: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+_LATENCY_NOTE: Final = (
+    "Latency: Spark's is each micro-batch's duration, trigger to commit (a row "
+    "also waits for its batch to start); the Storm engine's is Storm's complete "
+    "latency, a spout tuple's emit to the ack of its whole tree (replays after a "
+    "rollback count from their new emit); Apache Storm's is not collected."
+)
+
+
+def _network_lines(results: Mapping[str, Any]) -> list[str]:
+    """Say where the engines ran: the netns lab's hosts and their links, if any."""
+    network = results.get("network")
+    if not network:
+        return []
+    hosts = ", ".join(f"{h} ({a})" for h, a in network["hosts"].items())
+    return [
+        f"Network: network-namespace hosts {hosts}; every host's link shaped "
+        f"`{network['shape']}` (two hosts see the sum of their links; see "
+        "docs/lab.md). The CLI, the local cluster and Spark's driver run in the "
+        "root namespace, ZooKeeper and the ring nodes (and Apache Storm's daemons "
+        "and workers) on the hosts.",
+        "",
+    ]
+
+
+def _apache_storm_note(results: Mapping[str, Any]) -> list[str]:
+    """Warn that Apache Storm's counts restart with a worker a kill restarted."""
+    run = results["runs"].get("apache-storm")
+    if not run or not run.get("task_kills_applied"):
+        return []
+    return [
+        "apache-storm's tuple counts are Nimbus's statistics, which start from "
+        "zero again in a worker that restarted: after a task kill they count "
+        "what its worker did since, not the whole run.",
+        "",
+    ]
+
+
 def markdown(results: Mapping[str, Any]) -> str:
     """Return ``report.md``: the verdict, then every figure in tables."""
     schedule = results["schedule"]
@@ -146,12 +181,16 @@ def markdown(results: Mapping[str, Any]) -> str:
         "state in the same lab; task kills apply to the Storm engines only (Spark "
         "retries its own tasks). Raw figures: `results.json`.",
         "",
+        *_network_lines(results),
         "## Verdict",
         "",
         *_verdict_lines(results),
         "## Figures",
         "",
         *_table(["figure", *results["engines"]], _summary_rows(results)),
+        _LATENCY_NOTE,
+        "",
+        *_apache_storm_note(results),
         "## Recoveries",
         "",
     ]
