@@ -29,6 +29,8 @@ _DPI: Final = 80
 #: The phases of a recovery the report and its plot show.
 PHASES: Final = ("detect_s", "restore_s", "replay_s")
 _COLORS: Final = ("tab:blue", "tab:orange", "tab:green", "tab:purple")
+#: The least bar height of the log-scale latency plot (a 0 ms percentile).
+_LOG_FLOOR_MS: Final = 0.1
 
 
 def run_latency(run: Mapping[str, Any], pct: str) -> Any:
@@ -105,14 +107,20 @@ def _plot_latency(results: Mapping[str, Any]) -> Figure:
         if all(v is None for v in values):
             continue
         xs = [j + i * width for j in range(len(pcts))]
-        ax.bar(xs, [v or 0 for v in values], width, label=engine, color=_COLORS[i])
+        # a log scale: a Storm tree's milliseconds beside a micro-batch's seconds
+        heights = [max(float(v), _LOG_FLOOR_MS) if v is not None else 0 for v in values]
+        bars = ax.bar(xs, heights, width, label=engine, color=_COLORS[i])
+        labels = [f"{v:g}" if v is not None else "" for v in values]
+        ax.bar_label(bars, labels=labels, fontsize="x-small", padding=1)
         shown += 1
+    if shown:
+        ax.set_yscale("log")
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(pcts))], pcts)
     missing = [
         e for e in results["engines"] if run_latency(results["runs"][e], "p50") is None
     ]
     note = f" ({', '.join(missing)}: not reported)" if missing else ""
-    ax.set_title(f"latency percentiles, ms{note}")
+    ax.set_title(f"latency percentiles, ms (log scale){note}")
     ax.set_ylabel("ms")
     if shown:
         ax.legend(fontsize="small")

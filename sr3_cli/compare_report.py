@@ -160,9 +160,10 @@ def _apache_storm_note(results: Mapping[str, Any]) -> list[str]:
     if not run or not run.get("task_kills_applied"):
         return []
     return [
-        "apache-storm's tuple counts are Nimbus's statistics, which start from "
-        "zero again in a worker that restarted: after a task kill they count "
-        "what its worker did since, not the whole run.",
+        "apache-storm's tuple counts are Nimbus's statistics: they start from "
+        "zero again in a worker that restarted and reach Nimbus with the workers' "
+        "heartbeats, so after a task kill they undercount the run (its state is "
+        "compared all the same).",
         "",
     ]
 
