@@ -366,8 +366,11 @@ class ZkEpochStore:
             CoordinationError: ZooKeeper failed.
         """
         path = self._paths.native(self._topology)
+        client = self._session.client
         with self._session.translate("reset native checkpoints", path):
             try:
-                self._session.client.delete(path, recursive=True)
+                # retried across a lost connection (a ZooKeeper restart as the
+                # run starts): deleting what is gone already is harmless
+                client.retry(client.delete, path, recursive=True)
             except NoNodeError:
                 return
