@@ -273,7 +273,7 @@ def drawn_kinds(
         ConfigError: none of ``only`` is drawn in ``mode``.
     """
     if mode == APACHE_STORM:
-        kinds = APACHE_STORM_KINDS
+        kinds = (*APACHE_STORM_KINDS, *NETNS_KINDS) if netns else APACHE_STORM_KINDS
     elif mode == SPARK_STANDALONE:
         kinds = SPARK_STANDALONE_KINDS
     else:

@@ -85,11 +85,10 @@ def _modes(args: argparse.Namespace) -> tuple[str, ...]:
     if args.engine == APACHE_STORM:
         if args.nimbus is None and resolve_lab_dir(args.lab) is None:
             raise ConfigError(E_NO_STORM)
-        if args.mode == "local" or args.netns_faults:
-            flag = "--mode local" if args.mode == "local" else "--netns-faults"
+        if args.mode == "local":
             msg = (
-                f"{flag}: --engine apache-storm runs native checkpoints on the "
-                "Storm cluster, with no netns faults; leave it out"
+                "--mode local: --engine apache-storm runs native checkpoints on "
+                "the Storm cluster; leave it out"
             )
             raise ConfigError(msg)
         return (APACHE_STORM,)

@@ -89,6 +89,16 @@ def test_a_state_kept_in_arrival_order_is_compared_as_multisets(
             "--mode local: --engine apache-storm runs native checkpoints",
         ),
         (
+            [
+                "--engine",
+                "apache-storm",
+                "--nimbus",
+                "127.0.0.1:6627",
+                "--netns-faults",
+            ],
+            "which need a lab on network-namespace hosts",
+        ),  # drawn on Apache Storm too, in a netns lab
+        (
             ["--engine", "spark-standalone"],
             "--engine spark-standalone needs a Spark standalone cluster",
         ),

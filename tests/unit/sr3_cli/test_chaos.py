@@ -227,3 +227,15 @@ def test_a_zookeeper_restart_is_refused_on_a_lab_that_does_not_own_its_zookeeper
     with pytest.raises(ConfigError, match="uses the external ZooKeeper at zk1:2181"):
         Injector(Lab.load(tmp_path), [restart])
     Injector(Lab.load(tmp_path), [Fault("freeze-node", 1.0, "node-1", 0.5)])  # fine
+
+
+def test_apache_storm_campaigns_draw_netns_faults_only_when_asked() -> None:
+    topology = load_topology(TOPOLOGY)
+    nodes = ["node-1", "node-2", "node-3"]
+    plain = generate(7, 40, topology=topology, nodes=nodes, modes=(APACHE_STORM,))
+    netns = generate(
+        7, 40, topology=topology, nodes=nodes, modes=(APACHE_STORM,), netns=True
+    )
+    assert not any(f.kind in NETNS_KINDS for s in plain for f in s.faults)
+    assert set(NETNS_KINDS) <= {f.kind for s in netns for f in s.faults}
+    assert {s.mode for s in netns} == {APACHE_STORM}
