@@ -38,17 +38,15 @@ import ipaddress
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from sr3.errors import ConfigError, SR3Error
-from sr3_cli import netdelay
+from sr3_cli import netdelay, processes
 
 __all__ = [
     "E_NEEDS_ROOT",
@@ -322,14 +320,8 @@ def _start_delay(ns: str, delay_ms: float) -> None:
 def _delay_pids(wanted: Callable[[str], bool]) -> list[int]:
     """Return the pids of delay processes whose namespace ``wanted`` accepts."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                args = f.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        args = processes.command_line(int(entry)) or []
         if netdelay.MARKER in args and "--netns" in args:
             at = args.index("--netns") + 1
             if at < len(args) and wanted(args[at]):
@@ -352,30 +344,7 @@ def _stop_delays(wanted: Callable[[str], bool]) -> None:
 
     SIGTERM first: a delay process lets what it holds go, then exits.
     """
-    found = _delay_pids(wanted)
-    for pid in found:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + _DELAY_STOP_S
-    while found and time.monotonic() < deadline:
-        found = [pid for pid in found if _alive(pid)]
-        time.sleep(0.02)
-    for pid in found:
-        _signal(pid, signal.SIGKILL)
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+    processes.stop_processes(_delay_pids(wanted), grace_s=_DELAY_STOP_S)
 
 
 def block(ns: str, peer: str) -> None:

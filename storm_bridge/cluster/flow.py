@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from storm_bridge.cluster.acker import (
@@ -40,6 +41,16 @@ SpoutNotifier = Callable[[TaskRuntime, str, Any], None]
 _LIVE: Final = (TaskState.STARTING, TaskState.RUNNING)
 #: Trees sampled for latency kept at most (the oldest go: lost or timed out).
 _MAX_SAMPLED: Final = 10_000
+
+
+@dataclass(slots=True)
+class _SampledTree:
+    """A spout emit's tree followed for its complete latency alone."""
+
+    spout: str
+    emitted_at: float
+    #: Tuples of the tree delivered and not yet acked or failed.
+    in_flight: int = 0
 
 
 def _protocol_error(rt: TaskRuntime, detail: str) -> MultilangProtocolError:
@@ -94,9 +105,9 @@ class TupleFlow:
         self._tree_acked = tree_acked
         self._sample_every = sample_every
         self._unreliable_emits = 0
-        #: Sample id -> [spout, emitted at, tuples of its tree not yet acked]
-        #: of the trees followed for latency alone (no spout hears of them).
-        self._samples: dict[int, list[Any]] = {}
+        #: Sample id -> the trees followed for latency alone (no spout hears
+        #: of them).
+        self._samples: dict[int, _SampledTree] = {}
         #: Barrier alignment: returns True when it holds a delivery back.
         self.gate: Callable[[int, int, tuple[Any, ...]], bool] | None = None
         #: Called after a bolt acked or failed an input.
@@ -172,7 +183,7 @@ class TupleFlow:
         )
         tree = self._samples.get(sample) if sample else None
         if tree is not None:
-            tree[2] += 1
+            tree.in_flight += 1
         message = bolt_tuple_msg(
             tuple_id, source, stream, source_task, values, generation
         )
@@ -344,7 +355,7 @@ class TupleFlow:
             return None
         if len(self._samples) >= _MAX_SAMPLED:  # trees whose tuples were lost
             del self._samples[next(iter(self._samples))]
-        self._samples[self._unreliable_emits] = [spout, self._clock(), 0]
+        self._samples[self._unreliable_emits] = _SampledTree(spout, self._clock())
         return self._unreliable_emits
 
     def _sample_done(self, pending: PendingInput, *, acked: bool) -> None:
@@ -353,12 +364,12 @@ class TupleFlow:
         tree = self._samples.get(sample) if sample is not None else None
         if sample is None or tree is None:
             return
-        tree[2] -= 1
+        tree.in_flight -= 1
         if not acked:
             del self._samples[sample]  # a failed tree has no latency
-        elif tree[2] <= 0:
+        elif tree.in_flight <= 0:
             del self._samples[sample]
-            self._tree_acked(tree[0], (self._clock() - tree[1]) * 1000.0)
+            self._tree_acked(tree.spout, (self._clock() - tree.emitted_at) * 1000.0)
 
     def _settle(self, outcome: AckOutcome | None) -> None:
         if outcome is None:
